@@ -1,0 +1,39 @@
+# Two commands matter: `make run` (the embedded service) and `make test` (everything CI runs).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpuq
+
+.PHONY: run test install lint labs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## The embedded default: SQLite, local backend, scheduler loop; no Docker, Redis or PostgreSQL.
+run: install
+	deploy/run-embedded
+
+## Every check CI runs, against the real PostgreSQL, Redis, Slurm lab and Chromium.
+test: install labs lint
+	DATABASE_URL=$(TEST_DATABASE_URL) SECRET_KEY=ci-only $(BIN)/python manage.py makemigrations --check --dry-run
+	$(BIN)/pytest
+
+lint: install
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+## Labs the tests talk to: a real Slurm cluster + sshd on localhost, Debian's Chromium.
+labs:
+	deploy/slurm-lab/lab up
+	deploy/browser-lab up
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+from django.urls import include, path
+from rest_framework.routers import DefaultRouter
+
+from . import views
+
+router = DefaultRouter()
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("teams", views.TeamViewSet, basename="team")
+router.register("clusters", views.ClusterViewSet, basename="cluster")
+router.register("priority-classes", views.PriorityClassViewSet, basename="priorityclass")
+router.register("tokens", views.TokenViewSet, basename="token")
+
+urlpatterns = [
+    path("queue/", views.QueueView.as_view(), name="queue"),
+    path("", include(router.urls)),
+]

@@ -1,0 +1,222 @@
+"""Thin views: parse, call a service or a tenant-scoped queryset, serialize."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from django.db.models import QuerySet
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from queue_service.clusters.models import Cluster
+from queue_service.clusters.services import gpu_layouts
+from queue_service.jobs import services as job_services
+from queue_service.jobs.dispatch import read_logs
+from queue_service.jobs.models import Job, PriorityClass
+from queue_service.jobs.spec import JobSpecSerializer
+from queue_service.tenancy import services as team_services
+from queue_service.tenancy.models import ApiToken, Membership, Team
+
+from . import serializers as s
+
+JOB_FILTERS = {
+    "state": "state__in",
+    "kind": "kind__in",
+    "team": "team__slug__in",
+    "cluster": "cluster__name__in",
+    "priority": "priority_class__name__in",
+}
+
+
+class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = s.JobSerializer
+    lookup_value_regex = "[0-9a-fA-F-]{32,36}"
+
+    def get_queryset(self) -> QuerySet[Job]:
+        qs = Job.objects.for_user(self.request.user).select_related(
+            "team", "user", "priority_class", "cluster"
+        )
+        if self.action != "list":
+            return qs
+        params = self.request.query_params
+        for param, lookup in JOB_FILTERS.items():
+            if params.get(param):
+                qs = qs.filter(**{lookup: params[param].split(",")})
+        if params.get("user"):
+            who = self.request.user.get_username() if params["user"] == "me" else params["user"]
+            qs = qs.filter(user__username=who)
+        if params.get("name"):
+            qs = qs.filter(name__icontains=params["name"])
+        return qs
+
+    @extend_schema(
+        request=JobSpecSerializer,
+        responses={201: s.JobSerializer, 200: s.JobSerializer},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
+    def create(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
+        result = job_services.submit_job(
+            request.user,
+            dict(request.data),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(s.JobSerializer(result.job).data, status=code)
+
+    @extend_schema(request=None, responses=s.JobSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        job = job_services.cancel_job(request.user, self.get_object())
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(responses=s.JobEventSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def events(self, request: Request, pk: str) -> Response:
+        job = self.get_object()
+        return Response(s.JobEventSerializer(job.events.all(), many=True).data)
+
+    @extend_schema(parameters=[s.LogsQuerySerializer])
+    @action(detail=True, methods=["get"], pagination_class=None)
+    def logs(self, request: Request, pk: str) -> Response:
+        job = self.get_object()
+        query = s.LogsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        chunk = read_logs(job, **query.validated_data)
+        return Response(
+            {
+                "offset": query.validated_data["offset"],
+                "next_offset": chunk.next_offset,
+                "eof": chunk.eof,
+                "text": chunk.data.decode("utf-8", errors="replace"),
+                "data_base64": base64.b64encode(chunk.data).decode(),
+            }
+        )
+
+
+class QueueView(APIView):
+    """Pending jobs you can see, in scheduling order, with position, reason and estimate."""
+
+    @extend_schema(responses=s.JobSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        qs = (
+            Job.objects.for_user(request.user)
+            .filter(state=Job.State.PENDING)
+            .select_related("team", "user", "priority_class", "cluster")
+            .order_by("queue_position", "submitted_at", "id")
+        )
+        for param in ("team", "cluster"):
+            if request.query_params.get(param):
+                qs = qs.filter(**{JOB_FILTERS[param]: request.query_params[param].split(",")})
+        return Response(s.JobSerializer(qs[:1000], many=True).data)
+
+
+class TeamViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.TeamSerializer
+    lookup_field = "slug"
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[Team]:
+        return team_services.teams_for(self.request.user).prefetch_related("quotas")  # type: ignore[no-any-return]
+
+    @extend_schema(request=s.MembershipSerializer, responses=s.MembershipSerializer(many=True))
+    @action(detail=True, methods=["get", "post"])
+    def members(self, request: Request, slug: str) -> Response:
+        team = self.get_object()
+        if request.method == "POST":
+            body = s.MembershipSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            team_services.set_membership(
+                request.user,
+                team,
+                body.validated_data["user"]["username"],
+                body.validated_data.get("role", Membership.Role.MEMBER),
+            )
+        members = team.memberships.select_related("user").order_by("user__username")
+        return Response(s.MembershipSerializer(members, many=True).data)
+
+    @extend_schema(request=s.MembershipSerializer, responses={204: None})
+    @action(detail=True, methods=["patch", "delete"], url_path=r"members/(?P<username>[^/]+)")
+    def member(self, request: Request, slug: str, username: str) -> Response:
+        team = self.get_object()
+        if request.method == "DELETE":
+            team_services.remove_member(request.user, team, username)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        role = request.data.get("role") if isinstance(request.data, dict) else None
+        get_object_or_404(Membership, team=team, user__username=username)
+        m = team_services.set_membership(request.user, team, username, role or "")
+        return Response(s.MembershipSerializer(m).data)
+
+    @extend_schema(request=s.QuotaSerializer, responses=s.QuotaSerializer(many=True))
+    @action(detail=True, methods=["get", "post"])
+    def quotas(self, request: Request, slug: str) -> Response:
+        team = self.get_object()
+        if request.method == "POST":
+            body = s.QuotaSerializer(data=request.data)
+            body.is_valid(raise_exception=True)
+            values = dict(body.validated_data)
+            team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
+        return Response(s.QuotaSerializer(team.quotas.all(), many=True).data)
+
+    @extend_schema(request=s.QuotaSerializer, responses=s.QuotaSerializer)
+    @action(detail=True, methods=["put", "delete"], url_path=r"quotas/(?P<gpu_model>[^/]+)")
+    def quota(self, request: Request, slug: str, gpu_model: str) -> Response:
+        team = self.get_object()
+        if request.method == "DELETE":
+            team_services.delete_quota(request.user, team, gpu_model)
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        data = {**(request.data if isinstance(request.data, dict) else {}), "gpu_model": gpu_model}
+        body = s.QuotaSerializer(data=data)
+        body.is_valid(raise_exception=True)
+        values = dict(body.validated_data)
+        quota = team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
+        return Response(s.QuotaSerializer(quota).data)
+
+
+class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.ClusterSerializer
+    lookup_field = "name"
+    pagination_class = None
+    queryset = Cluster.objects.prefetch_related("nodes")
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        context = super().get_serializer_context()
+        clusters = [self.get_object()] if self.action == "retrieve" else list(self.get_queryset())
+        context["layouts"] = gpu_layouts(clusters, self.request.user)
+        return context
+
+
+class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = s.PriorityClassSerializer
+    lookup_field = "name"
+    pagination_class = None
+    queryset = PriorityClass.objects.all()
+
+
+class TokenViewSet(
+    mixins.ListModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
+    serializer_class = s.TokenSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[ApiToken]:
+        return ApiToken.objects.filter(user=self.request.user)
+
+    def create(self, request: Request) -> Response:
+        body = s.TokenSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        token, key = team_services.create_token(request.user, body.validated_data["name"])
+        return Response(
+            {**s.TokenSerializer(token).data, "key": key}, status=status.HTTP_201_CREATED
+        )

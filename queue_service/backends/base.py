@@ -1,0 +1,151 @@
+"""The one small interface every backend implements, and the values that cross it.
+
+Backends dispatch and observe; they never decide capacity (that is scheduler/'s job).
+They import nothing from Django: the service converts its models to these dataclasses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class BackendError(Exception):
+    """A backend call failed. permanent=True: retrying cannot help (bad partition, host key
+    changed, 422 from the API server); the job fails with this message. permanent=False:
+    transient (connection refused, 5xx, controller not answering); the caller retries."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.permanent = permanent
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A cluster as backends see it. settings holds the kind-specific configuration
+    (SSH host, kubeconfig, GRES map, namespaces...); secrets are resolved by the caller."""
+
+    id: int
+    name: str
+    kind: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MigInstanceInfo:
+    gpu: int
+    profile: str
+    start: int
+    size: int
+    in_use: bool = False
+    external_job: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    gpu_model: str
+    gpus: int
+    state: str = "up"  # up | drain | down
+    pool: str | None = None
+    mig: bool = False
+    mig_instances: tuple[MigInstanceInfo, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    reason: str = ""  # why it is drained/down, as the backend reports it
+
+
+@dataclass(frozen=True)
+class AllocatedNode:
+    node: str
+    gpus: tuple[int, ...] = ()
+    mig_gpu: int | None = None
+    mig_profile: str | None = None
+    mig_start: int | None = None
+
+
+@dataclass(frozen=True)
+class DispatchRequest:
+    """A validated job spec plus identity and the scheduler's placement."""
+
+    job_id: str  # gpuq UUID as a string
+    team: str
+    user: str
+    name: str
+    kind: str  # training | agent
+    command: tuple[str, ...] | str  # argv, or a shell string the user chose to give
+    image: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    nodes: int = 1
+    gpus_per_node: int = 0
+    gpu_model: str | None = None
+    mig_profile: str | None = None
+    cpus_per_gpu: int | None = None
+    memory_mb: int | None = None
+    time_limit_s: int | None = None
+    priority: str = "normal"
+    retries_max: int = 0
+    retry_on: tuple[str, ...] = ()  # node_failure, preemption
+    checkpoint_dir: str | None = None
+    checkpoint_interval_s: int | None = None
+    nccl_debug: bool = False
+    attempt: int = 1
+    placement: tuple[AllocatedNode, ...] = ()
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    external_id: str
+    adopted: bool = False  # an earlier, interrupted submit had already created it
+
+
+class RemoteState:
+    """What a backend can say about a job. The service maps these to Job.State."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    PREEMPTED = "preempted"
+    NODE_FAILURE = "node_failure"
+    LOST = "lost"  # the backend no longer knows the job
+
+    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, NODE_FAILURE, LOST})
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    external_id: str
+    state: str  # a RemoteState value
+    exit_code: int | None = None
+    reason: str = ""  # the backend's own words (Slurm pending reason, pod reason)
+    native_state: str = ""  # e.g. "NODE_FAIL", "Evicted"
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    eof: bool = False  # the job is finished and nothing more will come
+
+
+class Backend(Protocol):
+    kind: str
+
+    def nodes(self) -> list[NodeInfo]: ...
+
+    def submit(self, job: DispatchRequest) -> SubmitResult: ...
+
+    def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """One status per id, from as few remote calls as the backend allows. An id the
+        backend no longer knows maps to RemoteState.LOST."""
+        ...
+
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> None: ...
+
+    def logs(
+        self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
+    ) -> LogChunk: ...

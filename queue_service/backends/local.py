@@ -1,0 +1,251 @@
+"""The embedded default backend: real processes on this machine, simulated GPUs.
+
+Settings: `nodes` = [{"name", "gpus", "gpu_model", "pool"?, "mig"?, "mig_layout"?}],
+`workdir` (default GPUQ_LOCAL_WORKDIR/<cluster>). Each attempt of a job gets a directory
+`<workdir>/<job_id>/<attempt>/` holding request.json, the supervisor's pid, stdout/stderr and
+result.json; the directory is the job's identity, which makes submit idempotent and lets a
+restarted worker re-attach (or find the job lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .base import (
+    BackendError,
+    ClusterConfig,
+    DispatchRequest,
+    JobStatus,
+    LogChunk,
+    MigInstanceInfo,
+    NodeInfo,
+    RemoteState,
+    SubmitResult,
+)
+
+DEFAULT_WORKDIR = Path("var/local-jobs")
+STREAMS = ("stdout", "stderr")
+
+
+class LocalBackend:
+    kind = "local"
+
+    def __init__(self, cluster: ClusterConfig) -> None:
+        self.cluster = cluster
+        base = cluster.settings.get("workdir") or _default_workdir() / cluster.name
+        self.workdir = Path(base).resolve()
+        self.grace_s = float(cluster.settings.get("grace_s", 10))
+
+    # --- inventory ---------------------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        layouts = self._mig_layouts()
+        out = []
+        for spec in self.cluster.settings.get("nodes", []):
+            name = str(spec["name"])
+            mig = bool(spec.get("mig", False))
+            instances = layouts.get(name, spec.get("mig_layout", [])) if mig else []
+            out.append(
+                NodeInfo(
+                    name=name,
+                    gpu_model=str(spec.get("gpu_model", "SIM-GPU")),
+                    gpus=int(spec.get("gpus", 0)),
+                    state=str(spec.get("state", "up")),
+                    pool=spec.get("pool"),
+                    mig=mig,
+                    mig_instances=tuple(
+                        MigInstanceInfo(
+                            int(i["gpu"]), str(i["profile"]), int(i["start"]), int(i["size"])
+                        )
+                        for i in instances
+                    ),
+                    labels={"gpuq.io/simulated": "true"},
+                )
+            )
+        return out
+
+    def apply_mig_layout(self, node: str, gpu: int, instances: Sequence[dict[str, Any]]) -> None:
+        """Simulated MIG: a new layout for one idle GPU takes effect at once."""
+        layouts = self._mig_layouts()
+        current = layouts.get(node)
+        if current is None:
+            spec = next(
+                (n for n in self.cluster.settings.get("nodes", []) if n["name"] == node), None
+            )
+            if spec is None:
+                raise BackendError(
+                    f"no node {node!r} in cluster {self.cluster.name}", permanent=True
+                )
+            current = list(spec.get("mig_layout", []))
+        layouts[node] = [i for i in current if int(i["gpu"]) != gpu] + [
+            {**i, "gpu": gpu} for i in instances
+        ]
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        path = self.workdir / "mig-layouts.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(layouts))
+        os.replace(tmp, path)
+
+    def _mig_layouts(self) -> dict[str, list[dict[str, Any]]]:
+        path = self.workdir / "mig-layouts.json"
+        if not path.exists():
+            return {}
+        data: dict[str, list[dict[str, Any]]] = json.loads(path.read_text())
+        return data
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    def _dir(self, external_id: str) -> Path:
+        job_id, _, attempt = external_id.partition("/")
+        if not job_id or not attempt.isdigit() or "/" in attempt or job_id in (".", ".."):
+            raise BackendError(f"not a local job id: {external_id!r}", permanent=True)
+        path = (self.workdir / job_id / attempt).resolve()
+        if self.workdir not in path.parents:
+            raise BackendError(f"not a local job id: {external_id!r}", permanent=True)
+        return path
+
+    def submit(self, job: DispatchRequest) -> SubmitResult:
+        external_id = f"{job.job_id}/{job.attempt}"
+        job_dir = self._dir(external_id)
+        if (job_dir / "supervisor.pid").exists():
+            return SubmitResult(external_id, adopted=True)
+        if not job.placement:
+            raise BackendError("the local backend needs a placement", permanent=True)
+        known = {n["name"] for n in self.cluster.settings.get("nodes", [])}
+        missing = [a.node for a in job.placement if a.node not in known]
+        if missing:
+            raise BackendError(f"unknown node(s) {missing} in {self.cluster.name}", permanent=True)
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise BackendError(f"cannot create the job directory: {exc.strerror}") from exc
+        request = {
+            "job_id": job.job_id,
+            "name": job.name,
+            "attempt": job.attempt,
+            "command": job.command if isinstance(job.command, str) else list(job.command),
+            "env": dict(job.env),
+            "time_limit_s": job.time_limit_s,
+            "grace_s": self.grace_s,
+            "checkpoint_dir": job.checkpoint_dir,
+            "placement": [asdict(a) for a in job.placement],
+        }
+        tmp = job_dir / "request.tmp"
+        tmp.write_text(json.dumps(request))
+        os.replace(tmp, job_dir / "request.json")
+        try:
+            # The supervisor claims supervisor.pid with O_EXCL: a repeated launch exits at once.
+            subprocess.run(
+                [sys.executable, "-m", "queue_service.backends.local_runner", str(job_dir)],
+                check=True,
+                timeout=30,
+                cwd=_repo_root(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BackendError(f"could not start the job supervisor: {exc}") from exc
+        return SubmitResult(external_id)
+
+    def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
+        return {eid: self._status(eid) for eid in external_ids}
+
+    def _status(self, external_id: str) -> JobStatus:
+        try:
+            job_dir = self._dir(external_id)
+        except BackendError:
+            return JobStatus(external_id, RemoteState.LOST, reason="unknown job id")
+        result = job_dir / "result.json"
+        if result.exists():
+            data = json.loads(result.read_text())
+            return JobStatus(
+                external_id,
+                data["state"],
+                exit_code=data.get("exit_code"),
+                reason=data.get("reason", ""),
+                native_state=data["state"],
+            )
+        pid = _read_pid(job_dir / "supervisor.pid")
+        if pid is not None and _alive(pid):
+            if (job_dir / "started.json").exists():
+                return JobStatus(external_id, RemoteState.RUNNING, native_state="running")
+            return JobStatus(external_id, RemoteState.QUEUED, native_state="starting")
+        request = job_dir / "request.json"
+        if pid is None and request.exists() and time.time() - request.stat().st_mtime < 60:
+            return JobStatus(external_id, RemoteState.QUEUED, native_state="launching")
+        if result.exists():  # it finished between the two looks
+            return self._status(external_id)
+        return JobStatus(
+            external_id,
+            RemoteState.LOST,
+            reason="the job's supervisor is gone (machine restarted?)",
+        )
+
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> None:
+        job_dir = self._dir(external_id)
+        if (job_dir / "result.json").exists():
+            return
+        (job_dir / "cancel.json").write_text(json.dumps({"grace_s": grace_s}))
+        pid = _read_pid(job_dir / "supervisor.pid")
+        if pid is not None and _alive(pid):
+            os.kill(pid, signal.SIGTERM)
+
+    def logs(
+        self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
+    ) -> LogChunk:
+        if stream not in STREAMS:
+            raise BackendError(f"stream must be one of {STREAMS}", permanent=True)
+        job_dir = self._dir(external_id)
+        path = job_dir / stream
+        finished = (job_dir / "result.json").exists()
+        if not path.exists():
+            return LogChunk(b"", offset, eof=finished)
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read(limit)
+            at_end = f.read(1) == b""
+        return LogChunk(data, offset + len(data), eof=finished and at_end)
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    """Alive and still our supervisor (a recycled pid would be some other program)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    if b"local_runner" not in cmdline:
+        return False
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return status != "Z"
+
+
+def _repo_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+def _default_workdir() -> Path:
+    env = os.environ.get("GPUQ_LOCAL_WORKDIR")
+    return Path(env) if env else _repo_root() / DEFAULT_WORKDIR
+
+
+def create(cluster: ClusterConfig) -> LocalBackend:
+    return LocalBackend(cluster)

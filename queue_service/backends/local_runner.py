@@ -1,0 +1,189 @@
+"""The local backend's job supervisor: `python -m queue_service.backends.local_runner DIR`.
+
+It detaches (double fork, new session) so a worker restart does not kill it, starts one
+process per allocated node (rank), and writes result.json when the job ends: exit code,
+timeout, cancellation (SIGTERM to the supervisor), or the first failing rank stopping the
+gang. Each rank runs in its own process group so the whole tree is signalled."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+POLL_S = 0.1
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(req: dict[str, Any], rank: int, port: int) -> dict[str, str]:
+    alloc = req["placement"][rank]
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "USER")}
+    env.update(req["env"])
+    nnodes = len(req["placement"])
+    env.update(
+        GPUQ_JOB_ID=req["job_id"],
+        GPUQ_JOB_NAME=req["name"],
+        GPUQ_ATTEMPT=str(req["attempt"]),
+        GPUQ_NODE=alloc["node"],
+        GPUQ_NODE_RANK=str(rank),
+        GPUQ_NNODES=str(nnodes),
+        GPUQ_GPUS_PER_NODE=str(len(alloc["gpus"])),
+        GPUQ_GPUS=",".join(str(g) for g in alloc["gpus"]),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        NNODES=str(nnodes),
+        NODE_RANK=str(rank),
+    )
+    if alloc.get("mig_profile"):
+        env.update(
+            GPUQ_MIG_PROFILE=alloc["mig_profile"],
+            GPUQ_MIG_GPU=str(alloc["mig_gpu"]),
+            GPUQ_MIG_START=str(alloc["mig_start"]),
+            # What a real MIG device looks like to CUDA: an instance UUID, not an index.
+            CUDA_VISIBLE_DEVICES=f"MIG-gpuq-{alloc['node']}-{alloc['mig_gpu']}-{alloc['mig_start']}",
+        )
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in alloc["gpus"])
+    if req.get("checkpoint_dir"):
+        env["GPUQ_CHECKPOINT_DIR"] = req["checkpoint_dir"]
+    return env
+
+
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def supervise(job_dir: Path) -> int:
+    req = json.loads((job_dir / "request.json").read_text())
+    stopping: dict[str, Any] = {}
+
+    def on_term(signum: int, _frame: object) -> None:
+        stopping.setdefault("why", "cancelled")
+        stopping.setdefault("at", time.monotonic())
+
+    signal.signal(signal.SIGTERM, on_term)
+    command = req["command"]
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(len(req["placement"])):
+            suffix = "" if rank == 0 else f".rank{rank}"
+            with (
+                open(job_dir / f"stdout{suffix}", "ab") as out,
+                open(job_dir / f"stderr{suffix}", "ab") as err,
+            ):
+                procs.append(
+                    subprocess.Popen(
+                        argv,
+                        env=rank_env(req, rank, port),
+                        stdout=out,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        cwd=job_dir,
+                        start_new_session=True,
+                    )
+                )
+    except OSError as exc:
+        for p in procs:
+            signal_group(p, signal.SIGKILL)
+        write_json(
+            job_dir / "result.json",
+            {"state": "failed", "exit_code": 127, "reason": f"could not start: {exc.strerror}"},
+        )
+        return 0
+    write_json(job_dir / "started.json", {"pids": [p.pid for p in procs], "at": time.time()})
+    started = time.monotonic()
+    limit = req.get("time_limit_s")
+    grace = float(req.get("grace_s", 10))
+    failed: int | None = None
+    signalled = False
+    while True:
+        running = [p.poll() is None for p in procs]  # poll() every rank, every turn
+        if not any(running):
+            break
+        now = time.monotonic()
+        if limit and now - started > limit:
+            stopping.setdefault("why", "timeout")
+            stopping.setdefault("at", now)
+        codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        if codes and failed is None:
+            failed = codes[0]  # one rank failed: the gang stops
+            stopping.setdefault("why", "failed")
+            stopping.setdefault("at", now)
+        if stopping and not signalled:
+            cancel = job_dir / "cancel.json"
+            if cancel.exists():
+                grace = float(json.loads(cancel.read_text()).get("grace_s", grace))
+            for p in procs:
+                signal_group(p, signal.SIGTERM)
+            signalled = True
+        if stopping and now - stopping["at"] > grace:
+            for p in procs:
+                signal_group(p, signal.SIGKILL)
+        time.sleep(POLL_S)
+    codes = [p.returncode for p in procs]
+    exit_code = failed if failed is not None else next((c for c in codes if c != 0), 0)
+    if exit_code < 0:
+        exit_code = 128 - exit_code  # killed by signal N -> 128 + N, as shells report it
+    why = stopping.get("why")
+    if why in ("cancelled", "timeout"):
+        state, reason = (
+            why,
+            {"cancelled": "cancelled", "timeout": f"time limit {limit}s reached"}[why],
+        )
+    elif exit_code == 0:
+        state, reason = "succeeded", ""
+    else:
+        state, reason = "failed", f"exit code {exit_code}"
+    write_json(job_dir / "result.json", {"state": state, "exit_code": exit_code, "reason": reason})
+    return 0
+
+
+def main() -> int:
+    job_dir = Path(sys.argv[1])
+    if os.fork() > 0:
+        return 0  # the caller gets control back at once; the grandchild supervises
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    try:
+        fd = os.open(job_dir / "supervisor.pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        os._exit(0)  # another supervisor already runs this attempt
+    os.write(fd, str(os.getpid()).encode())
+    os.close(fd)
+    try:
+        supervise(job_dir)
+    except Exception as exc:  # a supervisor crash must still leave a verdict
+        write_json(
+            job_dir / "result.json",
+            {"state": "lost", "exit_code": None, "reason": f"supervisor crashed: {exc!r}"},
+        )
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The Celery app. Tasks live in queue_service/jobs/tasks.py; beat runs the cycle and syncs."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queue_service.settings")
+
+app = Celery("gpuq")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["queue_service.jobs"])
+
+
+def _beat_schedule() -> dict[str, dict[str, object]]:
+    from django.conf import settings
+
+    return {
+        "schedule-cycle": {
+            "task": "gpuq.schedule_cycle",
+            "schedule": settings.GPUQ_CYCLE_INTERVAL_S,
+        },
+        "sync-clusters": {
+            "task": "gpuq.sync_all_clusters",
+            "schedule": settings.GPUQ_SYNC_INTERVAL_S,
+        },
+    }
+
+
+@app.on_after_configure.connect
+def _setup_periodic(sender: Celery, **_: object) -> None:
+    sender.conf.beat_schedule = _beat_schedule()

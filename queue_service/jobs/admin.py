@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from .models import Job, JobEvent, PriorityClass
+
+
+@admin.register(PriorityClass)
+class PriorityClassAdmin(admin.ModelAdmin):
+    list_display = ["name", "value", "preemptible"]
+
+
+class JobEventInline(admin.TabularInline):
+    model = JobEvent
+    extra = 0
+    readonly_fields = ["at", "from_state", "to_state", "code", "message", "details"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["name", "team", "user", "state", "cluster", "submitted_at"]
+    list_filter = ["state", "kind", "team", "cluster"]
+    search_fields = ["name", "id", "external_id"]
+    # State changes go through services (cancel); the admin only reads jobs.
+    readonly_fields = [f.name for f in Job._meta.fields]
+    inlines = [JobEventInline]

@@ -1,0 +1,404 @@
+"""The services that talk to backends: dispatch an admitted job, follow a cluster's jobs and
+inventory, stop a job. Each is safe to run twice: they start with a conditional transition or
+read the state they act on, and backends' submit adopts what an interrupted call created."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from queue_service.backends import BackendError, ClusterConfig, get_backend
+from queue_service.backends.base import (
+    AllocatedNode,
+    DispatchRequest,
+    JobStatus,
+    LogChunk,
+    NodeInfo,
+    RemoteState,
+)
+from queue_service.clusters.models import Cluster, Node
+
+from .models import Job
+from .services import StaleState, note, request_cycle, transition
+
+log = logging.getLogger(__name__)
+S = Job.State
+
+REMOTE_TO_STATE = {
+    RemoteState.SUCCEEDED: S.SUCCEEDED,
+    RemoteState.FAILED: S.FAILED,
+    RemoteState.CANCELLED: S.CANCELLED,
+    RemoteState.TIMEOUT: S.TIMEOUT,
+    RemoteState.LOST: S.LOST,
+}
+# Remote endings that a retry policy may turn into a new attempt.
+RETRYABLE = {RemoteState.NODE_FAILURE: "node_failure", RemoteState.PREEMPTED: "preemption"}
+
+
+def cluster_config(cluster: Cluster) -> ClusterConfig:
+    return ClusterConfig(
+        id=cluster.pk, name=cluster.name, kind=cluster.kind, settings=dict(cluster.settings)
+    )
+
+
+def backend_for(cluster: Cluster) -> Any:
+    return get_backend(cluster_config(cluster))
+
+
+def dispatch_request(job: Job) -> DispatchRequest:
+    spec = job.spec
+    command = spec["command"]
+    checkpoint = spec.get("checkpoint") or {}
+    retries = spec.get("retries") or {}
+    placement = tuple(
+        AllocatedNode(
+            node=a["node"],
+            gpus=tuple(a.get("gpus", ())),
+            mig_gpu=(a.get("mig") or {}).get("gpu"),
+            mig_profile=(a.get("mig") or {}).get("profile"),
+            mig_start=(a.get("mig") or {}).get("start"),
+        )
+        for a in job.placement
+    )
+    return DispatchRequest(
+        job_id=str(job.id),
+        team=job.team.slug,
+        user=job.user.get_username(),
+        name=job.name,
+        kind=job.kind,
+        command=tuple(command) if isinstance(command, list) else command,
+        image=spec.get("image"),
+        env=dict(spec.get("env") or {}),
+        nodes=spec["nodes"],
+        gpus_per_node=spec["gpus_per_node"],
+        gpu_model=job.gpu_model or spec.get("gpu_model"),
+        mig_profile=spec.get("mig_profile"),
+        cpus_per_gpu=spec.get("cpus_per_gpu"),
+        memory_mb=spec.get("memory"),
+        time_limit_s=spec.get("time_limit"),
+        priority=job.priority_class.name,
+        retries_max=int(retries.get("max", 0)),
+        retry_on=tuple(retries.get("on", ())),
+        checkpoint_dir=checkpoint.get("dir"),
+        checkpoint_interval_s=checkpoint.get("interval"),
+        nccl_debug=bool(spec.get("nccl_debug")),
+        attempt=max(job.attempts, 1),
+        placement=placement,
+    )
+
+
+def dispatch_job(job_id: str) -> None:
+    """Hand an admitted job to its cluster's backend.
+
+    1. admitted -> dispatching (conditional: a second worker stops here);
+    2. backend.submit (idempotent by the job's unique name);
+    3. dispatching -> queued with the external id; a transient error goes back to admitted
+       for a later retry, a permanent one fails the job with the backend's message."""
+    job = Job.objects.select_related("cluster", "team", "user", "priority_class").get(pk=job_id)
+    if job.state != S.ADMITTED:
+        return
+    try:
+        transition(job, S.DISPATCHING, code="dispatching", attempts=job.attempts + 1)
+    except StaleState:
+        return
+    submit_admitted(job)
+
+
+def submit_admitted(job: Job) -> None:
+    assert job.cluster is not None
+    try:
+        result = backend_for(job.cluster).submit(dispatch_request(job))
+    except BackendError as exc:
+        if exc.permanent:
+            _try(
+                job,
+                S.FAILED,
+                code="dispatch_failed",
+                message=exc.message,
+                reason=_reason("dispatch_failed", exc.message),
+            )
+            return
+        _try(
+            job,
+            S.ADMITTED,
+            code="dispatch_retry",
+            message=f"will retry: {exc.message}",
+            attempts=max(job.attempts - 1, 0),
+        )
+        raise  # the caller retries with backoff (Celery's autoretry, or the next loop)
+    Job.objects.filter(pk=job.pk, state__in=[S.DISPATCHING, S.CANCELLING]).update(
+        external_id=result.external_id
+    )
+    job.external_id = result.external_id
+    message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
+    try:
+        transition(
+            job,
+            S.QUEUED,
+            code="dispatched",
+            message=message,
+            reason=_reason("dispatched", "accepted by the cluster; waiting to start"),
+        )
+    except StaleState:
+        job.refresh_from_db()
+        if job.state == S.CANCELLING:
+            request_stop(job)
+
+
+def request_stop(job: Job) -> None:
+    """Stop a cancelling or preempting job on its backend, after the surrounding commit."""
+    if not job.external_id:
+        if job.state == S.CANCELLING and job.cluster is None:
+            _try(job, S.CANCELLED, code="cancelled", message="cancelled before dispatch")
+        return
+    if settings.CELERY_BROKER_URL:
+        from .tasks import cancel_job
+
+        transaction.on_commit(lambda: cancel_job.delay(str(job.pk)))
+    else:
+        transaction.on_commit(lambda: stop_job(str(job.pk)))
+
+
+def stop_job(job_id: str) -> None:
+    job = Job.objects.select_related("cluster").get(pk=job_id)
+    if job.state not in (S.CANCELLING, S.PREEMPTING) or not job.external_id:
+        return
+    assert job.cluster is not None
+    grace = settings.GPUQ_PREEMPTION_GRACE_S
+    try:
+        backend_for(job.cluster).cancel(job.external_id, grace_s=grace)
+    except BackendError as exc:
+        note(job, "stop_retry" if not exc.permanent else "stop_failed", exc.message)
+        if not exc.permanent:
+            raise
+
+
+def sync_cluster(cluster_id: int) -> dict[str, int]:
+    """Refresh a cluster's inventory and its jobs' states: one `nodes()` and one `poll()`."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    backend = backend_for(cluster)
+    counts = {"nodes": 0, "polled": 0, "changed": 0}
+    try:
+        inventory = backend.nodes()
+        counts["nodes"] = len(inventory)
+        _store_inventory(cluster, inventory)
+        jobs = list(
+            Job.objects.filter(cluster=cluster, state__in=Job.ON_BACKEND)
+            .exclude(external_id="")
+            .select_related("priority_class", "team", "user", "cluster")
+        )
+        statuses = backend.poll([j.external_id for j in jobs]) if jobs else {}
+    except BackendError as exc:
+        Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=exc.message)
+        raise
+    counts["polled"] = len(jobs)
+    for job in jobs:
+        status = statuses.get(job.external_id)
+        if status is not None and _apply_status(job, status):
+            counts["changed"] += 1
+        elif _stop_overdue(job, status):
+            stop_job(str(job.pk))  # the first stop was lost (worker died before sending it)
+    _redispatch_stale(cluster)
+    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error="")
+    if counts["changed"]:
+        request_cycle()
+    return counts
+
+
+def _store_inventory(cluster: Cluster, inventory: list[NodeInfo]) -> None:
+    seen = set()
+    for info in inventory:
+        seen.add(info.name)
+        Node.objects.update_or_create(
+            cluster=cluster,
+            name=info.name,
+            defaults={
+                "gpu_model": info.gpu_model,
+                "gpus": info.gpus,
+                "pool": info.pool or "",
+                "state": info.state,
+                "reason": info.reason[:256],
+                "labels": dict(info.labels),
+                "mig_enabled": info.mig,
+                "mig": [
+                    {
+                        "gpu": m.gpu,
+                        "profile": m.profile,
+                        "start": m.start,
+                        "size": m.size,
+                        "in_use": m.in_use,
+                        "external_job": m.external_job,
+                    }
+                    for m in info.mig_instances
+                ],
+            },
+        )
+    # A node the backend no longer reports is down, not deleted: running jobs still name it.
+    Node.objects.filter(cluster=cluster).exclude(name__in=seen).update(
+        state=Node.State.DOWN, reason="no longer reported by the cluster"
+    )
+
+
+def _apply_status(job: Job, status: JobStatus) -> bool:
+    remote = status.state
+    fields: dict[str, Any] = {"remote_state": status.native_state or remote}
+    try:
+        if remote == RemoteState.QUEUED:
+            if status.reason and job.reason.get("message") != status.reason:
+                Job.objects.filter(pk=job.pk).update(
+                    reason=_reason("backend_pending", status.reason), **fields
+                )
+            return False
+        if remote == RemoteState.RUNNING:
+            if job.state in (S.QUEUED, S.DISPATCHING):
+                transition(
+                    job,
+                    S.RUNNING,
+                    code="running",
+                    message=status.reason,
+                    started_at=timezone.now(),
+                    reason={},
+                    **fields,
+                )
+                return True
+            return False
+        if job.state in (S.QUEUED, S.DISPATCHING) and remote != RemoteState.LOST:
+            # It started and ended between two polls: record the start, so the timeline
+            # and usage accounting hold.
+            transition(
+                job,
+                S.RUNNING,
+                code="running",
+                message="started and ended between polls",
+                started_at=timezone.now(),
+                reason={},
+            )
+        if remote in RETRYABLE:
+            return _end_or_requeue(job, status, RETRYABLE[remote], fields)
+        target = REMOTE_TO_STATE[remote]
+        if job.state == S.PREEMPTING and target == S.CANCELLED:
+            return _end_or_requeue(job, status, "preemption", fields)
+        transition(
+            job,
+            target,
+            code=remote,
+            message=status.reason or status.native_state,
+            exit_code=status.exit_code,
+            reason=_reason(remote, status.reason),
+            **fields,
+        )
+        return True
+    except StaleState:
+        return False
+
+
+def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, Any]) -> bool:
+    retries = job.spec.get("retries") or {}
+    preempt_msg = (job.reason or {}).get("message", "")
+    message = status.reason or preempt_msg or cause.replace("_", " ")
+    if cause in retries.get("on", ()) and job.attempts <= int(retries.get("max", 0)):
+        transition(
+            job,
+            S.PENDING,
+            code=f"requeued_{cause}",
+            message=f"{message}; requeued (attempt {job.attempts + 1})",
+            external_id="",
+            placement=[],
+            started_at=None,
+            admitted_at=None,
+            cluster=job.cluster if job.pinned_cluster else None,
+            reason=_reason("requeued", f"requeued after {cause.replace('_', ' ')}"),
+            **fields,
+        )
+        return True
+    target = S.PREEMPTED if cause == "preemption" else S.FAILED
+    transition(
+        job,
+        target,
+        code=cause,
+        message=message,
+        exit_code=status.exit_code,
+        reason=_reason(cause, message),
+        **fields,
+    )
+    return True
+
+
+def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
+    if job.state not in (S.CANCELLING, S.PREEMPTING) or status is None:
+        return False
+    overdue = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 30)
+    return status.state not in RemoteState.TERMINAL and job.updated_at < overdue
+
+
+def _redispatch_stale(cluster: Cluster) -> None:
+    """A worker that died between submit and recording the result leaves a job dispatching;
+    submit again (the backend adopts the earlier submission)."""
+    cutoff = timezone.now() - timedelta(seconds=settings.GPUQ_DISPATCH_STALE_S)
+    for job in Job.objects.filter(
+        cluster=cluster, state=S.DISPATCHING, updated_at__lt=cutoff
+    ).select_related("cluster", "team", "user", "priority_class"):
+        note(job, "dispatch_resumed", "resuming an interrupted dispatch")
+        try:
+            submit_admitted(job)
+        except BackendError:
+            continue  # back in admitted; retried later
+
+
+def read_logs(job: Job, *, offset: int, limit: int, stream: str) -> LogChunk:
+    if not job.external_id or job.cluster is None:
+        return LogChunk(b"", offset, eof=job.state in Job.TERMINAL)
+    return backend_for(job.cluster).logs(job.external_id, offset=offset, limit=limit, stream=stream)
+
+
+def _try(job: Job, to: str, **kwargs: Any) -> bool:
+    try:
+        transition(job, to, **kwargs)
+        return True
+    except StaleState:
+        return False
+
+
+def _reason(code: str, message: str) -> dict[str, Any]:
+    return {"code": code, "message": message, "details": {}}
+
+
+def enqueue_syncs(send_sync: Any, send_dispatch: Any) -> int:
+    """Beat's periodic fan-out: a sync per cluster, and a new dispatch for admitted jobs
+    whose dispatch message was lost (their retry would otherwise never come)."""
+    ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    for cluster_id in ids:
+        send_sync(cluster_id)
+    cutoff = timezone.now() - timedelta(seconds=settings.GPUQ_DISPATCH_STALE_S)
+    for job_id in Job.objects.filter(state=S.ADMITTED, updated_at__lt=cutoff).values_list(
+        "pk", flat=True
+    ):
+        send_dispatch(str(job_id))
+    return len(ids)
+
+
+def run_once() -> dict[str, Any]:
+    """Everything the Celery beat + worker do, once, inline: sync every cluster, run a cycle,
+    dispatch what it admitted. For the embedded mode and for debugging without Celery."""
+    from .snapshot import run_cycle
+
+    synced = 0
+    for cluster in Cluster.objects.filter(enabled=True):
+        try:
+            sync_cluster(cluster.pk)
+            synced += 1
+        except BackendError as exc:
+            log.warning("sync of %s failed: %s", cluster.name, exc.message)
+    summary = run_cycle()
+    for job_id in Job.objects.filter(state=S.ADMITTED).values_list("pk", flat=True):
+        try:
+            dispatch_job(str(job_id))
+        except BackendError as exc:
+            log.warning("dispatch of %s will be retried: %s", job_id, exc.message)
+    summary["synced"] = synced
+    return summary

@@ -1,0 +1,160 @@
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from queue_service.clusters.models import Cluster
+from queue_service.tenancy.models import Team
+
+
+class PriorityClass(models.Model):
+    name = models.SlugField(max_length=32, unique=True)
+    value = models.IntegerField()
+    preemptible = models.BooleanField(default=True)
+    description = models.CharField(max_length=256, blank=True, default="")
+
+    class Meta:
+        ordering = ["-value"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def for_user(self, user: Any) -> JobQuerySet:
+        """Tenant scoping starts here: staff see everything, everyone else their teams' jobs."""
+        if not user.is_authenticated:
+            return self.none()
+        if user.is_staff:
+            return self
+        return self.filter(team__memberships__user=user)
+
+
+class Job(models.Model):
+    class Kind(models.TextChoices):
+        TRAINING = "training"
+        AGENT = "agent"
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        ADMITTED = "admitted"  # the scheduler placed it; dispatch follows
+        DISPATCHING = "dispatching"  # a worker is handing it to the backend
+        QUEUED = "queued"  # the backend accepted it and has not started it yet
+        RUNNING = "running"
+        PREEMPTING = "preempting"  # asked to stop for another job; in its grace period
+        CANCELLING = "cancelling"  # a user asked to cancel; the backend is stopping it
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        TIMEOUT = "timeout"
+        PREEMPTED = "preempted"  # preempted with no retry left
+        LOST = "lost"  # the backend no longer knows it
+
+    TERMINAL = frozenset(
+        {State.SUCCEEDED, State.FAILED, State.CANCELLED, State.TIMEOUT, State.PREEMPTED, State.LOST}
+    )
+    # Holding resources as far as the scheduler is concerned.
+    ACTIVE = frozenset(
+        {
+            State.ADMITTED,
+            State.DISPATCHING,
+            State.QUEUED,
+            State.RUNNING,
+            State.PREEMPTING,
+            State.CANCELLING,
+        }
+    )
+    # A backend knows about it: sync polls these.
+    ON_BACKEND = frozenset(
+        {State.QUEUED, State.RUNNING, State.PREEMPTING, State.CANCELLING, State.DISPATCHING}
+    )
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=128)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.TRAINING)
+    spec = models.JSONField()
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT)
+    gpus = models.FloatField(default=0)  # GPU equivalents requested (a MIG slice is a fraction)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    reason = models.JSONField(default=dict, blank=True)  # {code, message, details}
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    estimated_start = models.DateTimeField(null=True, blank=True)
+
+    cluster = models.ForeignKey(
+        Cluster, null=True, blank=True, on_delete=models.PROTECT, related_name="jobs"
+    )
+    pinned_cluster = models.BooleanField(default=False)  # the user asked for this cluster
+    placement = models.JSONField(default=list, blank=True)
+    gpu_model = models.CharField(max_length=64, blank=True, default="")
+    borrowed = models.BooleanField(default=False)
+    external_id = models.CharField(max_length=256, blank=True, default="")
+    remote_state = models.CharField(max_length=64, blank=True, default="")
+    attempts = models.PositiveIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    submitted_at = models.DateTimeField(auto_now_add=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-submitted_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "idempotency_key"],
+                condition=models.Q(idempotency_key__isnull=False),
+                name="idempotent_submit",
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state"]),
+            models.Index(fields=["team", "state"]),
+            models.Index(fields=["cluster", "state"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL
+
+
+class JobEvent(models.Model):
+    """One row per transition (and a few notes): the audit trail and the UI's timeline."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, blank=True, default="")
+    to_state = models.CharField(max_length=16, blank=True, default="")
+    code = models.CharField(max_length=64, blank=True, default="")
+    message = models.TextField(blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.from_state}->{self.to_state} {self.code}"
+
+
+class SchedulerLock(models.Model):
+    """One row; the cycle holds it FOR UPDATE so two cycles never decide at once."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    last_cycle_at = models.DateTimeField(null=True, blank=True)
+    last_cycle_ms = models.FloatField(null=True, blank=True)
+    last_stats = models.JSONField(default=dict, blank=True)

@@ -1,0 +1,246 @@
+"""The only writers of jobs: submit, cancel, and every state transition.
+
+Each transition is a conditional UPDATE (`filter(pk=..., state=OLD).update(...)`) that must
+hit one row, plus a JobEvent; a transition that loses a race raises StaleState and changes
+nothing, so two workers can never both move a job."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from queue_service.clusters.models import Cluster
+from queue_service.tenancy.models import Membership, Team
+
+from .models import Job, JobEvent, PriorityClass
+from .spec import JobSpecSerializer
+
+log = logging.getLogger(__name__)
+S = Job.State
+
+ALLOWED: dict[str, frozenset[str]] = {
+    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
+    S.ADMITTED: frozenset({S.DISPATCHING, S.PENDING, S.CANCELLED, S.FAILED}),
+    S.DISPATCHING: frozenset(
+        {S.QUEUED, S.RUNNING, S.ADMITTED, S.PENDING, S.FAILED, S.CANCELLING, S.CANCELLED}
+    ),
+    S.QUEUED: frozenset(
+        {S.RUNNING, S.PENDING, S.CANCELLING, S.PREEMPTING}
+        | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}
+    ),
+    S.RUNNING: frozenset(
+        {S.PENDING, S.CANCELLING, S.PREEMPTING}
+        | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.PREEMPTED}
+    ),
+    S.PREEMPTING: frozenset(
+        {S.PENDING, S.PREEMPTED, S.CANCELLING}
+        | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}
+    ),
+    S.CANCELLING: frozenset({S.CANCELLED, S.SUCCEEDED, S.FAILED, S.TIMEOUT, S.LOST}),
+}
+for _terminal in Job.TERMINAL:
+    ALLOWED[_terminal] = frozenset()
+
+
+class StaleState(Exception):
+    """The job was not in the expected state: another worker moved it first."""
+
+
+class JobConflict(Exception):
+    """The request does not fit the job's state (e.g. cancelling a finished job)."""
+
+
+def transition(
+    job: Job,
+    to: str,
+    *,
+    code: str = "",
+    message: str = "",
+    details: dict[str, Any] | None = None,
+    **fields: Any,
+) -> Job:
+    """Move `job` from its current state to `to`, with `fields` updated in the same UPDATE."""
+    frm = job.state
+    if to not in ALLOWED[frm]:
+        raise ValueError(f"job {job.id}: {frm} -> {to} is not a valid transition")
+    now = timezone.now()
+    fields.setdefault("updated_at", now)
+    if to in Job.TERMINAL:
+        fields.setdefault("finished_at", now)
+        fields.setdefault("queue_position", None)
+    with transaction.atomic():
+        hit = Job.objects.filter(pk=job.pk, state=frm).update(state=to, **fields)
+        if hit != 1:
+            raise StaleState(f"job {job.id} is no longer {frm}")
+        JobEvent.objects.create(
+            job=job, from_state=frm, to_state=to, code=code, message=message, details=details or {}
+        )
+    job.state = to
+    for key, value in fields.items():
+        setattr(job, key, value)
+    return job
+
+
+def note(job: Job, code: str, message: str, details: dict[str, Any] | None = None) -> None:
+    """An event without a transition (e.g. a transient dispatch error that will be retried)."""
+    JobEvent.objects.create(job=job, code=code, message=message, details=details or {})
+
+
+# --- submit ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: Job
+    created: bool
+
+
+def member_teams(user: Any) -> list[Team]:
+    return list(Team.objects.filter(memberships__user=user).order_by("slug"))
+
+
+def resolve_team(user: Any, slug: str | None) -> Team:
+    teams = member_teams(user)
+    if slug is None:
+        if len(teams) == 1:
+            return teams[0]
+        if not teams:
+            raise ValidationError({"team": ["you are not a member of any team"]})
+        raise ValidationError(
+            {
+                "team": [
+                    f"you belong to several teams; name one of: {', '.join(t.slug for t in teams)}"
+                ]
+            }
+        )
+    for team in teams:
+        if team.slug == slug:
+            return team
+    raise ValidationError({"team": [f"you are not a member of team {slug!r}"]})
+
+
+def requested_gpus(spec: dict[str, Any], gpu_model: str | None) -> float:
+    if spec.get("mig_profile"):
+        from scheduler.mig import gpu_fraction
+
+        return gpu_fraction(gpu_model or "A100-SXM4-80GB", spec["mig_profile"])
+    return float(spec["nodes"] * spec["gpus_per_node"])
+
+
+def submit_job(user: Any, data: dict[str, Any], *, idempotency_key: str | None = None) -> Submitted:
+    """Validate and store a job; the next scheduling cycle considers it.
+
+    With an idempotency key, a repeat of the same request returns the first job."""
+    if idempotency_key is not None:
+        if len(idempotency_key) > 128 or not idempotency_key.isprintable():
+            raise ValidationError({"Idempotency-Key": ["at most 128 printable characters"]})
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return Submitted(existing, created=False)
+    serializer = JobSpecSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    spec = dict(serializer.validated_data)
+    team = resolve_team(user, spec.pop("team"))
+    cluster_name = spec.pop("cluster")
+    cluster = None
+    if cluster_name is not None:
+        cluster = Cluster.objects.filter(name=cluster_name, enabled=True).first()
+        if cluster is None:
+            raise ValidationError({"cluster": [f"no enabled cluster named {cluster_name!r}"]})
+    priority = PriorityClass.objects.get(name=spec["priority"])
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                team=team,
+                user=user,
+                name=spec["name"],
+                kind=spec["kind"],
+                spec=spec,
+                priority_class=priority,
+                gpus=requested_gpus(spec, spec.get("gpu_model")),
+                cluster=cluster,
+                pinned_cluster=cluster is not None,
+                idempotency_key=idempotency_key,
+                reason={"code": "new", "message": "waiting for the next scheduling cycle"},
+            )
+            JobEvent.objects.create(
+                job=job, to_state=S.PENDING, code="submitted", message=f"submitted by {user}"
+            )
+    except IntegrityError:
+        # The same key raced in from a parallel request: that one won; return it.
+        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise
+        return Submitted(existing, created=False)
+    request_cycle()
+    return Submitted(job, created=True)
+
+
+# --- cancel ---------------------------------------------------------------------------------
+
+
+def can_manage(user: Any, job: Job) -> bool:
+    if user.is_staff or job.user_id == user.pk:
+        return True
+    return Membership.objects.filter(
+        user=user, team_id=job.team_id, role=Membership.Role.ADMIN
+    ).exists()
+
+
+def cancel_job(user: Any, job: Job) -> Job:
+    """Cancel a job the user owns (or administers). Not yet on a backend: cancelled at once;
+    on a backend: cancelling until the backend confirms."""
+    if not can_manage(user, job):
+        raise PermissionDenied("only the job's owner or a team admin can cancel it")
+    for _ in range(3):
+        job.refresh_from_db()
+        if job.state in Job.TERMINAL:
+            raise JobConflict(f"the job already ended ({job.state})")
+        if job.state == S.CANCELLING:
+            return job
+        try:
+            if job.state in (S.PENDING, S.ADMITTED):
+                return transition(
+                    job, S.CANCELLED, code="cancelled", message=f"cancelled by {user}"
+                )
+            transition(
+                job, S.CANCELLING, code="cancel_requested", message=f"cancel requested by {user}"
+            )
+        except StaleState:
+            continue
+        from .dispatch import request_stop
+
+        request_stop(job)
+        return job
+    raise JobConflict("the job is changing state; try again")
+
+
+def request_cycle() -> None:
+    """Ask for a scheduling cycle soon. Coalesced: many submits within a second enqueue one
+    cycle. In the embedded mode the worker loop runs cycles by itself, so nothing is sent."""
+    if not settings.CELERY_BROKER_URL:
+        return
+
+    def enqueue() -> None:
+        from .tasks import schedule_cycle
+
+        try:
+            if _coalesce("gpuq:cycle-requested", ttl_s=1):
+                schedule_cycle.apply_async(countdown=0.2)
+        except Exception:  # the periodic cycle still runs; a lost kick only delays
+            log.warning("could not enqueue a scheduling cycle", exc_info=True)
+
+    transaction.on_commit(enqueue)
+
+
+def _coalesce(key: str, *, ttl_s: int) -> bool:
+    import redis
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2)
+    return bool(client.set(key, "1", nx=True, ex=ttl_s))

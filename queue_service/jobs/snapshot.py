@@ -1,0 +1,384 @@
+"""The scheduling cycle's two ends: read the ORM into a scheduler Snapshot, and apply the
+scheduler's Decisions, in one transaction. The deciding is scheduler.schedule()'s alone."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+import scheduler
+from queue_service.clusters.models import Cluster, Node
+from queue_service.tenancy.models import Quota, Team
+from scheduler import types as st
+
+from .models import Job, PriorityClass, SchedulerLock
+from .services import StaleState, transition
+
+log = logging.getLogger(__name__)
+S = Job.State
+SEP = "/"  # snapshot node names are "<cluster>/<node>": unique across clusters
+USAGE_WINDOW_HALF_LIVES = 4  # older usage weighs under 1/16: not worth reading
+
+
+def run_cycle(now: datetime | None = None) -> dict[str, Any]:
+    """One scheduling cycle.
+
+    1. Lock: one cycle at a time (SELECT ... FOR UPDATE on the SchedulerLock row).
+    2. Snapshot: nodes, teams with quotas and usage, pending and active jobs.
+    3. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
+    4. Apply: admit started jobs with their placements, mark preemption victims, store each
+       waiting job's reason, position and estimated start - all in this transaction.
+    5. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        lock, _ = SchedulerLock.objects.select_for_update().get_or_create(pk=1)
+        snap, clusters = build_snapshot(now)
+        started = time.perf_counter()
+        decisions = scheduler.schedule(snap, policy(), now.timestamp())
+        decide_ms = (time.perf_counter() - started) * 1000
+        summary = apply_decisions(decisions, clusters, now)
+        summary["decide_ms"] = round(decide_ms, 3)
+        lock.last_cycle_at = now
+        lock.last_cycle_ms = decide_ms
+        lock.last_stats = summary
+        lock.save()
+    return summary
+
+
+def policy() -> st.Policy:
+    return st.Policy(
+        fair_share_half_life_s=settings.GPUQ_FAIR_SHARE_HALF_LIFE_S,
+        preemption_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
+        min_runtime_s=settings.GPUQ_MIN_RUNTIME_S,
+    )
+
+
+def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
+    clusters = {c.name: c for c in Cluster.objects.filter(enabled=True)}
+    active = list(
+        Job.objects.filter(state__in=Job.ACTIVE)
+        .exclude(placement=[])
+        .select_related("team", "priority_class", "cluster")
+    )
+    holders = _mig_holders(active)
+    nodes = tuple(
+        _node(n, holders)
+        for n in Node.objects.filter(cluster__enabled=True).select_related("cluster")
+    )
+    pending = tuple(
+        st.PendingJob(request=_request(j), attempts=j.attempts)
+        for j in Job.objects.filter(state=S.PENDING)
+        .select_related("team", "priority_class", "cluster")
+        .order_by("submitted_at", "id")
+    )
+    running = tuple(
+        st.RunningJob(
+            request=_request(j),
+            start_time=(j.started_at or j.admitted_at or now).timestamp(),
+            placement=_placement(j),
+            gpu_model=j.gpu_model,
+            preempting_since=j.updated_at.timestamp() if j.state == S.PREEMPTING else None,
+        )
+        for j in active
+        if j.cluster is not None
+    )
+    snap = st.Snapshot(
+        nodes=nodes,
+        teams=_teams(now),
+        pending=pending,
+        running=running,
+        priority_classes=tuple(
+            st.PriorityClass(p.name, p.value, p.preemptible) for p in PriorityClass.objects.all()
+        ),
+    )
+    return snap, clusters
+
+
+def _request(job: Job) -> st.JobRequest:
+    spec = job.spec
+    return st.JobRequest(
+        id=str(job.id),
+        team=job.team.slug,
+        priority=job.priority_class.name,
+        submit_time=job.submitted_at.timestamp(),
+        nodes=spec["nodes"],
+        gpus_per_node=spec["gpus_per_node"],
+        gpu_model=spec.get("gpu_model"),
+        mig_profile=spec.get("mig_profile"),
+        time_limit_s=float(spec["time_limit"]) if spec.get("time_limit") else None,
+        kind=job.kind,
+        cluster=job.cluster.name if job.pinned_cluster and job.cluster else None,
+    )
+
+
+def _placement(job: Job) -> st.Placement:
+    assert job.cluster is not None
+    allocs = []
+    for a in job.placement:
+        mig = a.get("mig")
+        allocs.append(
+            st.NodeAlloc(
+                node=f"{job.cluster.name}{SEP}{a['node']}",
+                gpus=tuple(a.get("gpus", ())),
+                mig=st.MigSlot(mig["gpu"], mig["profile"], mig["start"], mig["size"])
+                if mig
+                else None,
+            )
+        )
+    return st.Placement(tuple(allocs))
+
+
+def _mig_holders(active: list[Job]) -> dict[tuple[str, str, int, int], str]:
+    """(cluster, node, gpu, start) -> id of the gpuq job holding that MIG instance."""
+    holders = {}
+    for job in active:
+        for a in job.placement:
+            if a.get("mig") and job.cluster is not None:
+                holders[(job.cluster.name, a["node"], a["mig"]["gpu"], a["mig"]["start"])] = str(
+                    job.id
+                )
+    return holders
+
+
+def _node(node: Node, holders: dict[tuple[str, str, int, int], str]) -> st.Node:
+    mig_gpus: tuple[st.Gpu, ...] = ()
+    if node.mig_enabled:
+        per_gpu: dict[int, list[st.MigInstance]] = defaultdict(list)
+        for inst in node.mig:
+            holder = holders.get((node.cluster.name, node.name, inst["gpu"], inst["start"]))
+            if holder is None and inst.get("in_use"):
+                holder = inst.get("external_job") or "external"  # used outside gpuq
+            per_gpu[inst["gpu"]].append(
+                st.MigInstance(inst["profile"], inst["start"], inst["size"], holder)
+            )
+        unusable = set(node.labels.get("gpuq.io/unusable-gpus", []) or [])
+        mig_gpus = tuple(
+            st.Gpu(i, tuple(sorted(per_gpu.get(i, []), key=lambda m: m.start)), i not in unusable)
+            for i in range(node.gpus)
+        )
+    return st.Node(
+        name=f"{node.cluster.name}{SEP}{node.name}",
+        gpu_model=node.gpu_model,
+        gpus=node.gpus,
+        pool=node.pool or None,
+        mig=node.mig_enabled,
+        state=node.state,
+        labels=tuple(sorted((k, str(v)) for k, v in node.labels.items())),
+        mig_gpus=mig_gpus,
+        cluster=node.cluster.name,
+    )
+
+
+def _teams(now: datetime) -> tuple[st.Team, ...]:
+    quotas: dict[int, list[st.Quota]] = defaultdict(list)
+    for q in Quota.objects.all():
+        quotas[q.team_id].append(
+            st.Quota(
+                gpu_model=q.gpu_model,
+                nominal=q.nominal_gpus,
+                borrowing_limit=q.borrowing_limit_gpus,
+                lending_limit=q.lending_limit_gpus,
+                max_running_jobs=q.max_running_jobs,
+            )
+        )
+    usage = _usage_by_team(now)
+    return tuple(
+        st.Team(name=t.slug, weight=t.weight, quotas=tuple(quotas[t.pk]), usage=usage.get(t.pk, ()))
+        for t in Team.objects.all()
+    )
+
+
+def _usage_by_team(now: datetime) -> dict[int, tuple[st.UsageBucket, ...]]:
+    """GPU-seconds per team, bucketed by the day each run ended (or now, for running ones)."""
+    since = now - timedelta(seconds=settings.GPUQ_FAIR_SHARE_HALF_LIFE_S * USAGE_WINDOW_HALF_LIVES)
+    buckets: dict[int, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    rows = (
+        Job.objects.filter(started_at__isnull=False)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
+        .values_list("team_id", "gpus", "started_at", "finished_at")
+    )
+    for team_id, gpus, started_at, finished_at in rows:
+        end = finished_at or now
+        seconds = max((end - max(started_at, since)).total_seconds(), 0.0)
+        day_end = (end.timestamp() // 86400 + 1) * 86400
+        buckets[team_id][min(day_end, now.timestamp())] += gpus * seconds
+    return {
+        team: tuple(st.UsageBucket(at, gs) for at, gs in sorted(b.items()))
+        for team, b in buckets.items()
+    }
+
+
+def apply_decisions(
+    decisions: st.Decisions, clusters: dict[str, Cluster], now: datetime
+) -> dict[str, Any]:
+    jobs = Job.objects.in_bulk(
+        [s.job_id for s in decisions.starts] + [p.job_id for p in decisions.preemptions]
+    )
+    admitted: list[str] = []
+    for start in decisions.starts:
+        job = jobs.get(_uuid(start.job_id))
+        cluster_name = start.placement.allocs[0].node.split(SEP, 1)[0]
+        if job is None or job.state != S.PENDING:
+            continue
+        message = "admitted on " + ", ".join(a.node for a in start.placement.allocs)
+        if start.borrowed:
+            message += " (borrowing idle quota of other teams)"
+        try:
+            transition(
+                job,
+                S.ADMITTED,
+                code="admitted",
+                message=message,
+                cluster=clusters[cluster_name],
+                placement=_placement_json(start.placement),
+                gpu_model=start.gpu_model,
+                borrowed=start.borrowed,
+                admitted_at=now,
+                queue_position=None,
+                estimated_start=None,
+                reason={"code": "admitted", "message": "dispatching to the cluster", "details": {}},
+            )
+            admitted.append(start.job_id)
+        except StaleState:
+            continue
+    victims: list[Job] = []
+    for pre in decisions.preemptions:
+        job = jobs.get(_uuid(pre.job_id))
+        if job is None or job.state not in (S.QUEUED, S.RUNNING, S.ADMITTED, S.DISPATCHING):
+            continue
+        try:
+            if job.state in (S.ADMITTED,):
+                transition(
+                    job,
+                    S.PENDING,
+                    code="preempted_before_start",
+                    message=pre.message,
+                    placement=[],
+                    cluster=job.cluster if job.pinned_cluster else None,
+                )
+                continue
+            transition(
+                job,
+                S.PREEMPTING,
+                code=f"preempting_{pre.kind}",
+                message=pre.message,
+                reason={
+                    "code": "preempting",
+                    "message": pre.message,
+                    "details": {"by_job": pre.by_job_id, "kind": pre.kind},
+                },
+            )
+            victims.append(job)
+        except StaleState:
+            continue
+    _store_waits(decisions.waits, now)
+    relaid = _apply_relayouts(decisions.relayouts, clusters)
+    _after_commit(admitted, victims)
+    return {
+        "admitted": len(admitted),
+        "preempted": len(victims),
+        "waiting": len(decisions.waits),
+        "relayouts": relaid,
+    }
+
+
+def _placement_json(placement: st.Placement) -> list[dict[str, Any]]:
+    out = []
+    for a in placement.allocs:
+        item: dict[str, Any] = {"node": a.node.split(SEP, 1)[1], "gpus": list(a.gpus)}
+        if a.mig is not None:
+            item["mig"] = {
+                "gpu": a.mig.gpu,
+                "profile": a.mig.profile,
+                "start": a.mig.start,
+                "size": a.mig.size,
+            }
+        out.append(item)
+    return out
+
+
+def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
+    by_id = {_uuid(w.job_id): w for w in waits}
+    jobs = list(
+        Job.objects.filter(pk__in=list(by_id), state=S.PENDING).only(
+            "id", "reason", "queue_position", "estimated_start"
+        )
+    )
+    changed = []
+    for job in jobs:
+        wait = by_id[job.pk]
+        reason = wait.reason.as_dict()
+        reason["details"] = {k: _jsonable(v) for k, v in reason["details"].items()}
+        est = (
+            datetime.fromtimestamp(wait.estimated_start, tz=now.tzinfo)
+            if wait.estimated_start is not None
+            else None
+        )
+        if (job.reason, job.queue_position, job.estimated_start) != (reason, wait.position, est):
+            job.reason, job.queue_position, job.estimated_start = reason, wait.position, est
+            changed.append(job)
+    Job.objects.bulk_update(
+        changed, ["reason", "queue_position", "estimated_start"], batch_size=1000
+    )
+    # A job cancelled while this cycle ran must not keep a queue position.
+    Job.objects.filter(pk__in=[j.pk for j in changed]).exclude(state=S.PENDING).update(
+        queue_position=None, estimated_start=None
+    )
+
+
+def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, Cluster]) -> int:
+    """The local backend's GPUs are simulated: a relayout is applied to inventory at once.
+    Other kinds record it as a proposal on the node for admins (and the backend, later)."""
+    count = 0
+    for r in relayouts:
+        cluster_name, node_name = r.node.split(SEP, 1)
+        node = Node.objects.filter(cluster__name=cluster_name, name=node_name).first()
+        if node is None:
+            continue
+        layout = [
+            {"gpu": r.gpu, "profile": i.profile, "start": i.start, "size": i.size}
+            for i in r.instances
+        ]
+        if clusters[cluster_name].kind == Cluster.Kind.LOCAL:
+            node.mig = [m for m in node.mig if m["gpu"] != r.gpu] + layout
+        else:
+            proposals = dict(node.labels.get("gpuq.io/mig-proposals", {}) or {})
+            proposals[str(r.gpu)] = {"layout": layout, "message": r.message}
+            node.labels = {**node.labels, "gpuq.io/mig-proposals": proposals}
+        node.save(update_fields=["mig", "labels", "updated_at"])
+        count += 1
+    return count
+
+
+def _after_commit(admitted: list[str], victims: list[Job]) -> None:
+    from .dispatch import request_stop
+
+    for job in victims:
+        request_stop(job)
+    if settings.CELERY_BROKER_URL and admitted:
+        from .tasks import dispatch_job
+
+        transaction.on_commit(lambda: [dispatch_job.delay(j) for j in admitted])
+
+
+def _uuid(value: str) -> Any:
+    import uuid
+
+    return uuid.UUID(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN is not JSON
+        return None
+    return value

@@ -1,0 +1,302 @@
+"""The job spec: one validating serializer for the API, YAML files and the UI form.
+
+`JobSpecSerializer(data=...).is_valid()` yields field-level errors; `.validated_data` is the
+normalized spec stored on the Job (durations in seconds, memory in MB, command as a list
+or a string, retries and checkpoint expanded)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from django.conf import settings
+from rest_framework import serializers
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}$")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
+RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+RETRY_CAUSES = ("node_failure", "preemption")
+DURATION = re.compile(
+    r"^(?:(?P<days>\d+)-)?(?P<h>\d{1,3}):(?P<m>\d{2})(?::(?P<s>\d{2}))?$"  # [D-]HH:MM[:SS]
+)
+DURATION_UNIT = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>s|m|min|h|d)?$")
+MEMORY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]i?B?|[kmgt])?$")
+UNIT_S = {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+UNIT_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, None: 1}
+
+
+def parse_duration(value: Any) -> int:
+    """Seconds from 3600, "90m", "2h", "1d", "01:30:00" or "2-00:00:00" (Slurm's form)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if m := DURATION.match(text):
+            seconds = (
+                int(m["days"] or 0) * 86400
+                + int(m["h"]) * 3600
+                + int(m["m"]) * 60
+                + int(m["s"] or 0)
+            )
+        elif m := DURATION_UNIT.match(text):
+            seconds = float(m["n"]) * UNIT_S[m["u"]]
+        else:
+            raise ValueError(f"{value!r} is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)")
+    else:
+        raise ValueError("expected a duration")
+    if seconds <= 0:
+        raise ValueError("must be positive")
+    return int(-(-seconds // 1))
+
+
+def parse_memory_mb(value: Any) -> int:
+    """MB from 4096 (MB), "64G", "64GiB", "512M", "1T"."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size")
+    if isinstance(value, int | float):
+        mb = float(value)
+    elif isinstance(value, str) and (m := MEMORY.match(value.strip())):
+        unit = (m["u"] or "")[:1].upper() or None
+        mb = float(m["n"]) * UNIT_MB[unit]
+    else:
+        raise ValueError(f"{value!r} is not a size (use MB as a number, or 512M, 64G, 1T)")
+    if mb < 1:
+        raise ValueError("must be at least 1 MB")
+    return int(-(-mb // 1))
+
+
+class DurationField(serializers.Field):
+    default_error_messages = {"invalid": "{message}"}
+
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return parse_duration(data)
+        except ValueError as exc:
+            self.fail("invalid", message=str(exc))
+            raise  # unreachable; fail() raises
+
+    def to_representation(self, value: int) -> int:
+        return value
+
+
+class MemoryField(DurationField):
+    def to_internal_value(self, data: Any) -> int:
+        try:
+            return parse_memory_mb(data)
+        except ValueError as exc:
+            self.fail("invalid", message=str(exc))
+            raise
+
+
+class CommandField(serializers.Field):
+    """A list of arguments (run as argv, no shell), or one string (run by /bin/sh -c)."""
+
+    default_error_messages = {"invalid": "{message}"}
+
+    def to_internal_value(self, data: Any) -> list[str] | str:
+        if isinstance(data, str):
+            if not data.strip():
+                self.fail("invalid", message="must not be empty")
+            if "\x00" in data or len(data) > 65536:
+                self.fail("invalid", message="must be under 64 KiB and contain no NUL byte")
+            return data
+        if isinstance(data, list):
+            if not data:
+                self.fail("invalid", message="must not be an empty list")
+            if len(data) > 1024:
+                self.fail("invalid", message="at most 1024 arguments")
+            for i, arg in enumerate(data):
+                if not isinstance(arg, str):
+                    self.fail("invalid", message=f"argument {i} must be a string")
+                if "\x00" in arg or len(arg) > 65536:
+                    self.fail("invalid", message=f"argument {i} is too long or has a NUL byte")
+            if not data[0].strip():
+                self.fail("invalid", message="the program (argument 0) must not be empty")
+            return list(data)
+        self.fail("invalid", message="must be a list of strings or one shell string")
+        raise AssertionError  # unreachable
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class EnvField(serializers.DictField):
+    def to_internal_value(self, data: Any) -> dict[str, str]:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("must be a mapping of NAME to value")
+        errors: dict[str, str] = {}
+        out: dict[str, str] = {}
+        if len(data) > 256:
+            raise serializers.ValidationError("at most 256 variables")
+        for name, value in data.items():
+            if not isinstance(name, str) or not ENV_NAME.match(name):
+                errors[str(name)] = "not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)"
+            elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+                errors[name] = "is set by gpuq or the backend and cannot be overridden"
+            elif isinstance(value, bool) or not isinstance(value, str | int | float):
+                errors[name] = "value must be a string or a number"
+            elif "\x00" in str(value) or len(str(value)) > 32768:
+                errors[name] = "value is too long or has a NUL byte"
+            else:
+                out[name] = str(value)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return out
+
+
+class RetriesSerializer(serializers.Serializer):
+    max = serializers.IntegerField(min_value=0, max_value=20, default=3)
+    on = serializers.ListField(
+        child=serializers.ChoiceField(choices=RETRY_CAUSES),
+        default=lambda: list(RETRY_CAUSES),
+        max_length=len(RETRY_CAUSES),
+    )
+
+
+class CheckpointSerializer(serializers.Serializer):
+    dir = serializers.CharField(max_length=1024)
+    interval = DurationField(required=False, allow_null=True, default=None)
+
+    def validate_dir(self, value: str) -> str:
+        if CONTROL.search(value) or "\n" in value:
+            raise serializers.ValidationError("must not contain control characters")
+        return value
+
+
+class JobSpecSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=128)
+    kind = serializers.ChoiceField(choices=["training", "agent"], default="training")
+    image = serializers.CharField(required=False, allow_null=True, default=None, max_length=512)
+    command = CommandField()
+    env = EnvField(required=False, default=dict)
+    nodes = serializers.IntegerField(min_value=1, max_value=512, default=1)
+    gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, required=False)
+    gpu_model = serializers.CharField(required=False, allow_null=True, default=None)
+    mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
+    cpus_per_gpu = serializers.IntegerField(
+        min_value=1, max_value=256, required=False, allow_null=True, default=None
+    )
+    memory = MemoryField(required=False, allow_null=True, default=None)
+    time_limit = DurationField(required=False, allow_null=True, default=None)
+    priority = serializers.CharField(required=False, default="normal", max_length=32)
+    retries = RetriesSerializer(required=False)
+    checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)
+    nccl_debug = serializers.BooleanField(default=False)
+    team = serializers.SlugField(required=False, allow_null=True, default=None)
+    cluster = serializers.SlugField(required=False, allow_null=True, default=None)
+
+    def validate_name(self, value: str) -> str:
+        if CONTROL.search(value) or "\n" in value or not value.strip():
+            raise serializers.ValidationError("must be non-empty text without control characters")
+        return value
+
+    def validate_image(self, value: str | None) -> str | None:
+        if value is not None and not IMAGE.match(value):
+            raise serializers.ValidationError("must be an image reference without spaces")
+        return value
+
+    def validate_gpu_model(self, value: str | None) -> str | None:
+        if value is not None and not GPU_MODEL.match(value):
+            raise serializers.ValidationError(
+                "must look like A100-SXM4-80GB (letters, digits, ._-)"
+            )
+        return value
+
+    def validate_mig_profile(self, value: str | None) -> str | None:
+        if value is not None and not MIG_PROFILE.match(value):
+            raise serializers.ValidationError(
+                "must look like 1g.10gb or 3g.40gb (<g>g.<mem>gb[+me])"
+            )
+        return value
+
+    def validate_time_limit(self, value: int | None) -> int:
+        if value is None:
+            return int(settings.GPUQ_DEFAULT_TIME_LIMIT_S)
+        if value > settings.GPUQ_MAX_TIME_LIMIT_S:
+            raise serializers.ValidationError(
+                f"at most {int(settings.GPUQ_MAX_TIME_LIMIT_S)} seconds on this site"
+            )
+        return value
+
+    def validate_priority(self, value: str) -> str:
+        from .models import PriorityClass
+
+        if not PriorityClass.objects.filter(name=value).exists():
+            known = ", ".join(PriorityClass.objects.values_list("name", flat=True))
+            raise serializers.ValidationError(f"unknown priority class {value!r} (known: {known})")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors: dict[str, str] = {}
+        mig = attrs.get("mig_profile")
+        if mig is not None:
+            if attrs["kind"] != "agent":
+                errors["mig_profile"] = "only agent jobs run on a MIG slice (set kind: agent)"
+            if attrs["nodes"] != 1:
+                errors["nodes"] = "a MIG job runs on one slice of one node (nodes must be 1)"
+            if attrs.get("gpus_per_node") not in (None, 1):
+                errors["gpus_per_node"] = "a MIG job takes exactly one slice; omit gpus_per_node"
+            attrs["gpus_per_node"] = 0
+        else:
+            attrs.setdefault("gpus_per_node", 1)
+        if attrs["nodes"] > 1 and attrs["gpus_per_node"] == 0:
+            errors["gpus_per_node"] = "a multi-node job needs GPUs on every node"
+        if attrs["kind"] == "agent" and attrs["nodes"] > 1:
+            errors.setdefault("nodes", "agent jobs run on one node")
+        if attrs.get("nccl_debug") and attrs["nodes"] == 1 and attrs["gpus_per_node"] <= 1:
+            errors["nccl_debug"] = "NCCL debugging needs more than one GPU"
+        checkpoint = attrs.get("checkpoint")
+        if (
+            checkpoint
+            and checkpoint.get("interval")
+            and checkpoint["interval"] > attrs.get("time_limit", 0)
+        ):
+            errors["checkpoint"] = "the checkpoint interval is longer than the time limit"
+        if errors:
+            raise serializers.ValidationError(errors)
+        attrs.setdefault("retries", {"max": 3, "on": list(RETRY_CAUSES)})
+        if attrs.get("retries") is None:
+            attrs["retries"] = {"max": 3, "on": list(RETRY_CAUSES)}
+        return attrs
+
+
+class YamlError(ValueError):
+    def __init__(self, message: str, line: int | None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def load_yaml_spec(text: str) -> dict[str, Any]:
+    """Parse a YAML job file into the dict the serializer takes; syntax errors carry a line."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        line = mark.line + 1 if mark is not None else None
+        raise YamlError(f"line {line}: {exc.problem}", line) from None
+    except yaml.YAMLError as exc:
+        raise YamlError(str(exc), None) from None
+    if not isinstance(data, dict):
+        raise YamlError("the file must be a mapping of fields (name:, command:, ...)", 1)
+    return data
+
+
+def yaml_field_lines(text: str) -> dict[str, int]:
+    """Top-level field name -> line number, so the UI can point at the line of a bad field."""
+    lines: dict[str, int] = {}
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return lines
+    if isinstance(node, yaml.MappingNode):
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                lines[str(key.value)] = key.start_mark.line + 1
+    return lines

@@ -1,0 +1,54 @@
+"""Celery tasks: thin wrappers that take ids and call one service. Each is safe to run twice
+(the services start with conditional transitions) and has a time limit; JSON arguments only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from queue_service.backends import BackendError
+
+from . import dispatch, snapshot
+
+
+@shared_task(name="gpuq.schedule_cycle", time_limit=60, soft_time_limit=50)
+def schedule_cycle() -> dict[str, Any]:
+    return snapshot.run_cycle()
+
+
+@shared_task(
+    name="gpuq.dispatch_job",
+    time_limit=120,
+    soft_time_limit=100,
+    autoretry_for=(BackendError,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=None,
+)
+def dispatch_job(job_id: str) -> None:
+    dispatch.dispatch_job(job_id)
+
+
+@shared_task(name="gpuq.sync_cluster", time_limit=120, soft_time_limit=100)
+def sync_cluster(cluster_id: int) -> dict[str, int]:
+    return dispatch.sync_cluster(cluster_id)
+
+
+@shared_task(name="gpuq.sync_all_clusters", time_limit=30, soft_time_limit=25)
+def sync_all_clusters() -> int:
+    return dispatch.enqueue_syncs(sync_cluster.delay, dispatch_job.delay)
+
+
+@shared_task(
+    name="gpuq.cancel_job",
+    time_limit=120,
+    soft_time_limit=100,
+    autoretry_for=(BackendError,),
+    retry_backoff=2,
+    retry_backoff_max=60,
+    max_retries=20,
+)
+def cancel_job(job_id: str) -> None:
+    """Stops a cancelling or preempting job on its backend."""
+    dispatch.stop_job(job_id)

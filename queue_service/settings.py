@@ -1,0 +1,208 @@
+"""All configuration, read from the environment once. A bad value stops the process with a
+message naming the variable; nothing falls back silently.
+
+Secrets may come from VAR or from a file named by VAR_FILE (Docker/Kubernetes secrets)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env(name: str, default: str | None = None) -> str:
+    file_var = os.environ.get(f"{name}_FILE")
+    if file_var:
+        try:
+            return Path(file_var).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_var!r} cannot be read: {exc}") from exc
+    value = os.environ.get(name)
+    if value is None:
+        if default is None:
+            raise ImproperlyConfigured(f"environment variable {name} is required")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = env(name, "1" if default else "0").strip().lower()
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off", ""}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
+
+
+def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+    raw = env(name, str(default))
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
+    return value
+
+
+def env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in env(name, default).split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    """sqlite:///path (relative to the repo) or postgres://user:pass@host:port/name."""
+    parsed = urlparse(url)
+    if parsed.scheme == "sqlite":
+        path = unquote(parsed.path.lstrip("/")) if parsed.netloc == "" else parsed.netloc
+        if not path:
+            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: sqlite needs a file path")
+        full = Path(path) if Path(path).is_absolute() else BASE_DIR / path
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(full),
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    if parsed.scheme in {"postgres", "postgresql"}:
+        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "gpuq",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "OPTIONS": options,
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+            "TEST": {"NAME": f"test_{unquote(parsed.path.lstrip('/')) or 'gpuq'}"},
+        }
+    raise ImproperlyConfigured(
+        f"DATABASE_URL={url!r}: scheme must be sqlite:// or postgres:// (got {parsed.scheme!r})"
+    )
+
+
+DEBUG = env_bool("GPUQ_DEBUG", False)
+SECRET_KEY = env("SECRET_KEY", "dev-insecure-change-me" if DEBUG else None)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+CSRF_TRUSTED_ORIGINS = env_list(
+    "CSRF_TRUSTED_ORIGINS", "http://127.0.0.1:8000,http://localhost:8000"
+)
+
+DATABASES = {"default": database_from_url(env("DATABASE_URL", "sqlite:///var/gpuq.sqlite3"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Empty broker: the embedded mode, where `manage.py gpuq_worker` runs cycles, dispatch and
+# sync in one process and nothing is enqueued.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", "")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 120
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+GPUQ_CYCLE_INTERVAL_S = env_float("GPUQ_CYCLE_INTERVAL_S", 5.0, minimum=0.1)
+GPUQ_SYNC_INTERVAL_S = env_float("GPUQ_SYNC_INTERVAL_S", 5.0, minimum=0.1)
+GPUQ_DEFAULT_TIME_LIMIT_S = env_float("GPUQ_DEFAULT_TIME_LIMIT_S", 24 * 3600.0, minimum=60)
+GPUQ_MAX_TIME_LIMIT_S = env_float("GPUQ_MAX_TIME_LIMIT_S", 30 * 24 * 3600.0, minimum=60)
+GPUQ_FAIR_SHARE_HALF_LIFE_S = env_float("GPUQ_FAIR_SHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1)
+GPUQ_PREEMPTION_GRACE_S = env_float("GPUQ_PREEMPTION_GRACE_S", 30.0)
+GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)
+GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
+GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "queue_service.tenancy",
+    "queue_service.clusters",
+    "queue_service.jobs",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "queue_service.urls"
+WSGI_APPLICATION = "queue_service.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "var" / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "queue_service.tenancy.auth.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_PAGINATION_CLASS": "queue_service.api.pagination.JobCursorPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "queue_service.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "gpuq API",
+    "DESCRIPTION": "Submit, follow and cancel GPU jobs; read queues, quotas and clusters.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's assets come from the package, not a CDN: the docs work offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env("GPUQ_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,103 @@
+"""Team administration: members, roles, quotas and API tokens. Team admins act on their own
+team within the limits site staff set on it; staff may act on any team."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from .models import ApiToken, Membership, Quota, Team
+
+
+def is_team_admin(user: Any, team: Team) -> bool:
+    return (
+        bool(user.is_staff)
+        or Membership.objects.filter(user=user, team=team, role=Membership.Role.ADMIN).exists()
+    )
+
+
+def require_team_admin(user: Any, team: Team) -> None:
+    if not is_team_admin(user, team):
+        raise PermissionDenied("only an admin of this team can change it")
+
+
+def teams_for(user: Any) -> Any:
+    if user.is_staff:
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user=user)
+
+
+def set_membership(actor: Any, team: Team, username: str, role: str) -> Membership:
+    require_team_admin(actor, team)
+    if role not in Membership.Role.values:
+        raise ValidationError({"role": [f"must be one of {', '.join(Membership.Role.values)}"]})
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise ValidationError({"username": [f"no active user {username!r}"]})
+    with transaction.atomic():
+        membership, _ = Membership.objects.update_or_create(
+            user=user, team=team, defaults={"role": role}
+        )
+        _keep_an_admin(team)
+    return membership
+
+
+def remove_member(actor: Any, team: Team, username: str) -> None:
+    require_team_admin(actor, team)
+    with transaction.atomic():
+        deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
+        if not deleted:
+            raise ValidationError({"username": [f"{username!r} is not a member of {team.slug}"]})
+        _keep_an_admin(team)
+
+
+def _keep_an_admin(team: Team) -> None:
+    if not Membership.objects.filter(team=team, role=Membership.Role.ADMIN).exists():
+        raise ValidationError({"role": ["a team must keep at least one admin"]})
+
+
+def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) -> Quota:
+    """Create or replace a team's quota for one GPU model, within the site's ceilings."""
+    require_team_admin(actor, team)
+    errors: dict[str, list[str]] = {}
+    if not actor.is_staff:
+        nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))
+        if nominal_elsewhere + values["nominal_gpus"] > team.max_nominal_gpus:
+            errors["nominal_gpus"] = [
+                f"the team's nominal quotas may add up to {team.max_nominal_gpus:g} GPUs "
+                f"(other models already take {nominal_elsewhere:g})"
+            ]
+        borrowing = values.get("borrowing_limit_gpus")
+        if borrowing is None or borrowing > team.max_borrowing_gpus:
+            errors["borrowing_limit_gpus"] = [
+                f"at most {team.max_borrowing_gpus:g} GPUs for this team (set by the site)"
+            ]
+    if errors:
+        raise ValidationError(errors)
+    quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)
+    return quota
+
+
+def delete_quota(actor: Any, team: Team, gpu_model: str) -> None:
+    require_team_admin(actor, team)
+    deleted, _ = Quota.objects.filter(team=team, gpu_model=gpu_model).delete()
+    if not deleted:
+        raise ValidationError({"gpu_model": [f"no quota for {gpu_model!r}"]})
+
+
+def create_token(user: Any, name: str) -> tuple[ApiToken, str]:
+    """Returns the token row and the key, which is shown this once and never stored."""
+    key = ApiToken.new_key()
+    token = ApiToken.objects.create(
+        user=user, name=name, key_hash=ApiToken.hash_key(key), hint=key[:10]
+    )
+    return token, key
+
+
+def revoke_token(user: Any, token_id: int) -> None:
+    deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
+    if not deleted:
+        raise ValidationError({"token": ["no such token"]})

@@ -1,0 +1,243 @@
+"""The scheduler's input and output: frozen dataclasses, standard library only.
+
+A Snapshot is everything `schedule()` may look at; Decisions is everything it may say.
+Times are float seconds on one clock chosen by the caller (epoch seconds in the service,
+simulated seconds in the simulator). Fields may be added with defaults; none may be removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ANY_MODEL = "*"
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool
+
+
+DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
+    PriorityClass("high", 1000, False),
+    PriorityClass("normal", 100, True),
+    PriorityClass("low", 10, True),
+)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A team's quota for one GPU model, or for any model with gpu_model == "*".
+
+    Counts are GPUs; a MIG slice counts as compute_slices / 7 (/ 4 on A30).
+    borrowing_limit None means unlimited borrowing; lending_limit None means all of
+    the idle nominal quota may be lent.
+    """
+
+    gpu_model: str
+    nominal: float
+    borrowing_limit: float | None = 0.0
+    lending_limit: float | None = None
+    max_running_jobs: int | None = None
+
+
+@dataclass(frozen=True)
+class UsageBucket:
+    """GPU-seconds a team consumed in a period ending at `at` (for fair-share decay)."""
+
+    at: float
+    gpu_seconds: float
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    weight: float = 1.0
+    quotas: tuple[Quota, ...] = ()
+    # Raw usage history; the scheduler decays it with Policy.fair_share_half_life_s.
+    usage: tuple[UsageBucket, ...] = ()
+
+
+@dataclass(frozen=True)
+class MigInstance:
+    """An existing MIG GPU instance on one physical GPU.
+
+    start/size are in memory-slice units (NVML placement). job_id is the job holding it,
+    or None when it is free.
+    """
+
+    profile: str
+    start: int
+    size: int
+    job_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    # For a MIG-enabled GPU: its instances (empty = no instances, may be laid out when idle).
+    mig_instances: tuple[MigInstance, ...] = ()
+    usable: bool = True  # False e.g. when a relayout failed; the reason is in Node.labels
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    gpu_model: str
+    gpus: int
+    pool: str | None = None
+    mig: bool = False
+    # "up" accepts work; "drain" runs what it has but takes nothing new; "down" has nothing.
+    state: str = "up"
+    labels: tuple[tuple[str, str], ...] = ()
+    # Per-GPU MIG state for mig nodes (len == gpus); empty for whole-GPU nodes.
+    mig_gpus: tuple[Gpu, ...] = ()
+    # The cluster the node belongs to (node names are unique across the snapshot).
+    cluster: str | None = None
+
+
+@dataclass(frozen=True)
+class MigSlot:
+    """A MIG instance allocated to a job: GPU index on the node, profile, placement start."""
+
+    gpu: int
+    profile: str
+    start: int
+    size: int
+
+
+@dataclass(frozen=True)
+class NodeAlloc:
+    node: str
+    gpus: tuple[int, ...] = ()
+    mig: MigSlot | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    allocs: tuple[NodeAlloc, ...]
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(a.node for a in self.allocs)
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """The shape and identity of a job, shared by pending and running jobs."""
+
+    id: str
+    team: str
+    priority: str  # PriorityClass.name
+    submit_time: float
+    nodes: int = 1
+    gpus_per_node: int = 1
+    gpu_model: str | None = None  # None = any model
+    mig_profile: str | None = None  # then nodes == 1 and one slice is needed
+    time_limit_s: float | None = None
+    pool: str | None = None  # required node pool, if any
+    kind: str = "training"  # "training" | "agent"
+    cluster: str | None = None  # when set, only nodes with Node.cluster == cluster qualify
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    request: JobRequest
+    # Seconds of work already done and kept (checkpoint) - informational for estimates.
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    request: JobRequest
+    start_time: float
+    placement: Placement
+    gpu_model: str  # the model it actually runs on
+    # Set when a preemption was already decided and the job is in its grace period.
+    preempting_since: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[Node, ...]
+    teams: tuple[Team, ...]
+    pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+
+
+@dataclass(frozen=True)
+class Policy:
+    fair_share_half_life_s: float = 7 * 24 * 3600.0
+    preemption_grace_s: float = 30.0
+    # Protects a job from *priority* preemption for this long after it starts (never from reclaim).
+    min_runtime_s: float = 0.0
+    backfill: bool = True
+    preemption: bool = True
+    quotas: bool = True  # False for the fifo/backfill baselines
+    fair_share: bool = True
+    mig_repartition: bool = True
+    # "gpuq" (full policy), "fifo" or "backfill" (baselines).
+    name: str = "gpuq"
+    # False for the baselines: plain submit order, priority classes ignored.
+    priorities: bool = True
+    # Bounds the victim searches of one cycle; jobs beyond it try again next cycle.
+    max_preemption_searches: int = 32
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a job does not start now: a code for machines, a sentence for people."""
+
+    code: str  # e.g. "quota_exhausted", "no_capacity", "behind_higher_priority", "mig_unavailable"
+    message: str
+    details: tuple[tuple[str, Any], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "details": dict(self.details)}
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: str
+    placement: Placement
+    gpu_model: str
+    borrowed: bool = False  # runs (partly) on another team's idle nominal quota
+
+
+@dataclass(frozen=True)
+class Preemption:
+    job_id: str
+    by_job_id: str
+    kind: str  # "reclaim" | "priority"
+    message: str  # "preempted by job X: team A reclaimed its nominal A100 quota"
+
+
+@dataclass(frozen=True)
+class Wait:
+    job_id: str
+    reason: Reason
+    position: int  # 1-based position in scheduling order among pending jobs
+    estimated_start: float | None = None
+    # True when free GPUs are held for this job (its EASY reservation) until estimated_start.
+    reserved: bool = False
+
+
+@dataclass(frozen=True)
+class MigRelayout:
+    node: str
+    gpu: int
+    instances: tuple[MigInstance, ...]  # the new layout, job_id None
+    message: str
+
+
+@dataclass(frozen=True)
+class Decisions:
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    waits: tuple[Wait, ...] = ()
+    relayouts: tuple[MigRelayout, ...] = ()
+    # Free-form counters for observability ("considered", "groups_skipped", ...).
+    stats: tuple[tuple[str, float], ...] = field(default=())

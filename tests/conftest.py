@@ -1,0 +1,141 @@
+"""Fixtures shared by the whole suite: people, teams, a local cluster, API clients.
+
+Alice and Bob are teammates in `vision` (Alice owns the jobs under test), Charlie is in
+`language`: every endpoint is checked as owner, teammate and outsider."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def lab_missing(what: str) -> None:
+    """A missing lab fails under CI=true and skips elsewhere, with a message saying which."""
+    if IN_CI:
+        pytest.fail(f"{what} is not available, and CI=true requires it", pytrace=False)
+    pytest.skip(f"{what} is not available here")
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(request: pytest.FixtureRequest) -> None:
+    # PBKDF2's cost is for production; tests create many users. (Pure tests may run
+    # without the Django plugin: -p no:django.)
+    if request.config.pluginmanager.hasplugin("django"):
+        settings = request.getfixturevalue("settings")
+        settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def make_user(db: Any) -> Callable[..., Any]:
+    from django.contrib.auth import get_user_model
+
+    def make(username: str, *, staff: bool = False) -> Any:
+        return get_user_model().objects.create_user(
+            username=username, password="pw-" + username, is_staff=staff
+        )
+
+    return make
+
+
+@pytest.fixture
+def teams(db: Any) -> dict[str, Any]:
+    from queue_service.jobs.models import PriorityClass
+    from queue_service.tenancy.models import Quota, Team
+    from scheduler.types import DEFAULT_PRIORITY_CLASSES
+
+    # A transactional test's flush removes the migration's rows; put them back.
+    for pc in DEFAULT_PRIORITY_CLASSES:
+        PriorityClass.objects.get_or_create(
+            name=pc.name, defaults={"value": pc.value, "preemptible": pc.preemptible}
+        )
+    vision = Team.objects.create(slug="vision", name="Vision", max_nominal_gpus=32)
+    language = Team.objects.create(slug="language", name="Language", max_nominal_gpus=32)
+    for team in (vision, language):
+        Quota.objects.create(
+            team=team, gpu_model="SIM-A100", nominal_gpus=8, borrowing_limit_gpus=8
+        )
+    return {"vision": vision, "language": language}
+
+
+@pytest.fixture
+def people(make_user: Callable[..., Any], teams: dict[str, Any]) -> dict[str, Any]:
+    from queue_service.tenancy.models import Membership
+
+    alice, bob, charlie = make_user("alice"), make_user("bob"), make_user("charlie")
+    Membership.objects.create(user=alice, team=teams["vision"], role="member")
+    Membership.objects.create(user=bob, team=teams["vision"], role="member")
+    Membership.objects.create(user=charlie, team=teams["language"], role="admin")
+    dana = make_user("dana")  # vision's team admin
+    Membership.objects.create(user=dana, team=teams["vision"], role="admin")
+    return {
+        "alice": alice,
+        "bob": bob,
+        "charlie": charlie,
+        "dana": dana,
+        "staff": make_user("root", staff=True),
+    }
+
+
+@pytest.fixture
+def client_for(people: dict[str, Any]) -> Callable[[str], Any]:
+    """An API client authenticated with a real bearer token of that person."""
+    from rest_framework.test import APIClient
+
+    from queue_service.tenancy.services import create_token
+
+    def make(name: str) -> APIClient:
+        _, key = create_token(people[name], "test")
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def local_cluster(db: Any, tmp_path: Any) -> Iterator[Any]:
+    """A local cluster of 2 nodes x 4 simulated GPUs whose job directories live in tmp_path."""
+    from queue_service.clusters.models import Cluster
+    from queue_service.jobs.dispatch import sync_cluster
+
+    cluster = Cluster.objects.create(
+        name="local",
+        kind="local",
+        settings={
+            "workdir": str(tmp_path / "jobs"),
+            "grace_s": 2,
+            "nodes": [
+                {"name": "n1", "gpus": 4, "gpu_model": "SIM-A100"},
+                {"name": "n2", "gpus": 4, "gpu_model": "SIM-A100"},
+            ],
+        },
+    )
+    sync_cluster(cluster.pk)
+    yield cluster
+    _kill_leftovers(tmp_path / "jobs")
+
+
+def _kill_leftovers(workdir: Any) -> None:
+    import signal
+    from pathlib import Path
+
+    for pid_file in Path(workdir).glob("*/*/supervisor.pid"):
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    """A valid job spec; tests override what they are about."""
+    base: dict[str, Any] = {
+        "name": "train-resnet",
+        "command": ["/bin/echo", "hello"],
+        "gpus_per_node": 1,
+    }
+    base.update(overrides)
+    return base

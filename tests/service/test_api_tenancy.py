@@ -1,0 +1,200 @@
+"""Tenant scoping, endpoint by endpoint: Alice owns the job, Bob is her teammate, Charlie is
+an outsider (admin of another team), Dana administers Alice's team."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
+from queue_service.tenancy.models import ApiToken, Membership, Quota
+from tests.conftest import spec
+
+
+@pytest.fixture
+def alice_job(people: dict[str, Any]) -> Job:
+    return submit_job(people["alice"], spec(name="alice-train")).job
+
+
+READS = [
+    "/api/v1/jobs/{job}/",
+    "/api/v1/jobs/{job}/events/",
+    "/api/v1/jobs/{job}/logs/",
+    "/api/v1/teams/vision/",
+    "/api/v1/teams/vision/members/",
+    "/api/v1/teams/vision/quotas/",
+]
+
+
+@pytest.mark.parametrize("url", READS)
+@pytest.mark.parametrize(("who", "status"), [("alice", 200), ("bob", 200), ("charlie", 404)])
+def test_reads_are_scoped_to_the_team(
+    client_for: Any, alice_job: Job, url: str, who: str, status: int
+) -> None:
+    response = client_for(who).get(url.format(job=alice_job.pk))
+    assert response.status_code == status, response.content
+
+
+@pytest.mark.parametrize(("who", "visible"), [("alice", True), ("bob", True), ("charlie", False)])
+def test_job_list_and_queue_show_only_the_teams_jobs(
+    client_for: Any, alice_job: Job, who: str, visible: bool
+) -> None:
+    client = client_for(who)
+    listed = [j["id"] for j in client.get("/api/v1/jobs/").json()["results"]]
+    queued = [j["id"] for j in client.get("/api/v1/queue/").json()]
+    assert (str(alice_job.pk) in listed) is visible
+    assert (str(alice_job.pk) in queued) is visible
+
+
+def test_staff_see_every_teams_jobs(client_for: Any, alice_job: Job) -> None:
+    assert client_for("staff").get(f"/api/v1/jobs/{alice_job.pk}/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("who", "status", "state"),
+    [
+        ("alice", 200, "cancelled"),
+        ("dana", 200, "cancelled"),
+        ("bob", 403, "pending"),
+        ("charlie", 404, "pending"),
+    ],
+)
+def test_only_the_owner_or_a_team_admin_cancels(
+    client_for: Any, alice_job: Job, who: str, status: int, state: str
+) -> None:
+    response = client_for(who).post(f"/api/v1/jobs/{alice_job.pk}/cancel/")
+    assert response.status_code == status, response.content
+    alice_job.refresh_from_db()
+    assert alice_job.state == state
+
+
+def test_cancelling_a_finished_job_is_a_409(client_for: Any, alice_job: Job) -> None:
+    client = client_for("alice")
+    assert client.post(f"/api/v1/jobs/{alice_job.pk}/cancel/").status_code == 200
+    assert client.post(f"/api/v1/jobs/{alice_job.pk}/cancel/").status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("who", "status"), [("alice", 403), ("bob", 403), ("dana", 200), ("charlie", 404)]
+)
+def test_only_a_team_admin_changes_quotas(client_for: Any, who: str, status: int) -> None:
+    response = client_for(who).put(
+        "/api/v1/teams/vision/quotas/SIM-A100/",
+        {"nominal_gpus": 12, "borrowing_limit_gpus": 4},
+        format="json",
+    )
+    assert response.status_code == status, response.content
+    nominal = Quota.objects.get(team__slug="vision", gpu_model="SIM-A100").nominal_gpus
+    assert nominal == (12 if status == 200 else 8)
+
+
+def test_a_team_admin_cannot_touch_another_team(client_for: Any) -> None:
+    charlie = client_for("charlie")  # admin of language
+    assert (
+        charlie.put(
+            "/api/v1/teams/vision/quotas/SIM-A100/", {"nominal_gpus": 0}, format="json"
+        ).status_code
+        == 404
+    )
+    assert (
+        charlie.post(
+            "/api/v1/teams/vision/members/", {"username": "charlie", "role": "admin"}, format="json"
+        ).status_code
+        == 404
+    )
+    assert charlie.delete("/api/v1/teams/vision/members/alice/").status_code == 404
+    assert not Membership.objects.filter(team__slug="vision", user__username="charlie").exists()
+
+
+def test_a_team_admin_stays_within_the_sites_ceiling(client_for: Any) -> None:
+    response = client_for("dana").put(
+        "/api/v1/teams/vision/quotas/SIM-H100/", {"nominal_gpus": 30}, format="json"
+    )
+    assert response.status_code == 400
+    assert "nominal_gpus" in response.json()
+
+
+def test_a_team_admin_manages_members_but_keeps_an_admin(client_for: Any) -> None:
+    dana = client_for("dana")
+    assert (
+        dana.post(
+            "/api/v1/teams/vision/members/",
+            {"username": "charlie", "role": "member"},
+            format="json",
+        ).status_code
+        == 200
+    )
+    assert (
+        dana.patch(
+            "/api/v1/teams/vision/members/bob/", {"role": "admin"}, format="json"
+        ).status_code
+        == 200
+    )
+    assert dana.delete("/api/v1/teams/vision/members/charlie/").status_code == 204
+    # Dana and Bob are admins now; demoting both would leave the team without one.
+    assert (
+        dana.patch(
+            "/api/v1/teams/vision/members/bob/", {"role": "member"}, format="json"
+        ).status_code
+        == 200
+    )
+    response = dana.patch("/api/v1/teams/vision/members/dana/", {"role": "member"}, format="json")
+    assert response.status_code == 400
+    assert Membership.objects.get(team__slug="vision", user__username="dana").role == "admin"
+
+
+def test_members_cannot_change_membership(client_for: Any) -> None:
+    response = client_for("bob").post(
+        "/api/v1/teams/vision/members/", {"username": "bob", "role": "admin"}, format="json"
+    )
+    assert response.status_code == 403
+    assert Membership.objects.get(team__slug="vision", user__username="bob").role == "member"
+
+
+@pytest.mark.parametrize("who", ["alice", "bob", "charlie"])
+def test_clusters_and_priority_classes_are_readable_by_everyone(
+    client_for: Any, local_cluster: Any, who: str
+) -> None:
+    client = client_for(who)
+    assert client.get("/api/v1/clusters/").status_code == 200
+    assert client.get("/api/v1/clusters/local/").json()["nodes"][0]["gpus"] == 4
+    names = [p["name"] for p in client.get("/api/v1/priority-classes/").json()]
+    assert names == ["high", "normal", "low"]
+
+
+def test_cluster_settings_are_never_returned(client_for: Any, local_cluster: Any) -> None:
+    body = client_for("alice").get("/api/v1/clusters/local/").json()
+    assert "settings" not in body
+
+
+def test_tokens_are_shown_once_and_only_to_their_owner(client_for: Any, people: Any) -> None:
+    alice = client_for("alice")
+    created = alice.post("/api/v1/tokens/", {"name": "laptop"}, format="json")
+    assert created.status_code == 201
+    key = created.json()["key"]
+    assert ApiToken.objects.get(pk=created.json()["id"]).key_hash != key
+    assert all("key" not in t for t in alice.get("/api/v1/tokens/").json())
+    assert client_for("bob").delete(f"/api/v1/tokens/{created.json()['id']}/").status_code == 404
+    assert alice.delete(f"/api/v1/tokens/{created.json()['id']}/").status_code == 204
+    from rest_framework.test import APIClient
+
+    revoked = APIClient()
+    revoked.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert revoked.get("/api/v1/jobs/").status_code == 401
+
+
+@pytest.mark.parametrize(
+    "url", ["/api/v1/jobs/", "/api/v1/queue/", "/api/v1/teams/", "/api/v1/clusters/"]
+)
+def test_anonymous_requests_are_refused(db: Any, url: str) -> None:
+    from rest_framework.test import APIClient
+
+    assert APIClient().get(url).status_code == 401
+
+
+def test_unknown_job_id_is_a_404_not_a_500(client_for: Any) -> None:
+    client = client_for("alice")
+    assert client.get("/api/v1/jobs/00000000-0000-0000-0000-000000000000/").status_code == 404
+    assert client.get("/api/v1/jobs/not-a-uuid/").status_code == 404

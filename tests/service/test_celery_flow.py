@@ -1,0 +1,116 @@
+"""End to end through Celery: a real worker process (with beat) on a real Redis broker, the
+test database, and the local backend. The test process only submits and watches."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from queue_service.jobs.models import Job
+from tests.conftest import lab_missing, spec
+
+pytestmark = pytest.mark.django_db(transaction=True)
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def redis_url() -> str:
+    import redis
+
+    url = os.environ["GPUQ_TEST_REDIS_URL"]
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        client.ping()
+    except redis.RedisError:
+        lab_missing(f"Redis at {url}")
+    client.flushdb()  # a private database number: stale tasks from another run must not leak
+    return url
+
+
+@pytest.fixture
+def worker(redis_url: str, local_cluster: Any, settings: Any, tmp_path: Path) -> Iterator[str]:
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "CELERY_BROKER_URL": redis_url,
+        "GPUQ_CYCLE_INTERVAL_S": "1",
+        "GPUQ_SYNC_INTERVAL_S": "0.5",
+    }
+    log = tmp_path / "worker.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "queue_service.celery",
+            "worker",
+            "-B",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    settings.CELERY_BROKER_URL = redis_url  # so this process's submits enqueue a cycle
+    from queue_service.celery import app
+
+    app.conf.broker_url = redis_url
+    try:
+        yield str(log)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_state(job_id: str, states: set[str], log: str, timeout: float = 60) -> Job:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = Job.objects.get(pk=job_id)
+        if job.state in states:
+            return job
+        time.sleep(0.2)
+    tail = Path(log).read_text()[-3000:]
+    raise AssertionError(f"job stayed {Job.objects.get(pk=job_id).state}; worker log:\n{tail}")
+
+
+def test_submit_runs_to_success_through_celery_and_redis(worker: str, client_for: Any) -> None:
+    response = client_for("alice").post(
+        "/api/v1/jobs/", spec(command=["/bin/sh", "-c", "echo via celery"]), format="json"
+    )
+    assert response.status_code == 201
+    job = wait_state(response.json()["id"], Job.TERMINAL, worker)
+    assert (job.state, job.exit_code) == (Job.State.SUCCEEDED, 0)
+    codes = [e.code for e in job.events.all()]
+    assert codes[:4] == ["submitted", "admitted", "dispatching", "dispatched"]
+    logs = client_for("bob").get(f"/api/v1/jobs/{job.pk}/logs/").json()
+    assert logs["text"] == "via celery\n"
+
+
+def test_cancel_through_celery_stops_the_process(worker: str, client_for: Any) -> None:
+    client = client_for("alice")
+    job_id = client.post("/api/v1/jobs/", spec(command=["sleep", "60"]), format="json").json()["id"]
+    wait_state(job_id, {Job.State.RUNNING}, worker)
+    assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
+    job = wait_state(job_id, Job.TERMINAL, worker, timeout=30)
+    assert job.state == Job.State.CANCELLED

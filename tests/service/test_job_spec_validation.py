@@ -1,0 +1,135 @@
+"""Every invalid job spec gets a 400 that names the bad field; none gets a 500 or a job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queue_service.jobs.models import Job
+from queue_service.jobs.spec import parse_duration, parse_memory_mb
+from tests.conftest import spec
+
+INVALID: list[tuple[str, dict[str, Any], str]] = [
+    ("missing name", {"name": None}, "name"),
+    ("empty name", {"name": "  "}, "name"),
+    ("name with newline", {"name": "a\nb"}, "name"),
+    ("unknown kind", {"kind": "batch"}, "kind"),
+    ("empty command list", {"command": []}, "command"),
+    ("command of numbers", {"command": [1, 2]}, "command"),
+    ("blank shell command", {"command": "   "}, "command"),
+    ("env name with dash", {"env": {"BAD-NAME": "x"}}, "env"),
+    ("env overrides CUDA_VISIBLE_DEVICES", {"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env"),
+    ("env value a list", {"env": {"A": ["x"]}}, "env"),
+    ("zero nodes", {"nodes": 0}, "nodes"),
+    ("too many GPUs per node", {"gpus_per_node": 17}, "gpus_per_node"),
+    ("negative GPUs", {"gpus_per_node": -1}, "gpus_per_node"),
+    ("MIG profile on a training job", {"mig_profile": "1g.10gb"}, "mig_profile"),
+    ("MIG profile on 2 nodes", {"kind": "agent", "mig_profile": "1g.10gb", "nodes": 2}, "nodes"),
+    ("malformed MIG profile", {"kind": "agent", "mig_profile": "one-slice"}, "mig_profile"),
+    (
+        "MIG with gpus_per_node 2",
+        {"kind": "agent", "mig_profile": "1g.10gb", "gpus_per_node": 2},
+        "gpus_per_node",
+    ),
+    ("bad time limit", {"time_limit": "soon"}, "time_limit"),
+    ("time limit over the site maximum", {"time_limit": "90d"}, "time_limit"),
+    ("unknown priority", {"priority": "urgent"}, "priority"),
+    ("retries max negative", {"retries": {"max": -1}}, "retries"),
+    ("retry on an unknown cause", {"retries": {"on": ["oom"]}}, "retries"),
+    ("memory nonsense", {"memory": "lots"}, "memory"),
+    ("checkpoint without dir", {"checkpoint": {"interval": "10m"}}, "checkpoint"),
+    (
+        "checkpoint interval over the time limit",
+        {"time_limit": "1h", "checkpoint": {"dir": "/ckpt", "interval": "2h"}},
+        "checkpoint",
+    ),
+    ("multi-node CPU-only", {"nodes": 2, "gpus_per_node": 0}, "gpus_per_node"),
+    ("team the user is not in", {"team": "language"}, "team"),
+    ("unknown cluster", {"cluster": "nowhere"}, "cluster"),
+    ("gpu model with spaces", {"gpu_model": "A100 80GB"}, "gpu_model"),
+    ("image with spaces", {"image": "nvcr.io/x y"}, "image"),
+    ("nccl_debug on one GPU", {"nccl_debug": True}, "nccl_debug"),
+]
+
+
+@pytest.mark.parametrize(("case", "overrides", "field"), INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_spec_is_a_400_naming_the_field(
+    client_for: Any, case: str, overrides: dict[str, Any], field: str
+) -> None:
+    body = {k: v for k, v in spec(**overrides).items() if v is not None}
+    response = client_for("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json(), response.json()
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body",
+    [[], "a string", 42, None],
+    ids=["a list", "a string", "a number", "null"],
+)
+def test_a_body_that_is_not_an_object_is_a_400(client_for: Any, body: Any) -> None:
+    response = client_for("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 400
+    assert Job.objects.count() == 0
+
+
+def test_malformed_json_is_a_400(client_for: Any) -> None:
+    response = client_for("alice").post(
+        "/api/v1/jobs/", data='{"name": ', content_type="application/json"
+    )
+    assert response.status_code == 400
+
+
+def test_valid_spec_is_normalized(client_for: Any) -> None:
+    response = client_for("alice").post(
+        "/api/v1/jobs/",
+        spec(
+            time_limit="01:30:00",
+            memory="64G",
+            env={"SEED": 7},
+            checkpoint={"dir": "/ckpt", "interval": "10m"},
+        ),
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    stored = response.json()["spec"]
+    assert stored["time_limit"] == 5400
+    assert stored["memory"] == 65536
+    assert stored["env"] == {"SEED": "7"}
+    assert stored["checkpoint"] == {"dir": "/ckpt", "interval": 600}
+    assert stored["retries"] == {"max": 3, "on": ["node_failure", "preemption"]}
+
+
+def test_agent_job_on_a_mig_slice_is_accepted(client_for: Any) -> None:
+    body = spec(kind="agent", mig_profile="1g.10gb")
+    del body["gpus_per_node"]
+    response = client_for("alice").post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.content
+    assert response.json()["spec"]["gpus_per_node"] == 0
+    assert 0 < response.json()["gpus"] < 1
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        (3600, 3600),
+        ("90m", 5400),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("01:30:00", 5400),
+        ("2-00:00:00", 172800),
+        ("10:00", 36000),
+        ("45s", 45),
+    ],
+)
+def test_durations_parse_like_slurm_and_humans(text: Any, seconds: int) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "mb"), [(4096, 4096), ("64G", 65536), ("64GiB", 65536), ("512M", 512), ("1T", 1048576)]
+)
+def test_memory_sizes_parse_to_megabytes(text: Any, mb: int) -> None:
+    assert parse_memory_mb(text) == mb
