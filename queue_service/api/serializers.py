@@ -48,6 +48,13 @@ class JobSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class PreviewSerializer(serializers.Serializer):
+    starts_now = serializers.BooleanField()
+    reason = serializers.DictField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True)
+    estimated_start = serializers.DateTimeField(allow_null=True)
+
+
 class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent

@@ -129,7 +129,7 @@ def requested_gpus(spec: dict[str, Any], gpu_model: str | None) -> float:
     if spec.get("mig_profile"):
         from scheduler.mig import gpu_fraction
 
-        return gpu_fraction(gpu_model or "A100-SXM4-80GB", spec["mig_profile"])
+        return gpu_fraction(gpu_model or "", spec["mig_profile"])  # unknown model: /7
     return float(spec["nodes"] * spec["gpus_per_node"])
 
 
@@ -244,3 +244,15 @@ def _coalesce(key: str, *, ttl_s: int) -> bool:
 
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2)
     return bool(client.set(key, "1", nx=True, ex=ttl_s))
+
+
+def preview_submit(user: Any, data: dict[str, Any]) -> dict[str, Any]:
+    """Validate like submit_job, then ask the scheduler what would happen; stores nothing."""
+    serializer = JobSpecSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    spec = dict(serializer.validated_data)
+    team = resolve_team(user, spec.pop("team"))
+    cluster = spec.pop("cluster")
+    from .snapshot import preview_job
+
+    return preview_job(team.slug, spec, pinned_cluster=cluster, priority=spec["priority"])

@@ -382,3 +382,56 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and value != value:  # NaN is not JSON
         return None
     return value
+
+
+PREVIEW_ID = "00000000-0000-0000-0000-000000000000"
+
+
+def preview_job(
+    team_slug: str,
+    spec: dict[str, Any],
+    *,
+    pinned_cluster: str | None = None,
+    priority: str = "normal",
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """What would happen to this (validated) spec if submitted now: starts at once, or waits
+    with which reason, position and estimated start. Runs the real scheduler on the current
+    snapshot plus the hypothetical job; writes nothing."""
+    now = now or timezone.now()
+    snap, _ = build_snapshot(now)
+    request = st.JobRequest(
+        id=PREVIEW_ID,
+        team=team_slug,
+        priority=priority,
+        submit_time=now.timestamp(),
+        nodes=spec["nodes"],
+        gpus_per_node=spec["gpus_per_node"],
+        gpu_model=spec.get("gpu_model"),
+        mig_profile=spec.get("mig_profile"),
+        time_limit_s=float(spec["time_limit"]) if spec.get("time_limit") else None,
+        kind=spec.get("kind", "training"),
+        cluster=pinned_cluster,
+    )
+    snap = st.Snapshot(
+        nodes=snap.nodes,
+        teams=snap.teams,
+        pending=(*snap.pending, st.PendingJob(request)),
+        running=snap.running,
+        priority_classes=snap.priority_classes,
+    )
+    decisions = scheduler.schedule(snap, policy(), now.timestamp())
+    if any(s.job_id == PREVIEW_ID for s in decisions.starts):
+        return {"starts_now": True, "reason": None, "position": None, "estimated_start": None}
+    wait = next((w for w in decisions.waits if w.job_id == PREVIEW_ID), None)
+    if wait is None:
+        return {"starts_now": False, "reason": None, "position": None, "estimated_start": None}
+    reason = wait.reason.as_dict()
+    reason["details"] = {k: _jsonable(v) for k, v in reason["details"].items()}
+    est = wait.estimated_start
+    return {
+        "starts_now": False,
+        "reason": reason,
+        "position": wait.position,
+        "estimated_start": datetime.fromtimestamp(est, tz=now.tzinfo) if est is not None else None,
+    }

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -72,6 +73,12 @@ def parse_memory_mb(value: Any) -> int:
     return int(-(-mb // 1))
 
 
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "2h"}],
+        "description": "seconds, or 90m / 2h / 1d / HH:MM:SS / D-HH:MM:SS",
+    }
+)
 class DurationField(serializers.Field):
     default_error_messages = {"invalid": "{message}"}
 
@@ -86,6 +93,12 @@ class DurationField(serializers.Field):
         return value
 
 
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "64G"}],
+        "description": "MB, or 512M / 64G / 1T",
+    }
+)
 class MemoryField(DurationField):
     def to_internal_value(self, data: Any) -> int:
         try:
@@ -95,6 +108,15 @@ class MemoryField(DurationField):
             raise
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            {"type": "string"},
+        ],
+        "description": "argv (no shell), or one string run by /bin/sh -c",
+    }
+)
 class CommandField(serializers.Field):
     """A list of arguments (run as argv, no shell), or one string (run by /bin/sh -c)."""
 

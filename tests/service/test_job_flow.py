@@ -132,3 +132,49 @@ def test_a_transient_dispatch_error_is_retried_until_it_works(
     blocker.unlink()
     job = run_until(job, lambda j: j.is_terminal)
     assert job.state == S.SUCCEEDED and job.attempts == 1
+
+
+def test_preview_says_whether_a_job_would_wait_and_why(client_for: Any, local_cluster: Any) -> None:
+    client = client_for("alice")
+    fits = client.post("/api/v1/jobs/preview/", spec(gpus_per_node=2), format="json").json()
+    too_big = client.post("/api/v1/jobs/preview/", spec(nodes=3, gpus_per_node=4), format="json")
+    assert fits["starts_now"] is True
+    assert too_big.status_code == 200
+    assert too_big.json()["starts_now"] is False and too_big.json()["reason"]["message"]
+    assert Job.objects.count() == 0
+
+
+def test_dispatch_twice_submits_once(submit: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from queue_service.jobs.dispatch import dispatch_job
+
+    job = submit(command=["sleep", "1"])
+    run_cycle()
+
+    def go(_: int) -> None:
+        try:
+            dispatch_job(str(job.pk))
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        list(pool.map(go, range(3)))
+    dispatch_job(str(job.pk))
+    job.refresh_from_db()
+    assert job.state == S.QUEUED and job.attempts == 1
+    assert [e.code for e in job.events.all()].count("dispatched") == 1
+
+
+def test_the_tasks_run_from_manage_py(submit: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    job = submit(command=["true"])
+    call_command("gpuq_task", "schedule_cycle", stdout=StringIO())
+    call_command("gpuq_task", "dispatch_job", str(job.pk), stdout=StringIO())
+    job.refresh_from_db()
+    assert job.state in (S.QUEUED, S.RUNNING)

@@ -1,0 +1,15 @@
+# One image for web, worker and beat (docker-compose.yml picks the command).
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+RUN useradd --create-home --uid 10001 gpuq
+WORKDIR /app
+COPY pyproject.toml ./
+COPY queue_service ./queue_service
+COPY scheduler ./scheduler
+COPY frontend ./frontend
+COPY manage.py ./
+RUN pip install --no-cache-dir . && SECRET_KEY=build DATABASE_URL=sqlite:////tmp/b.db \
+    python manage.py collectstatic --noinput --verbosity 0
+USER gpuq
+EXPOSE 8000
+CMD ["gunicorn", "queue_service.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

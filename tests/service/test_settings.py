@@ -1,0 +1,85 @@
+"""Settings are environment reads that fail loudly, naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from queue_service.settings import database_from_url, env, env_bool, env_float
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_sqlite_urls_are_relative_to_the_repo() -> None:
+    db = database_from_url("sqlite:///var/x.sqlite3")
+    assert db["ENGINE"] == "django.db.backends.sqlite3"
+    assert db["NAME"] == str(REPO / "var" / "x.sqlite3")
+
+
+def test_postgres_urls_carry_credentials_and_options() -> None:
+    db = database_from_url("postgres://u:p%40ss@db.example:6543/gpuq?sslmode=require")
+    assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (
+        "u",
+        "p@ss",
+        "db.example",
+        "6543",
+        "gpuq",
+    )
+    assert db["OPTIONS"] == {"sslmode": "require"}
+
+
+@pytest.mark.parametrize("url", ["mysql://x/y", "sqlite://", "nonsense"])
+def test_unsupported_database_urls_are_refused(url: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL"):
+        database_from_url(url)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", True), ("true", True), ("off", False)])
+def test_booleans_parse(monkeypatch: pytest.MonkeyPatch, raw: str, value: bool) -> None:
+    monkeypatch.setenv("GPUQ_X", raw)
+    assert env_bool("GPUQ_X", not value) is value
+
+
+def test_a_bad_boolean_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUQ_X", "maybe")
+    with pytest.raises(ImproperlyConfigured, match="GPUQ_X='maybe'"):
+        env_bool("GPUQ_X", False)
+
+
+def test_a_bad_or_too_small_number_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUQ_N", "ten")
+    with pytest.raises(ImproperlyConfigured, match="GPUQ_N"):
+        env_float("GPUQ_N", 1.0)
+    monkeypatch.setenv("GPUQ_N", "-1")
+    with pytest.raises(ImproperlyConfigured, match=">= 0"):
+        env_float("GPUQ_N", 1.0)
+
+
+def test_secrets_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "key").write_text("from-file\n")
+    monkeypatch.setenv("GPUQ_SECRET_FILE", str(tmp_path / "key"))
+    assert env("GPUQ_SECRET") == "from-file"
+    monkeypatch.setenv("GPUQ_SECRET_FILE", str(tmp_path / "missing"))
+    with pytest.raises(ImproperlyConfigured, match="GPUQ_SECRET_FILE"):
+        env("GPUQ_SECRET")
+
+
+def test_the_service_refuses_to_start_without_a_secret_key() -> None:
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "GPUQ_DEBUG"))
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "environment variable SECRET_KEY is required" in result.stderr
