@@ -151,6 +151,32 @@ class JobEvent(models.Model):
         return f"{self.job_id}: {self.from_state}->{self.to_state} {self.code}"
 
 
+class JobRun(models.Model):
+    """One row per run of a job (a preempted or requeued job has several): what fair share
+    and usage reports count."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    attempt = models.PositiveIntegerField()
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="runs")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+    cluster = models.ForeignKey(Cluster, null=True, on_delete=models.SET_NULL, related_name="runs")
+    gpus = models.FloatField()
+    gpu_model = models.CharField(max_length=64, blank=True, default="")
+    placement = models.JSONField(default=list, blank=True)
+    started_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=16, blank=True, default="")  # the state it left for
+
+    class Meta:
+        ordering = ["started_at", "id"]
+        indexes = [models.Index(fields=["team", "ended_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} run {self.attempt}"
+
+
 class SchedulerLock(models.Model):
     """One row; the cycle holds it FOR UPDATE so two cycles never decide at once."""
 

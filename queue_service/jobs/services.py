@@ -18,7 +18,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
-from .models import Job, JobEvent, PriorityClass
+from .models import Job, JobEvent, JobRun, PriorityClass
 from .spec import JobSpecSerializer
 
 log = logging.getLogger(__name__)
@@ -81,10 +81,32 @@ def transition(
         JobEvent.objects.create(
             job=job, from_state=frm, to_state=to, code=code, message=message, details=details or {}
         )
+        _record_run(job, frm, to, now, fields)
     job.state = to
     for key, value in fields.items():
         setattr(job, key, value)
     return job
+
+
+RUN_STATES = frozenset({S.RUNNING, S.PREEMPTING, S.CANCELLING})
+
+
+def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -> None:
+    """A run starts when a job enters running and ends when it leaves the running states."""
+    if to == S.RUNNING and frm not in RUN_STATES:
+        JobRun.objects.create(
+            job=job,
+            attempt=max(job.attempts, 1),
+            team_id=job.team_id,
+            user_id=job.user_id,
+            cluster_id=job.cluster_id,
+            gpus=job.gpus,
+            gpu_model=job.gpu_model,
+            placement=job.placement,
+            started_at=fields.get("started_at") or now,
+        )
+    elif frm in RUN_STATES and to not in RUN_STATES:
+        JobRun.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now, ended_by=to)
 
 
 def note(job: Job, code: str, message: str, details: dict[str, Any] | None = None) -> None:

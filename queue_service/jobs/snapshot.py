@@ -19,7 +19,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler import types as st
 
-from .models import Job, PriorityClass, SchedulerLock
+from .models import Job, JobRun, PriorityClass, SchedulerLock
 from .services import StaleState, transition
 
 log = logging.getLogger(__name__)
@@ -198,16 +198,14 @@ def _teams(now: datetime) -> tuple[st.Team, ...]:
 
 
 def _usage_by_team(now: datetime) -> dict[int, tuple[st.UsageBucket, ...]]:
-    """GPU-seconds per team, bucketed by the day each run ended (or now, for running ones)."""
+    """GPU-seconds per team from its runs, bucketed by the day each run ended (or now)."""
     since = now - timedelta(seconds=settings.GPUQ_FAIR_SHARE_HALF_LIFE_S * USAGE_WINDOW_HALF_LIVES)
     buckets: dict[int, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    rows = (
-        Job.objects.filter(started_at__isnull=False)
-        .filter(Q(finished_at__isnull=True) | Q(finished_at__gte=since))
-        .values_list("team_id", "gpus", "started_at", "finished_at")
+    rows = JobRun.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since)).values_list(
+        "team_id", "gpus", "started_at", "ended_at"
     )
-    for team_id, gpus, started_at, finished_at in rows:
-        end = finished_at or now
+    for team_id, gpus, started_at, ended_at in rows:
+        end = ended_at or now
         seconds = max((end - max(started_at, since)).total_seconds(), 0.0)
         day_end = (end.timestamp() // 86400 + 1) * 86400
         buckets[team_id][min(day_end, now.timestamp())] += gpus * seconds

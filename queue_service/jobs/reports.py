@@ -1,0 +1,280 @@
+"""Read models for the UI: usage reports, quota usage and MIG availability. Read-only; every
+writer stays in services.py. The pure parts (run intervals, splitting by day) take `now` as an
+argument so tests drive them with a fake clock."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Q, Sum
+
+from queue_service.clusters.models import Node
+from queue_service.tenancy.models import Quota, Team
+
+from .models import Job, JobEvent
+
+S = Job.State
+# A run holds its GPUs from entering `running` until the job is requeued or ends; preempting
+# and cancelling jobs are still running on the cluster.
+RUN_ENDS = frozenset({S.PENDING, *Job.TERMINAL})
+
+
+# --- usage: GPU-hours per user per day -------------------------------------------------------
+
+
+def run_intervals(
+    transitions: Iterable[tuple[str, datetime]], now: datetime
+) -> list[tuple[datetime, datetime]]:
+    """(to_state, at) events of one job, in order -> the [start, end) intervals it ran.
+    A run still open at the last event is running now."""
+    out: list[tuple[datetime, datetime]] = []
+    opened: datetime | None = None
+    for to_state, at in transitions:
+        if to_state == S.RUNNING:
+            if opened is None:
+                opened = at
+        elif to_state in RUN_ENDS and opened is not None:
+            out.append((opened, max(at, opened)))
+            opened = None
+    if opened is not None:
+        out.append((opened, max(now, opened)))
+    return out
+
+
+def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
+    """Seconds of [start, end) that fall on each UTC day."""
+    out: list[tuple[date, float]] = []
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    while start < end:
+        next_midnight = datetime.combine(start.date() + timedelta(days=1), time(), UTC)
+        stop = min(end, next_midnight)
+        out.append((start.date(), (stop - start).total_seconds()))
+        start = stop
+    return out
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    team: str
+    days: tuple[date, ...]  # every day of the period, oldest first
+    users: tuple[str, ...]  # users with usage, alphabetical
+    gpu_hours: dict[tuple[date, str], float]  # (day, user) -> GPU-hours; absent = 0
+
+    def total(self, user: str | None = None) -> float:
+        return sum(h for (_, u), h in self.gpu_hours.items() if user is None or u == user)
+
+    def day_total(self, day: date) -> float:
+        return sum(h for (d, _), h in self.gpu_hours.items() if d == day)
+
+
+def usage_report(team: Team, first: date, last: date, now: datetime) -> UsageReport:
+    """GPU-hours per user per UTC day of [first, last] for one team's jobs, from the jobs'
+    events (so a job requeued after a preemption counts each of its runs)."""
+    lo = datetime.combine(first, time(), UTC)
+    hi = datetime.combine(last + timedelta(days=1), time(), UTC)
+    jobs = Job.objects.filter(team=team, submitted_at__lt=hi).filter(
+        Q(finished_at__isnull=True) | Q(finished_at__gte=lo)
+    )
+    info = {pk: (user, gpus) for pk, user, gpus in jobs.values_list("pk", "user__username", "gpus")}
+    per_job: dict[Any, list[tuple[str, datetime]]] = defaultdict(list)
+    rows = (
+        JobEvent.objects.filter(job__in=jobs.values("pk"), to_state__in=[S.RUNNING, *RUN_ENDS])
+        .order_by("job_id", "at", "id")
+        .values_list("job_id", "to_state", "at")
+    )
+    for job_id, to_state, at in rows:
+        per_job[job_id].append((to_state, at))
+    hours: dict[tuple[date, str], float] = defaultdict(float)
+    for job_id, transitions in per_job.items():
+        user, gpus = info[job_id]
+        for start, end in run_intervals(transitions, now):
+            for day, seconds in split_by_day(max(start, lo), min(end, hi)):
+                hours[(day, user)] += gpus * seconds / 3600
+    days = tuple(first + timedelta(days=i) for i in range((last - first).days + 1))
+    return UsageReport(
+        team=team.slug,
+        days=days,
+        users=tuple(sorted({u for _, u in hours})),
+        gpu_hours=dict(hours),
+    )
+
+
+def usage_csv(report: UsageReport) -> str:
+    """One row per day and user with usage. Cells a spreadsheet would run as a formula are
+    prefixed with a quote."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["day", "team", "user", "gpu_hours"])
+    for day in report.days:
+        for user in report.users:
+            value = report.gpu_hours.get((day, user))
+            if value:
+                writer.writerow([day.isoformat(), _cell(report.team), _cell(user), f"{value:.3f}"])
+    return out.getvalue()
+
+
+def _cell(text: str) -> str:
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+# --- quota usage -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    team: str
+    gpu_model: str
+    used: float
+    nominal: float
+    borrowing_limit: float | None  # None = unlimited
+    lending_limit: float | None
+    max_running_jobs: int | None
+
+    @property
+    def borrowed(self) -> float:
+        return max(0.0, self.used - self.nominal)
+
+
+def quota_usage(teams: Sequence[Team]) -> list[QuotaUsage]:
+    """Per quota of these teams: GPUs held by the team's active jobs of that model (all models
+    for a "*" quota) against its nominal quota and borrowing limit."""
+    held: dict[tuple[int, str], float] = defaultdict(float)
+    for team_id, model, gpus in (
+        Job.objects.filter(team__in=teams, state__in=Job.ACTIVE)
+        .values_list("team_id", "gpu_model")
+        .annotate(total=Sum("gpus"))
+    ):
+        held[(team_id, model)] += gpus or 0.0
+    out = []
+    for q in (
+        Quota.objects.filter(team__in=teams)
+        .select_related("team")
+        .order_by("team__slug", "gpu_model")
+    ):
+        used = sum(
+            g
+            for (team_id, model), g in held.items()
+            if team_id == q.team_id and (q.gpu_model == Quota.ANY_MODEL or model == q.gpu_model)
+        )
+        out.append(
+            QuotaUsage(
+                team=q.team.slug,
+                gpu_model=q.gpu_model,
+                used=round(used, 4),
+                nominal=q.nominal_gpus,
+                borrowing_limit=q.borrowing_limit_gpus,
+                lending_limit=q.lending_limit_gpus,
+                max_running_jobs=q.max_running_jobs,
+            )
+        )
+    return out
+
+
+# --- MIG availability ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MigChoice:
+    profile: str
+    gpu_models: tuple[str, ...]
+    free_now: int  # existing instances of this profile nobody holds
+    relayout_gpus: int  # idle MIG GPUs of a model with this profile, which could be re-laid out
+    gpu_fraction: float  # how much of a GPU it counts as against quota
+
+    @property
+    def fits_now(self) -> bool:
+        return self.free_now > 0 or self.relayout_gpus > 0
+
+
+def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
+    """The profiles the MIG GPUs of up nodes offer, with what fits now. `layouts` comes from
+    clusters.services.gpu_layouts (who holds each slice)."""
+    from scheduler.mig import geometry
+
+    free: dict[str, int] = defaultdict(int)
+    idle: dict[str, int] = defaultdict(int)
+    models: dict[str, set[str]] = defaultdict(set)
+    fractions: dict[str, float] = {}
+    nodes = Node.objects.filter(pk__in=list(layouts), mig_enabled=True, state=Node.State.UP)
+    for node in nodes:
+        table = geometry(node.gpu_model)
+        if table is None:
+            continue
+        for spec in table.profiles:
+            models[spec.name].add(node.gpu_model)
+            fractions.setdefault(spec.name, spec.compute_slices / table.compute_slices)
+        for gpu in layouts[node.pk]:
+            slices = gpu.get("mig", [])
+            for inst in slices:
+                spec = table.profile(inst["profile"])
+                if spec is not None and inst["team"] is None:
+                    free[spec.name] += 1
+            if not any(inst["team"] for inst in slices):
+                for spec in table.profiles:
+                    idle[spec.name] += 1
+    return [
+        MigChoice(
+            profile=name,
+            gpu_models=tuple(sorted(models[name])),
+            free_now=free[name],
+            relayout_gpus=idle[name],
+            gpu_fraction=fractions[name],
+        )
+        for name in sorted(models, key=_profile_order)
+    ]
+
+
+def _profile_order(name: str) -> tuple[int, int, str]:
+    from scheduler.mig import parse_profile
+
+    p = parse_profile(name)
+    return (p.compute, p.memory_gb, name)
+
+
+# --- cluster totals --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterTotals:
+    nodes: int
+    nodes_up: int
+    nodes_drain: int
+    nodes_down: int
+    gpus: int
+    gpus_held: int  # whole GPUs held by jobs (also on drained nodes, where jobs still run)
+    gpus_free: int  # whole GPUs nobody holds on up nodes without MIG
+    mig_slices: int
+    mig_slices_held: int
+
+
+def cluster_totals(
+    nodes: Sequence[Node], layouts: dict[int, list[dict[str, Any]]]
+) -> ClusterTotals:
+    """Counts for a cluster's header, from its nodes and gpu_layouts' holders."""
+    held = free = slices = slices_held = 0
+    for node in nodes:
+        for gpu in layouts.get(node.pk, []):
+            if node.mig_enabled:
+                slices += len(gpu.get("mig", []))
+                slices_held += sum(i.get("team") is not None for i in gpu.get("mig", []))
+            elif gpu.get("team") is not None:
+                held += 1
+            elif node.state == Node.State.UP:
+                free += 1
+    return ClusterTotals(
+        nodes=len(nodes),
+        nodes_up=sum(n.state == Node.State.UP for n in nodes),
+        nodes_drain=sum(n.state == Node.State.DRAIN for n in nodes),
+        nodes_down=sum(n.state == Node.State.DOWN for n in nodes),
+        gpus=sum(n.gpus for n in nodes),
+        gpus_held=held,
+        gpus_free=free,
+        mig_slices=slices,
+        mig_slices_held=slices_held,
+    )
