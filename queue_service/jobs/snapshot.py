@@ -347,6 +347,9 @@ def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, 
             for i in r.instances
         ]
         if clusters[cluster_name].kind == Cluster.Kind.LOCAL:
+            from .dispatch import backend_for
+
+            backend_for(clusters[cluster_name]).apply_mig_layout(node_name, r.gpu, layout)
             node.mig = [m for m in node.mig if m["gpu"] != r.gpu] + layout
         else:
             proposals = dict(node.labels.get("gpuq.io/mig-proposals", {}) or {})
