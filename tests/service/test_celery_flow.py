@@ -114,3 +114,18 @@ def test_cancel_through_celery_stops_the_process(worker: str, client_for: Any) -
     assert client.post(f"/api/v1/jobs/{job_id}/cancel/").status_code == 200
     job = wait_state(job_id, Job.TERMINAL, worker, timeout=30)
     assert job.state == Job.State.CANCELLED
+
+
+def test_a_burst_of_submits_enqueues_one_cycle(redis_url: str, people: Any, settings: Any) -> None:
+    import redis
+
+    from queue_service.celery import app
+    from queue_service.jobs.services import submit_job
+
+    settings.CELERY_BROKER_URL = redis_url
+    app.conf.broker_url = redis_url
+    for i in range(10):
+        submit_job(people["alice"], spec(name=f"burst-{i}"))
+    client = redis.Redis.from_url(redis_url)
+    messages = [m for m in client.lrange("celery", 0, -1) if b"gpuq.schedule_cycle" in m]
+    assert len(messages) == 1
