@@ -281,7 +281,9 @@ def _apply_status(job: Job, status: JobStatus) -> bool:
         if remote in RETRYABLE:
             return _end_or_requeue(job, status, RETRYABLE[remote], fields)
         target = REMOTE_TO_STATE[remote]
-        if job.state == S.PREEMPTING and target == S.CANCELLED:
+        if job.state == S.CANCELLING and target == S.LOST:
+            target = S.CANCELLED  # deleted as asked; the backend just forgot it already
+        if job.state == S.PREEMPTING and target in (S.CANCELLED, S.LOST):
             return _end_or_requeue(job, status, "preemption", fields)
         transition(
             job,

@@ -1,0 +1,414 @@
+"""The Kubernetes backend: lightkube over HTTPS to one API server per cluster.
+
+Every call has a timeout (request_timeout_s). Transient failures (429 honouring Retry-After,
+5xx, dropped or refused connections, timeouts) are retried `max_retries` times with backoff,
+then raised as BackendError(permanent=False); 400/401/403/404/422 are permanent and carry the
+API server's own message (with the 422 causes)."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import httpx2
+import msgspec
+import yaml
+from lightkube import ApiError, Client, KubeConfig, codecs
+from lightkube.config.client_adapter import Client as AdapterClient
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import SingleConfig
+from lightkube.core.exceptions import ConfigError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.types import CascadeType, PatchType
+
+from ..base import (
+    BackendError,
+    DispatchRequest,
+    JobStatus,
+    LogChunk,
+    NodeInfo,
+    RemoteState,
+    SubmitResult,
+)
+from .config import K8sSettings
+from .inventory import MIG_CONFIG_LABEL, MIG_STATE_LABEL, inventory
+from .manifests import (
+    ATTEMPT_LABEL,
+    COMPLETION_INDEX,
+    CONTAINER,
+    FINALIZER,
+    JOB_ID_LABEL,
+    ROLE_LABEL,
+    VOLCANO_API,
+    ManifestError,
+    ObjectRef,
+    build,
+    label_value,
+)
+from .status import observe
+
+T = TypeVar("T")
+Obj = dict[str, Any]
+
+VolcanoJob = create_namespaced_resource("batch.volcano.sh", "v1alpha1", "Job", "jobs")
+RESOURCES: dict[str, Any] = {"vcjob": VolcanoJob, "job": Job}
+TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
+MIG_LAYOUT_STATES = ("pending", "rebooting", "success", "failed")
+
+
+def load_config(settings: K8sSettings) -> SingleConfig:
+    try:
+        if settings.in_cluster:
+            config = KubeConfig.from_service_account()
+        else:
+            config = KubeConfig.from_dict(yaml.safe_load(settings.kubeconfig or ""))
+        single = config.get(settings.context)
+    except (ConfigError, yaml.YAMLError, KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise BackendError(f"unusable kubeconfig: {exc}", permanent=True) from None
+    if single is None:
+        raise BackendError(f"kubeconfig has no context {settings.context!r}", permanent=True)
+    return single
+
+
+def _api_message(exc: ApiError) -> str:
+    status = exc.status
+    message = status.message
+    causes = (status.details.causes if status.details else None) or []
+    missing = [
+        f"{c.field}: {c.message}" for c in causes if c.message and c.message not in (message or "")
+    ]
+    return "; ".join([message or f"HTTP {status.code}", *missing])
+
+
+def _retry_after(response: httpx2.Response | None) -> float | None:
+    if response is None:
+        return None
+    value = response.headers.get("Retry-After")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class KubernetesBackend:
+    kind = "kubernetes"
+
+    def __init__(
+        self,
+        settings: K8sSettings,
+        config: SingleConfig,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        timeout = httpx2.Timeout(settings.request_timeout_s)
+        # trust_env=False: proxy variables must not divert calls meant for the API server.
+        self.client = Client(config=config, timeout=timeout, trust_env=False)
+        self._raw = AdapterClient(config, ConnectionParams(timeout=timeout, trust_env=False))
+        self._sleep = sleep
+        self._clock = clock
+
+    def close(self) -> None:
+        self.client.close()
+        self._raw.close()
+
+    # --- error handling -------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Callable[[], T], *, passthrough: Sequence[int] = ()) -> T:
+        """Run one API call with retries for transient failures. Status codes in
+        `passthrough` are re-raised as ApiError for the caller to interpret."""
+        last = ""
+        for attempt in range(self.settings.max_retries + 1):
+            delay = min(2.0**attempt * 0.5, self.settings.retry_after_cap_s)
+            try:
+                return fn()
+            except ApiError as exc:
+                code = exc.status.code or exc.response.status_code
+                if code in passthrough:
+                    raise
+                if code not in TRANSIENT_CODES:
+                    raise BackendError(f"{what}: {_api_message(exc)}", permanent=True) from None
+                last = f"HTTP {code}: {_api_message(exc)}"
+                delay = _retry_after(exc.response) or delay
+            except httpx2.HTTPStatusError as exc:  # an error without a Status body (a proxy)
+                code = exc.response.status_code
+                if code not in TRANSIENT_CODES:
+                    raise BackendError(f"{what}: HTTP {code}", permanent=True) from None
+                last = f"HTTP {code}"
+                delay = _retry_after(exc.response) or delay
+            except httpx2.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            except msgspec.DecodeError as exc:  # a proxy or a half-written answer
+                last = f"unreadable answer: {exc}"
+            if attempt < self.settings.max_retries:
+                self._sleep(min(delay, self.settings.retry_after_cap_s))
+        raise BackendError(f"{what}: {last} (gave up after retries)", permanent=False)
+
+    # --- submit ---------------------------------------------------------------------------
+
+    def submit(self, job: DispatchRequest) -> SubmitResult:
+        try:
+            plan = build(job, self.settings)
+        except ManifestError as exc:
+            raise BackendError(str(exc), permanent=True) from None
+        workload, *owned = plan.objects
+        created, adopted = self._create(workload)
+        meta = created["metadata"]
+        owner = {
+            "apiVersion": workload["apiVersion"],
+            "kind": workload["kind"],
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        for obj in owned:
+            child = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
+            self._create(child)
+        return SubmitResult(plan.ref.external_id, adopted=adopted)
+
+    def _create(self, obj: Obj) -> tuple[Obj, bool]:
+        """Create, or adopt what an earlier interrupted call created (409 AlreadyExists)."""
+        kind = obj["kind"]
+        model: Any = (
+            VolcanoJob.from_dict(obj) if obj["apiVersion"] == VOLCANO_API else codecs.from_dict(obj)
+        )
+        resource: Any = type(model)
+        what = f"create {kind} {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        try:
+            made = self._call(what, lambda: self.client.create(model), passthrough=(409,))
+            return made.to_dict(), False
+        except ApiError as exc:
+            if exc.status.reason != "AlreadyExists":
+                raise BackendError(f"{what}: {_api_message(exc)}", permanent=False) from None
+        existing = self._call(
+            f"get {kind}",
+            lambda: self.client.get(
+                resource, obj["metadata"]["name"], namespace=obj["metadata"]["namespace"]
+            ),
+        ).to_dict()
+        theirs = (existing["metadata"].get("labels") or {}).get(JOB_ID_LABEL)
+        if theirs != obj["metadata"]["labels"][JOB_ID_LABEL]:
+            raise BackendError(f"{what}: the name is taken by another object", permanent=True)
+        if existing["metadata"].get("deletionTimestamp"):
+            raise BackendError(f"{what}: an earlier object is still being deleted", permanent=False)
+        return existing, True
+
+    # --- poll -----------------------------------------------------------------------------
+
+    def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """Per namespace: one list per workload kind in use plus one list of pods, all by the
+        label selector `gpuq.io/job-id` (never one GET per job)."""
+        out: dict[str, JobStatus] = {}
+        refs: dict[str, list[ObjectRef]] = defaultdict(list)
+        for eid in external_ids:
+            try:
+                ref = ObjectRef.parse(eid)
+            except ValueError as exc:
+                out[eid] = JobStatus(eid, RemoteState.LOST, reason=str(exc))
+                continue
+            refs[ref.namespace].append(ref)
+        now = self._clock()
+        for namespace, ns_refs in sorted(refs.items()):
+            objects: dict[tuple[str, str], Obj] = {}
+            for kind in sorted({r.kind for r in ns_refs}):
+                for item in self._list(RESOURCES[kind], namespace):
+                    objects[(kind, item["metadata"]["name"])] = item
+            pods_by_owner: dict[str, list[Obj]] = defaultdict(list)
+            for pod in self._list(Pod, namespace):
+                for owner in pod["metadata"].get("ownerReferences") or []:
+                    pods_by_owner[owner.get("uid", "")].append(pod)
+            for ref in ns_refs:
+                obj = objects.get((ref.kind, ref.name))
+                pods = pods_by_owner.get(obj["metadata"]["uid"], []) if obj else []
+                seen = observe(
+                    ref.external_id,
+                    ref.kind,
+                    obj,
+                    pods,
+                    now=now,
+                    image_pull_grace_s=self.settings.image_pull_grace_s,
+                )
+                if seen.stop:
+                    self._delete(ref, grace_s=0)
+                if obj is not None and (seen.status.state in RemoteState.TERMINAL):
+                    self._release(ref, obj)
+                out[ref.external_id] = seen.status
+        return out
+
+    def _release(self, ref: ObjectRef, obj: Obj) -> None:
+        """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held
+        with a deletionTimestamp until now) goes, and a finished one can expire (TTL)."""
+        meta = obj["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if FINALIZER not in finalizers:
+            return
+        rest = [f for f in finalizers if f != FINALIZER]
+        patch = {"metadata": {"finalizers": rest, "resourceVersion": meta["resourceVersion"]}}
+        try:
+            self._call(
+                f"release {ref.external_id}",
+                lambda: self.client.patch(
+                    RESOURCES[ref.kind],
+                    ref.name,
+                    patch,
+                    namespace=ref.namespace,
+                    patch_type=PatchType.MERGE,
+                ),
+                passthrough=(404, 409),
+            )
+        except ApiError:  # gone, or changed since the list: the next poll releases it
+            return
+
+    def _list(self, resource: Any, namespace: str) -> list[Obj]:
+        return self._call(
+            f"list {resource.__name__} in {namespace}",
+            lambda: [
+                o.to_dict()
+                for o in self.client.list(
+                    resource, namespace=namespace, labels={JOB_ID_LABEL: None}
+                )
+            ],
+        )
+
+    # --- cancel ---------------------------------------------------------------------------
+
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> None:
+        try:
+            ref = ObjectRef.parse(external_id)
+        except ValueError as exc:
+            raise BackendError(str(exc), permanent=True) from None
+        self._delete(ref, grace_s=grace_s)
+
+    def _delete(self, ref: ObjectRef, *, grace_s: float) -> None:
+        """Foreground: the workload disappears only after its pods (and Service) are gone,
+        so a job seen deleted no longer holds GPUs. A 404 means already gone."""
+        try:
+            self._call(
+                f"delete {ref.external_id}",
+                lambda: self.client.delete(
+                    RESOURCES[ref.kind],
+                    ref.name,
+                    namespace=ref.namespace,
+                    grace_period=max(int(grace_s), 0),
+                    cascade=CascadeType.FOREGROUND,
+                ),
+                passthrough=(404,),
+            )
+        except ApiError:
+            return
+
+    # --- logs -----------------------------------------------------------------------------
+
+    def logs(
+        self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
+    ) -> LogChunk:
+        """Rank 0's log. The API serves a log from its start (limitBytes) or its tail, not
+        from an offset: read offset+limit bytes and slice. Kubernetes merges stdout and
+        stderr into one log, served as stdout; stderr is always empty."""
+        try:
+            ref = ObjectRef.parse(external_id)
+        except ValueError as exc:
+            raise BackendError(str(exc), permanent=True) from None
+        if stream != "stdout":
+            return LogChunk(b"", offset, eof=True)
+        try:
+            workload = self._call(
+                f"get {external_id}",
+                lambda: self.client.get(RESOURCES[ref.kind], ref.name, namespace=ref.namespace),
+                passthrough=(404,),
+            ).to_dict()
+        except ApiError:
+            return LogChunk(b"", offset, eof=True)
+        labels = workload["metadata"].get("labels") or {}
+        selector = {
+            JOB_ID_LABEL: labels.get(JOB_ID_LABEL, ""),
+            ATTEMPT_LABEL: labels.get(ATTEMPT_LABEL, ""),
+        }
+        pods = self._call(
+            f"list pods of {external_id}",
+            lambda: [
+                p.to_dict() for p in self.client.list(Pod, namespace=ref.namespace, labels=selector)
+            ],
+        )
+        pod = rank0_pod(pods)
+        if pod is None:
+            return LogChunk(b"", offset, eof=False)
+        data = self._read_log(ref.namespace, pod["metadata"]["name"], offset + limit)
+        chunk = data[offset : offset + limit]
+        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        return LogChunk(chunk, offset + len(chunk), eof=finished and len(chunk) < limit)
+
+    def _read_log(self, namespace: str, pod: str, limit_bytes: int) -> bytes:
+        def get() -> bytes:
+            response = self._raw.get(
+                f"api/v1/namespaces/{namespace}/pods/{pod}/log",
+                params={"container": CONTAINER, "limitBytes": str(limit_bytes)},
+            )
+            if response.status_code == 400:  # container not started yet
+                return b""
+            if response.is_error:
+                raise ApiError(request=response.request, response=response)
+            return response.content
+
+        return self._call(f"logs of pod {namespace}/{pod}", get)
+
+    # --- inventory and MIG ----------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInfo]:
+        nodes = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
+        pods = self._call(
+            "list gpuq pods",
+            lambda: [
+                p.to_dict()
+                for p in self.client.list(Pod, namespace="*", labels={JOB_ID_LABEL: None})
+            ],
+        )
+        return inventory(nodes, pods, self.settings)
+
+    def apply_mig_layout(self, node: str, config_name: str) -> None:
+        """Ask the GPU Operator's MIG manager to re-lay out a node's GPUs; follow it with
+        mig_layout_state()."""
+        if self.settings.mig_configs and config_name not in self.settings.mig_configs:
+            raise BackendError(f"unknown MIG config {config_name!r}", permanent=True)
+        if label_value(config_name) != config_name:
+            raise BackendError(f"not a valid MIG config name: {config_name!r}", permanent=True)
+        patch = {"metadata": {"labels": {MIG_CONFIG_LABEL: config_name}}}
+        self._call(
+            f"label node {node}",
+            lambda: self.client.patch(Node, node, patch, patch_type=PatchType.MERGE),
+        )
+
+    def mig_layout_state(self, node: str) -> str:
+        """pending | rebooting | success | failed, or "unknown" before the MIG manager
+        reports anything."""
+        obj = self._call(f"get node {node}", lambda: self.client.get(Node, node)).to_dict()
+        state = (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL, "")
+        return state if state in MIG_LAYOUT_STATES else "unknown"
+
+
+def rank0_pod(pods: Sequence[Mapping[str, Any]]) -> Obj | None:
+    """The pod whose log the UI shows: Volcano's master task or Indexed Job index 0 (the
+    newest such pod, after restarts), else the first pod by name."""
+
+    def rank0(p: Mapping[str, Any]) -> bool:
+        meta = p.get("metadata") or {}
+        return (meta.get("labels") or {}).get(ROLE_LABEL) == "master" or (
+            meta.get("annotations") or {}
+        ).get(COMPLETION_INDEX) == "0"
+
+    candidates = [p for p in pods if rank0(p)] or sorted(pods, key=lambda p: p["metadata"]["name"])[
+        :1
+    ]
+    if not candidates:
+        return None
+    newest = max(
+        candidates,
+        key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]),
+    )
+    return dict(newest)

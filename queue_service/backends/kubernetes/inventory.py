@@ -1,0 +1,304 @@
+"""Pure inventory: Node objects (and gpuq's pods) as the API server returns them, in;
+NodeInfo out.
+
+Kubernetes tells how many MIG devices of each profile a node offers, not where they sit. The
+placements reported here are canonical: the per-GPU layout of the node's current
+`nvidia.com/mig.config` from the cluster's `mig_configs` catalogue when known, otherwise a
+first-fit-decreasing packing over the node's GPUs at the lowest legal start (a 3g slice
+prefers start 4, as NVIDIA recommends). Deterministic, so two syncs agree."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import MigInstanceInfo, NodeInfo
+from .config import K8sSettings
+from .manifests import GPU_RESOURCE, JOB_ID_LABEL
+
+Obj = Mapping[str, Any]
+
+MIG_RESOURCE = "nvidia.com/mig-"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+COUNT_LABEL = "nvidia.com/gpu.count"
+MEMORY_LABEL = "nvidia.com/gpu.memory"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+KEPT_LABEL_PREFIXES = ("nvidia.com/", "gpuq.io/")
+_PROFILE = re.compile(r"^(\d)g\.(\d+)gb(\+me)?$")
+_SINGLE_PRODUCT = re.compile(r"^(?P<model>.+)-MIG-(?P<profile>\dg\.\d+gb(\+me)?)$")
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    memory_slices: int
+    compute_slices: int
+    # compute slices -> (memory slices, legal starts in preference order)
+    shapes: Mapping[int, tuple[int, tuple[int, ...]]]
+
+
+SEVEN_SLICE = _Geometry(
+    8,
+    7,
+    {7: (8, (0,)), 4: (4, (0,)), 3: (4, (4, 0)), 2: (2, (0, 2, 4)), 1: (1, tuple(range(7)))},
+)
+A30 = _Geometry(4, 4, {4: (4, (0,)), 2: (2, (0, 2)), 1: (1, (0, 1, 2, 3))})
+DOUBLE_1G_STARTS = (0, 2, 4, 6)
+
+
+def parse_quantity_int(value: Any) -> int:
+    """Whole-number quantities only (extended resources are whole numbers)."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _parse(profile: str) -> tuple[int, int] | None:
+    m = _PROFILE.match(profile)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def _shape(
+    profile: str, geometry: _Geometry, profiles: Sequence[str], gpu_memory_gb: float | None
+) -> tuple[int, int, tuple[int, ...]] | None:
+    """(compute, memory-slice size, starts) of a profile on this geometry."""
+    parsed = _parse(profile)
+    if parsed is None or parsed[0] not in geometry.shapes:
+        return None
+    compute, mem = parsed
+    size, starts = geometry.shapes[compute]
+    if compute == 1 and geometry is SEVEN_SLICE:
+        smaller_1g = any(
+            (p := _parse(other)) is not None and p[0] == 1 and p[1] < mem for other in profiles
+        )
+        per_slice = gpu_memory_gb / geometry.memory_slices if gpu_memory_gb else None
+        if smaller_1g or (per_slice is not None and mem >= 1.5 * per_slice):
+            return compute, 2, DOUBLE_1G_STARTS
+    return compute, size, starts
+
+
+class _Gpu:
+    def __init__(self, geometry: _Geometry) -> None:
+        self.used = [False] * geometry.memory_slices
+        self.compute_left = geometry.compute_slices
+
+    def take(self, compute: int, size: int, start: int) -> bool:
+        span = range(start, start + size)
+        if compute > self.compute_left or span.stop > len(self.used):
+            return False
+        if any(self.used[i] for i in span):
+            return False
+        for i in span:
+            self.used[i] = True
+        self.compute_left -= compute
+        return True
+
+    def give(self, compute: int, size: int, start: int) -> None:
+        for i in range(start, start + size):
+            self.used[i] = False
+        self.compute_left += compute
+
+    def place(self, compute: int, size: int, starts: Sequence[int]) -> int | None:
+        return next((s for s in starts if self.take(compute, size, s)), None)
+
+
+def canonical_layout(
+    gpus: int,
+    counts: Mapping[str, int],
+    *,
+    geometry: _Geometry = SEVEN_SLICE,
+    per_gpu: Sequence[Sequence[str]] | None = None,
+    gpu_memory_gb: float | None = None,
+) -> tuple[MigInstanceInfo, ...]:
+    """Deterministic placements for `counts` MIG devices on `gpus` GPUs. A per-GPU layout
+    (from the mig_configs catalogue) is used when its totals match the counts."""
+    profiles = sorted(counts)
+    if per_gpu:
+        layout = [per_gpu[0]] * gpus if len(per_gpu) == 1 else list(per_gpu)
+        totals: dict[str, int] = {}
+        for gpu_profiles in layout:
+            for p in gpu_profiles:
+                totals[p] = totals.get(p, 0) + 1
+        if totals == {p: n for p, n in counts.items() if n} and len(layout) == gpus:
+            return _place_per_gpu(layout, geometry, profiles, gpu_memory_gb)
+    shapes = {p: _shape(p, geometry, profiles, gpu_memory_gb) for p in profiles}
+    wanted = [
+        (p, shape) for p in profiles if (shape := shapes[p]) is not None for _ in range(counts[p])
+    ]
+    wanted.sort(key=lambda w: (-w[1][1], -w[1][0], w[0]))
+    cards = [_Gpu(geometry) for _ in range(gpus)]
+    placed: list[MigInstanceInfo] = []
+    budget = [20_000]
+
+    def search(i: int) -> bool:
+        """Backtracking, largest first: counts come from real GPUs, so a layout exists."""
+        if i == len(wanted):
+            return True
+        budget[0] -= 1
+        if budget[0] < 0:
+            return False
+        profile, (compute, size, starts) = wanted[i]
+        tried_empty = False
+        for index, card in enumerate(cards):
+            empty = card.compute_left == geometry.compute_slices
+            if empty and tried_empty:  # identical empty GPUs: trying one is enough
+                continue
+            tried_empty = tried_empty or empty
+            for start in starts:
+                if card.take(compute, size, start):
+                    placed.append(
+                        MigInstanceInfo(gpu=index, profile=profile, start=start, size=size)
+                    )
+                    if search(i + 1):
+                        return True
+                    placed.pop()
+                    card.give(compute, size, start)
+        return False
+
+    if not search(0):  # inconsistent counts (a relayout in flight): place what fits
+        placed.clear()
+        cards = [_Gpu(geometry) for _ in range(gpus)]
+        for profile, (compute, size, starts) in wanted:
+            for index, card in enumerate(cards):
+                start = next((s for s in starts if card.take(compute, size, s)), None)
+                if start is not None:
+                    placed.append(
+                        MigInstanceInfo(gpu=index, profile=profile, start=start, size=size)
+                    )
+                    break
+    return tuple(sorted(placed, key=lambda m: (m.gpu, m.start)))
+
+
+def _place_per_gpu(
+    layout: Sequence[Sequence[str]],
+    geometry: _Geometry,
+    profiles: Sequence[str],
+    gpu_memory_gb: float | None,
+) -> tuple[MigInstanceInfo, ...]:
+    out: list[MigInstanceInfo] = []
+    for index, gpu_profiles in enumerate(layout):
+        card = _Gpu(geometry)
+        shaped = [(p, _shape(p, geometry, profiles, gpu_memory_gb)) for p in gpu_profiles]
+        for profile, shape in sorted(shaped, key=lambda x: (-(x[1] or (0, 0))[1], x[0])):
+            if shape is None:
+                continue
+            start = card.place(shape[0], shape[1], shape[2])
+            if start is not None:
+                out.append(MigInstanceInfo(gpu=index, profile=profile, start=start, size=shape[1]))
+    return tuple(sorted(out, key=lambda m: (m.gpu, m.start)))
+
+
+def _ready(node: Obj) -> tuple[bool, str]:
+    for cond in node.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ok = cond.get("status") == "True"
+            return ok, "" if ok else (cond.get("message") or cond.get("reason") or "not ready")
+    return False, "no Ready condition reported"
+
+
+def _state(node: Obj, labels: Mapping[str, str]) -> tuple[str, str]:
+    ready, why = _ready(node)
+    if not ready:
+        return "down", why
+    if node.get("spec", {}).get("unschedulable"):
+        return "drain", "cordoned (spec.unschedulable)"
+    mig_state = labels.get(MIG_STATE_LABEL)
+    config = labels.get(MIG_CONFIG_LABEL, "")
+    if mig_state in ("pending", "rebooting"):
+        return "drain", f"MIG reconfiguration to {config!r} {mig_state}"
+    if mig_state == "failed":
+        return "drain", f"MIG reconfiguration to {config!r} failed"
+    return "up", ""
+
+
+def _usage(pods: Sequence[Obj]) -> dict[str, list[tuple[str, str]]]:
+    """node -> [(mig profile, gpuq job id)] for gpuq pods holding a MIG device there."""
+    used: dict[str, list[tuple[str, str]]] = {}
+    for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
+        node = pod.get("spec", {}).get("nodeName")
+        if not node or pod.get("status", {}).get("phase") not in ("Pending", "Running"):
+            continue
+        job = pod.get("metadata", {}).get("labels", {}).get(JOB_ID_LABEL, "")
+        for c in pod.get("spec", {}).get("containers") or []:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            for key, value in limits.items():
+                if key.startswith(MIG_RESOURCE):
+                    used.setdefault(node, []).extend(
+                        [(key[len(MIG_RESOURCE) :], job)] * parse_quantity_int(value)
+                    )
+    return used
+
+
+def _mark_used(
+    instances: tuple[MigInstanceInfo, ...], used: Sequence[tuple[str, str]]
+) -> tuple[MigInstanceInfo, ...]:
+    out = list(instances)
+    for profile, job in used:
+        for i, inst in enumerate(out):
+            if inst.profile == profile and not inst.in_use:
+                out[i] = MigInstanceInfo(
+                    inst.gpu, inst.profile, inst.start, inst.size, True, job or None
+                )
+                break
+    return tuple(out)
+
+
+def node_info(
+    node: Obj, settings: K8sSettings, used: Sequence[tuple[str, str]] = ()
+) -> NodeInfo | None:
+    """None for a node without GPUs (control plane, CPU pools)."""
+    labels: Mapping[str, str] = node.get("metadata", {}).get("labels") or {}
+    allocatable: Mapping[str, Any] = node.get("status", {}).get("allocatable") or {}
+    product = labels.get(PRODUCT_LABEL, "")
+    whole = parse_quantity_int(allocatable.get(GPU_RESOURCE, 0))
+    mig_counts = {
+        key[len(MIG_RESOURCE) :]: parse_quantity_int(value)
+        for key, value in allocatable.items()
+        if key.startswith(MIG_RESOURCE) and parse_quantity_int(value) > 0
+    }
+    single = _SINGLE_PRODUCT.match(product)
+    if single:  # device plugin "single" strategy: every nvidia.com/gpu is one slice
+        product = single["model"]
+        mig_counts = {single["profile"]: whole}
+        whole = 0
+    if not whole and not mig_counts and not product:
+        return None
+    gpus = parse_quantity_int(labels.get(COUNT_LABEL, 0)) or whole or (1 if mig_counts else 0)
+    model = settings.gpu_model_map.get(product) or product.removeprefix("NVIDIA-") or "unknown"
+    instances: tuple[MigInstanceInfo, ...] = ()
+    if mig_counts:
+        memory_mb = parse_quantity_int(labels.get(MEMORY_LABEL, 0))
+        instances = canonical_layout(
+            gpus,
+            mig_counts,
+            geometry=A30 if "A30" in product else SEVEN_SLICE,
+            per_gpu=settings.mig_configs.get(labels.get(MIG_CONFIG_LABEL, "")),
+            gpu_memory_gb=memory_mb / 1024 if memory_mb else None,
+        )
+        instances = _mark_used(instances, used)
+    state, reason = _state(node, labels)
+    kept = {
+        k: v
+        for k, v in labels.items()
+        if k.startswith(KEPT_LABEL_PREFIXES) or k == settings.pool_label
+    }
+    return NodeInfo(
+        name=node["metadata"]["name"],
+        gpu_model=model,
+        gpus=gpus,
+        state=state,
+        pool=labels.get(settings.pool_label),
+        mig=bool(mig_counts),
+        mig_instances=instances,
+        labels=kept,
+        reason=reason,
+    )
+
+
+def inventory(nodes: Sequence[Obj], pods: Sequence[Obj], settings: K8sSettings) -> list[NodeInfo]:
+    used = _usage(pods)
+    infos = (node_info(n, settings, used.get(n["metadata"]["name"], ())) for n in nodes)
+    return sorted((i for i in infos if i is not None), key=lambda i: i.name)

@@ -1,0 +1,422 @@
+"""Pure builders: a DispatchRequest and the cluster settings in, Kubernetes objects out.
+
+Three shapes (docs/kubernetes.md):
+- training, workload=volcano: one Volcano Job (gang of `nodes` pods, pytorch/svc/env plugins);
+- training, workload=indexed, nodes > 1: an Indexed batch/v1 Job plus a headless Service;
+- everything else (agent jobs, MIG slices, one-node training with workload=indexed): one
+  batch/v1 Job with a single pod.
+
+No user string is ever given to a shell unless the user chose a shell string, and every `$`
+is doubled because the kubelet expands `$(VAR)` in command, args and env values."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..base import DispatchRequest
+from .config import K8sSettings
+
+JOB_ID_LABEL = "gpuq.io/job-id"
+TEAM_LABEL = "gpuq.io/team"
+ATTEMPT_LABEL = "gpuq.io/attempt"
+ROLE_LABEL = "gpuq.io/role"
+NAME_ANNOTATION = "gpuq.io/job-name"
+JOB_ID_ANNOTATION = "gpuq.io/job-id"
+USER_ANNOTATION = "gpuq.io/user"
+FINALIZER = "gpuq.io/report-end"
+KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+GPU_RESOURCE = "nvidia.com/gpu"
+VOLCANO_API = "batch.volcano.sh/v1alpha1"
+CONTAINER = "main"
+# Pod names add "-worker-<i>" (Volcano) or "-<i>-<5 chars>" (Indexed Job) and must stay <= 63.
+NAME_MAX = 47
+KINDS = {"vcjob": (VOLCANO_API, "Job"), "job": ("batch/v1", "Job")}
+
+_NOT_DNS = re.compile(r"[^a-z0-9-]+")
+_NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class ManifestError(ValueError):
+    """The job cannot be expressed on this cluster (no image, bad MIG profile...)."""
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """Where a dispatched job lives; `external_id` is `<namespace>/<kind>/<name>`."""
+
+    namespace: str
+    kind: str  # "vcjob" | "job"
+    name: str
+
+    @property
+    def external_id(self) -> str:
+        return f"{self.namespace}/{self.kind}/{self.name}"
+
+    @property
+    def api_version(self) -> str:
+        return KINDS[self.kind][0]
+
+    @classmethod
+    def parse(cls, external_id: str) -> ObjectRef:
+        parts = external_id.split("/")
+        if len(parts) != 3 or parts[1] not in KINDS or not all(parts):
+            raise ValueError(f"not a kubernetes external id: {external_id!r}")
+        return cls(parts[0], parts[1], parts[2])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Objects to create, in order; objects[0] is the workload the ref names. Later objects
+    are owned by it (the backend adds the ownerReference once the workload has a uid)."""
+
+    ref: ObjectRef
+    objects: tuple[dict[str, Any], ...]
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def dns_label(text: str, max_len: int = 63) -> str:
+    """A DNS-1123 label for `text`: itself when already valid, else a readable prefix plus a
+    hash of the original so that two different inputs never collide."""
+    clean = _NOT_DNS.sub("-", text.lower()).strip("-")
+    if clean == text and 0 < len(clean) <= max_len:
+        return clean
+    prefix = clean[: max_len - 11].strip("-")
+    return f"{prefix}-{_digest(text)}" if prefix else f"x-{_digest(text)}"
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<= 63, alphanumeric at both ends) for `text`, hashed if altered."""
+    clean = _NOT_LABEL.sub("-", text).strip("-_.")
+    if clean == text and len(clean) <= 63:
+        return clean
+    prefix = clean[:52].strip("-_.")
+    return f"{prefix}-{_digest(text)}" if prefix else _digest(text)
+
+
+def object_name(job_id: str, attempt: int) -> str:
+    """One name per job attempt, so a requeued job never collides with its earlier attempt."""
+    return dns_label(f"gpuq-{job_id}-{attempt}", NAME_MAX)
+
+
+def namespace_for(team: str, settings: K8sSettings) -> str:
+    return dns_label(settings.namespace.replace("{team}", team))
+
+
+def escape_expansion(text: str) -> str:
+    """Kubernetes expands `$(VAR)` in command, args and env values; `$$` is a literal `$`."""
+    return text.replace("$", "$$")
+
+
+def user_argv(command: tuple[str, ...] | str) -> list[str]:
+    if isinstance(command, str):
+        return ["/bin/sh", "-c", command]
+    if not command:
+        raise ManifestError("the command is empty")
+    return list(command)
+
+
+def _is_gang(job: DispatchRequest) -> bool:
+    return job.kind == "training" and job.nodes > 1
+
+
+def container_command(job: DispatchRequest) -> list[str]:
+    """The container's command. A multi-node training job given as argv runs under torchrun,
+    one launcher per pod, as on Slurm (a `.py` script directly, any other program with
+    --no_python; a shell string is run as is). `$(RANK)`, `$(MASTER_ADDR)` and
+    `$(MASTER_PORT)` are expanded by the kubelet from the pod's environment (Volcano's
+    pytorch plugin, or the Indexed Job wiring)."""
+    argv = [escape_expansion(a) for a in user_argv(job.command)]
+    if not _is_gang(job) or isinstance(job.command, str):
+        return argv
+    launcher = [
+        "torchrun",
+        f"--nnodes={job.nodes}",
+        f"--nproc_per_node={max(job.gpus_per_node, 1)}",
+        "--node_rank=$(RANK)",
+        "--master_addr=$(MASTER_ADDR)",
+        "--master_port=$(MASTER_PORT)",
+    ]
+    return [*launcher, *([] if argv[0].endswith(".py") else ["--no_python"]), *argv]
+
+
+def _env(job: DispatchRequest, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    values: dict[str, str] = {
+        "GPUQ_JOB_ID": job.job_id,
+        "GPUQ_JOB_NAME": job.name,
+        "GPUQ_TEAM": job.team,
+        "GPUQ_ATTEMPT": str(job.attempt),
+    }
+    if job.checkpoint_dir:
+        values["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
+    if job.checkpoint_interval_s:
+        values["GPUQ_CHECKPOINT_INTERVAL_S"] = str(job.checkpoint_interval_s)
+    values.update(job.env)
+    if job.nccl_debug:
+        values["NCCL_DEBUG"] = "INFO"
+    wired = {e["name"] for e in extra}
+    env = [{"name": k, "value": escape_expansion(v)} for k, v in values.items() if k not in wired]
+    return env + extra
+
+
+def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
+    gpus: dict[str, str] = {}
+    if job.mig_profile:
+        if not re.fullmatch(r"[1-8]g\.\d+gb(\+me)?", job.mig_profile):
+            raise ManifestError(f"not a MIG profile: {job.mig_profile!r}")
+        if settings.mig_strategy == "mixed":
+            gpus[f"nvidia.com/mig-{job.mig_profile}"] = "1"
+        else:
+            gpus[GPU_RESOURCE] = "1"
+    elif job.gpus_per_node > 0:
+        gpus[GPU_RESOURCE] = str(job.gpus_per_node)
+    requests: dict[str, str] = dict(gpus)
+    limits: dict[str, str] = dict(gpus)
+    if job.cpus_per_gpu:
+        requests["cpu"] = str(job.cpus_per_gpu * max(job.gpus_per_node, 1))
+    if job.memory_mb:
+        requests["memory"] = limits["memory"] = f"{job.memory_mb}Mi"
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _labels(job: DispatchRequest, role: str | None = None) -> dict[str, str]:
+    labels = {
+        JOB_ID_LABEL: label_value(job.job_id),
+        TEAM_LABEL: label_value(job.team),
+        ATTEMPT_LABEL: str(job.attempt),
+    }
+    if role:
+        labels[ROLE_LABEL] = role
+    return labels
+
+
+def _metadata(job: DispatchRequest, name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": _labels(job),
+        "annotations": {
+            NAME_ANNOTATION: job.name,
+            JOB_ID_ANNOTATION: job.job_id,
+            USER_ANNOTATION: job.user,
+        },
+        # Holds a deleted workload until gpuq has seen its end (see backend.poll).
+        "finalizers": [FINALIZER],
+    }
+
+
+def _pinning(job: DispatchRequest) -> dict[str, Any]:
+    """Run where gpuq's scheduler placed the job: one node by hostname, or a gang spread
+    one pod per node over exactly the chosen node set."""
+    nodes = sorted({a.node for a in job.placement})
+    if not nodes:
+        return {}
+    if not _is_gang(job):
+        return {"nodeSelector": {HOSTNAME_LABEL: nodes[0]}}
+    match = {JOB_ID_LABEL: label_value(job.job_id), ATTEMPT_LABEL: str(job.attempt)}
+    return {
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": HOSTNAME_LABEL, "operator": "In", "values": nodes}
+                            ]
+                        }
+                    ]
+                }
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": match}, "topologyKey": HOSTNAME_LABEL}
+                ]
+            },
+        }
+    }
+
+
+def _pod_spec(
+    job: DispatchRequest,
+    settings: K8sSettings,
+    extra_env: list[dict[str, Any]],
+    **fields: Any,
+) -> dict[str, Any]:
+    image = job.image or settings.image_default
+    if not image:
+        raise ManifestError("the job has no image and the cluster sets no image_default")
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": container_command(job),
+        "env": _env(job, extra_env),
+    }
+    resources = _resources(job, settings)
+    if resources:
+        container["resources"] = resources
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # Service links would flood the environment and could shadow the job's variables.
+        "enableServiceLinks": False,
+        "containers": [container],
+        **_pinning(job),
+        **fields,
+    }
+    if job.checkpoint_dir:
+        spec["terminationGracePeriodSeconds"] = settings.checkpoint_grace_s
+    priority_class = settings.priority_class_map.get(job.priority)
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return spec
+
+
+def _batch_job(
+    job: DispatchRequest,
+    settings: K8sSettings,
+    ref: ObjectRef,
+    *,
+    indexed: bool,
+) -> dict[str, Any]:
+    metadata = _metadata(job, ref.name, ref.namespace)
+    extra_env: list[dict[str, Any]] = []
+    pod_fields: dict[str, Any] = {}
+    spec: dict[str, Any] = {
+        "completions": job.nodes if indexed else 1,
+        "parallelism": job.nodes if indexed else 1,
+        # gpuq retries itself (a new attempt placed by its scheduler), never in place.
+        "backoffLimit": 0,
+        # Names the disruption in the Job's Failed condition even after its pod is deleted.
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": "FailJob",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                }
+            ]
+        },
+        "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+        pod_fields["subdomain"] = ref.name
+        extra_env = [
+            {"name": "MASTER_ADDR", "value": f"{ref.name}-0.{ref.name}"},
+            {"name": "MASTER_PORT", "value": str(settings.master_port)},
+            {"name": "WORLD_SIZE", "value": str(job.nodes)},
+            {
+                "name": "RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}
+                },
+            },
+        ]
+    if job.time_limit_s:
+        spec["activeDeadlineSeconds"] = int(job.time_limit_s)
+    if settings.kueue_queue:
+        metadata["labels"][KUEUE_LABEL] = settings.kueue_queue
+        spec["suspend"] = True
+    spec["template"] = {
+        "metadata": {"labels": _labels(job, "master" if not indexed else None)},
+        "spec": _pod_spec(job, settings, extra_env, **pod_fields),
+    }
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
+
+
+def _headless_service(
+    job: DispatchRequest, settings: K8sSettings, ref: ObjectRef
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ref.name, "namespace": ref.namespace, "labels": _labels(job)},
+        "spec": {
+            "clusterIP": "None",
+            # Rendezvous needs the master's DNS name before any pod is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": {
+                JOB_ID_LABEL: label_value(job.job_id),
+                ATTEMPT_LABEL: str(job.attempt),
+            },
+            "ports": [{"name": "torch", "port": settings.master_port, "protocol": "TCP"}],
+        },
+    }
+
+
+def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) -> dict[str, Any]:
+    pod_fields: dict[str, Any] = {}
+    if job.time_limit_s:
+        pod_fields["activeDeadlineSeconds"] = int(job.time_limit_s)
+
+    def task(role: str, replicas: int) -> dict[str, Any]:
+        return {
+            "name": role,
+            "replicas": replicas,
+            "template": {
+                "metadata": {"labels": _labels(job, role)},
+                "spec": _pod_spec(job, settings, [], **pod_fields),
+            },
+        }
+
+    master = task("master", 1)
+    master["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    tasks = [master] + ([task("worker", job.nodes - 1)] if job.nodes > 1 else [])
+    spec: dict[str, Any] = {
+        "schedulerName": "volcano",
+        "queue": dns_label(settings.volcano_queue.replace("{team}", job.team)),
+        "minAvailable": job.nodes,
+        "maxRetry": max(job.retries_max, 0),
+        "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
+        "plugins": {
+            "pytorch": ["--master=master", "--worker=worker", f"--port={settings.master_port}"],
+            "svc": [],
+            "env": [],
+        },
+        "policies": [
+            {"event": "PodEvicted", "action": "RestartJob"},
+            {"event": "PodFailed", "action": "RestartJob"},
+        ],
+        "tasks": tasks,
+    }
+    priority_class = settings.priority_class_map.get(job.priority)
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    return {
+        "apiVersion": VOLCANO_API,
+        "kind": "Job",
+        "metadata": _metadata(job, ref.name, ref.namespace),
+        "spec": spec,
+    }
+
+
+def build(job: DispatchRequest, settings: K8sSettings) -> Plan:
+    if job.nodes < 1:
+        raise ManifestError("a job needs at least one node")
+    if job.mig_profile and job.nodes != 1:
+        raise ManifestError("a MIG job runs on one slice of one node")
+    namespace = namespace_for(job.team, settings)
+    name = object_name(job.job_id, job.attempt)
+    if job.kind == "training" and settings.workload == "volcano" and not job.mig_profile:
+        ref = ObjectRef(namespace, "vcjob", name)
+        return Plan(ref, (_volcano_job(job, settings, ref),))
+    ref = ObjectRef(namespace, "job", name)
+    if _is_gang(job):
+        return Plan(
+            ref,
+            (
+                _batch_job(job, settings, ref, indexed=True),
+                _headless_service(job, settings, ref),
+            ),
+        )
+    return Plan(ref, (_batch_job(job, settings, ref, indexed=False),))

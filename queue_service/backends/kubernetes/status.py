@@ -1,0 +1,263 @@
+"""Pure status mappers: a workload object (batch/v1 Job or Volcano Job, as the API server
+returns it) and its pods in, a gpuq JobStatus out.
+
+Judgement calls (docs/kubernetes.md explains them):
+- a pod disrupted by the scheduler (DisruptionTarget PreemptionByScheduler) -> PREEMPTED;
+  by the kubelet (node-pressure eviction, reason Evicted), the taint manager, pod GC or a
+  drain (Eviction API) -> NODE_FAILURE; both are retried by gpuq per the job's retry policy;
+- ImagePullBackOff / ErrImagePull / CreateContainerConfigError -> QUEUED with the reason for
+  `image_pull_grace_s` after the pod was created, then FAILED (InvalidImageName at once);
+- Unschedulable -> QUEUED with the scheduler's message;
+- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from ..base import JobStatus, RemoteState
+
+Obj = Mapping[str, Any]
+
+PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+PULL_PROBLEMS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """The status to report; `stop` when the object still runs on the cluster although gpuq
+    now considers the job finished (e.g. an image that never pulls): the backend deletes it."""
+
+    status: JobStatus
+    stop: bool = False
+
+
+def _get(obj: Obj | None, *path: str) -> Any:
+    cur: Any = obj
+    for key in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(key)
+    return cur
+
+
+def _ts(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _true_conditions(obj: Obj) -> dict[str, Obj]:
+    conditions = _get(obj, "status", "conditions") or []
+    return {c["type"]: c for c in conditions if c.get("status") == "True" and "type" in c}
+
+
+def _main_status(pod: Obj) -> Obj:
+    statuses = _get(pod, "status", "containerStatuses") or []
+    return statuses[0] if statuses else {}
+
+
+def _disruption(pod: Obj) -> tuple[str, str, str] | None:
+    """(state, reason, native) when the pod was taken away rather than failing by itself."""
+    name = _get(pod, "metadata", "name")
+    pod_reason = _get(pod, "status", "reason") or ""
+    for cond in _get(pod, "status", "conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            why = cond.get("reason", "")
+            message = cond.get("message") or why
+            if why in PREEMPTION_REASONS:
+                return RemoteState.PREEMPTED, f"pod {name} preempted: {message}", why
+            word = "evicted" if pod_reason == "Evicted" or "Eviction" in why else "disrupted"
+            return RemoteState.NODE_FAILURE, f"pod {name} {word}: {message}", pod_reason or why
+    if pod_reason in ("Evicted", "NodeLost", "NodeShutdown"):
+        message = _get(pod, "status", "message") or pod_reason
+        return RemoteState.NODE_FAILURE, f"pod {name} {pod_reason.lower()}: {message}", pod_reason
+    return None
+
+
+def _terminated(pod: Obj) -> Obj | None:
+    term = _get(_main_status(pod), "state", "terminated")
+    return term if isinstance(term, Mapping) else None
+
+
+def _failure(pods: Sequence[Obj]) -> tuple[int | None, str, str]:
+    """Exit code, reason and native reason of the pod that failed first."""
+    failed = [p for p in pods if (t := _terminated(p)) is not None and t.get("exitCode", 0) != 0]
+    if not failed:
+        return None, "", ""
+    pod = min(
+        failed,
+        key=lambda p: (_ts((_terminated(p) or {}).get("finishedAt")) or 0, _name(p)),
+    )
+    term = _terminated(pod) or {}
+    code = term.get("exitCode")
+    native = term.get("reason") or "Error"
+    where = f"pod {_name(pod)}"
+    if native == "OOMKilled":
+        return code, f"out of memory (OOMKilled) in {where}, exit code {code}", native
+    message = term.get("message")
+    detail = f": {message.strip()}" if isinstance(message, str) and message.strip() else ""
+    return code, f"exit code {code} in {where} ({native}){detail}", native
+
+
+def _name(pod: Obj) -> str:
+    return str(_get(pod, "metadata", "name") or "")
+
+
+def _deadline(pods: Sequence[Obj]) -> bool:
+    return any(_get(p, "status", "reason") == "DeadlineExceeded" for p in pods)
+
+
+def _pending(pods: Sequence[Obj], now: float, grace: float) -> tuple[str, str, bool] | None:
+    """Why pods do not run yet: (reason, native, fatal). Image and config problems turn
+    fatal after `grace` seconds; scheduling problems never do (capacity may free up)."""
+    for pod in sorted(pods, key=_name):
+        waiting = _get(_main_status(pod), "state", "waiting") or {}
+        why = waiting.get("reason", "")
+        if why in FATAL_WAITING or why in PULL_PROBLEMS:
+            created = _ts(_get(pod, "metadata", "creationTimestamp")) or now
+            fatal = why in FATAL_WAITING or now - created >= grace
+            message = waiting.get("message") or why
+            return f"{why} in pod {_name(pod)}: {message}", why, fatal
+    for pod in sorted(pods, key=_name):
+        for cond in _get(pod, "status", "conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                why = cond.get("reason") or "Unschedulable"
+                return f"{why}: {cond.get('message') or 'waiting for a node'}", why, False
+    return None
+
+
+def _pods_running(pods: Sequence[Obj], want: int) -> int:
+    live = [p for p in pods if _get(p, "status", "phase") in ("Running", "Succeeded")]
+    return min(len(live), want)
+
+
+def _waiting(
+    eid: str, pods: Sequence[Obj], now: float, grace: float, default: str, native: str
+) -> Observation:
+    pending = _pending(pods, now, grace)
+    if pending is None:
+        return Observation(JobStatus(eid, RemoteState.QUEUED, reason=default, native_state=native))
+    reason, why, fatal = pending
+    if fatal:
+        return Observation(
+            JobStatus(eid, RemoteState.FAILED, reason=reason, native_state=why), stop=True
+        )
+    return Observation(JobStatus(eid, RemoteState.QUEUED, reason=reason, native_state=why))
+
+
+def batch_job_status(
+    eid: str, job: Obj | None, pods: Sequence[Obj], *, now: float, image_pull_grace_s: float
+) -> Observation:
+    if job is None:
+        return Observation(JobStatus(eid, RemoteState.LOST, reason="the Job no longer exists"))
+    conds = _true_conditions(job)
+    if _get(job, "metadata", "deletionTimestamp"):
+        return Observation(
+            JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
+        )
+    if "Complete" in conds:
+        return Observation(
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state="Complete")
+        )
+    failed = conds.get("Failed") or conds.get("FailureTarget")
+    if failed is not None:
+        return Observation(_failed_job(eid, failed, pods))
+    if "Suspended" in conds or _get(job, "spec", "suspend"):
+        message = "suspended: waiting for admission by Kueue"
+        return Observation(
+            JobStatus(eid, RemoteState.QUEUED, reason=message, native_state="Suspended")
+        )
+    want = int(_get(job, "spec", "parallelism") or 1)
+    running = _pods_running(pods, want)
+    if running >= want:
+        return Observation(JobStatus(eid, RemoteState.RUNNING, native_state="Running"))
+    default = f"{running} of {want} pods running" if want > 1 else "waiting for the pod to start"
+    return _waiting(eid, pods, now, image_pull_grace_s, default, "Pending")
+
+
+def _failed_job(eid: str, cond: Obj, pods: Sequence[Obj]) -> JobStatus:
+    why = cond.get("reason", "")
+    message = cond.get("message", "")
+    for pod in sorted(pods, key=_name):
+        disrupted = _disruption(pod)
+        if disrupted is not None:
+            state, reason, native = disrupted
+            return JobStatus(eid, state, reason=reason, native_state=native)
+    if why == "DeadlineExceeded":
+        return JobStatus(eid, RemoteState.TIMEOUT, reason=message or why, native_state=why)
+    if why == "PodFailurePolicy" and "DisruptionTarget" in message:
+        # The disrupted pod is gone: deletions come from preemption, drains or the taint
+        # manager; only kubelet evictions leave the pod behind (handled above).
+        return JobStatus(eid, RemoteState.PREEMPTED, reason=message, native_state=why)
+    code, reason, native = _failure(pods)
+    return JobStatus(
+        eid,
+        RemoteState.FAILED,
+        exit_code=code,
+        reason=reason or message or why,
+        native_state=native or why,
+    )
+
+
+VOLCANO_ACTIVE = {"Running": RemoteState.RUNNING, "Completing": RemoteState.RUNNING}
+
+
+def volcano_job_status(
+    eid: str, job: Obj | None, pods: Sequence[Obj], *, now: float, image_pull_grace_s: float
+) -> Observation:
+    if job is None:
+        return Observation(
+            JobStatus(eid, RemoteState.LOST, reason="the Volcano Job no longer exists")
+        )
+    phase = _get(job, "status", "state", "phase") or "Pending"
+    message = _get(job, "status", "state", "message") or ""
+    retries = int(_get(job, "status", "retryCount") or 0)
+    if _get(job, "metadata", "deletionTimestamp") or phase in ("Aborting", "Aborted"):
+        return Observation(
+            JobStatus(eid, RemoteState.CANCELLED, reason=message or phase, native_state=phase)
+        )
+    if phase == "Completed":
+        return Observation(JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase))
+    if phase in ("Failed", "Terminated"):
+        return Observation(_failed_vcjob(eid, phase, message, retries, pods))
+    if phase in VOLCANO_ACTIVE or phase == "Terminating":
+        state = RemoteState.RUNNING
+        return Observation(JobStatus(eid, state, reason=message, native_state=phase))
+    if phase == "Restarting" or retries:
+        cause = next((d[1] for p in pods if (d := _disruption(p))), "") or _failure(pods)[1]
+        reason = f"restarting in place (retry {retries})" + (f" after {cause}" if cause else "")
+        return Observation(JobStatus(eid, RemoteState.QUEUED, reason=reason, native_state=phase))
+    default = message or "waiting for the gang to be scheduled"
+    return _waiting(eid, pods, now, image_pull_grace_s, default, phase)
+
+
+def _failed_vcjob(
+    eid: str, phase: str, message: str, retries: int, pods: Sequence[Obj]
+) -> JobStatus:
+    if _deadline(pods):
+        return JobStatus(eid, RemoteState.TIMEOUT, reason="time limit reached", native_state=phase)
+    code, reason, _ = _failure(pods)
+    disrupted = next((d[1] for p in pods if (d := _disruption(p))), "")
+    cause = disrupted or reason or message or phase
+    code = None if disrupted else code
+    suffix = f" (after {retries} in-place restarts)" if retries else ""
+    return JobStatus(
+        eid, RemoteState.FAILED, exit_code=code, reason=cause + suffix, native_state=phase
+    )
+
+
+def observe(
+    eid: str,
+    kind: str,
+    job: Obj | None,
+    pods: Sequence[Obj],
+    *,
+    now: float,
+    image_pull_grace_s: float,
+) -> Observation:
+    mapper = volcano_job_status if kind == "vcjob" else batch_job_status
+    return mapper(eid, job, pods, now=now, image_pull_grace_s=image_pull_grace_s)

@@ -1,0 +1,1070 @@
+"""An honest fake Kubernetes API server on 127.0.0.1, spoken to over real HTTP.
+
+What it does like a real API server (see docs/kubernetes.md for what it does not):
+- one global increasing revision; every write sets metadata.resourceVersion; create sets
+  uid, creationTimestamp and generation, and the defaults the real server adds (Job selector
+  and pod-template labels, CRD schema defaults);
+- 409 AlreadyExists on create, 409 Conflict on a stale resourceVersion, 404 NotFound for a
+  missing object or namespace, 400/422 per k8s_rules (schemas + semantic rules + the
+  Volcano admission webhook), an immutable Job pod template and selector;
+- list with labelSelector / fieldSelector / limit+continue and the list resourceVersion;
+  watch from a resourceVersion in revision order, ADDED/MODIFIED/DELETED (a label change
+  crossing a selector is ADDED/DELETED, as the watch cache does), ERROR 410 Expired for a
+  resourceVersion older than the kept history;
+- delete with propagationPolicy (Foreground / Background / Orphan; batch/v1 Jobs default to
+  Orphan), finalizers holding an object with deletionTimestamp;
+- pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps;
+- faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
+  after the write happened, a slow answer.
+
+It has no controllers: the helpers in k8s_sim play kube-scheduler, the Job controller,
+Volcano, the kubelet and the MIG manager, writing the status shapes they write."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import k8s_rules as rules
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+    crd: Path | None = None  # the CRD file whose schema validates it
+    default_propagation: str = "Background"
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+def resource_types(crd_dir: Path | None) -> dict[tuple[str, str, str], ResourceType]:
+    types = [
+        ResourceType("", "v1", "namespaces", "Namespace", False),
+        ResourceType("", "v1", "nodes", "Node", False),
+        ResourceType("", "v1", "pods", "Pod", True),
+        ResourceType("", "v1", "services", "Service", True),
+        # batch/v1 Jobs orphan their pods unless told otherwise (kept for compatibility).
+        ResourceType("batch", "v1", "jobs", "Job", True, default_propagation="Orphan"),
+    ]
+    if crd_dir is not None:
+        types += [
+            ResourceType(
+                "batch.volcano.sh",
+                "v1alpha1",
+                "jobs",
+                "Job",
+                True,
+                crd=crd_dir / "batch.volcano.sh_jobs.yaml",
+            ),
+            ResourceType(
+                "scheduling.volcano.sh",
+                "v1beta1",
+                "queues",
+                "Queue",
+                False,
+                crd=crd_dir / "scheduling.volcano.sh_queues.yaml",
+            ),
+        ]
+    return {(t.group, t.version, t.plural): t for t in types}
+
+
+@dataclass
+class Fault:
+    """One injected failure for requests matching method/path; `times` requests get it.
+    kind: "status" (answer `code`), "drop" (close before doing anything), "drop_after"
+    (do the request, then close without answering: the client times out although the
+    write happened), "slow" (wait `delay` seconds, then answer normally)."""
+
+    kind: str
+    code: int = 500
+    retry_after: float | None = None
+    delay: float = 0.0
+    method: str | None = None
+    path_contains: str | None = None
+    times: int = 1
+
+    def matches(self, method: str, path: str) -> bool:
+        return (
+            self.times > 0
+            and (self.method is None or self.method == method)
+            and (self.path_contains is None or self.path_contains in path)
+        )
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+
+def status_body(
+    code: int, reason: str, message: str, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+def now_rfc3339(t: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if t is None else t, UTC).strftime(
+        "%Y-%m-%dT%H:%M:%SZ"
+    )
+
+
+# --- selectors -------------------------------------------------------------------------------
+
+_REQ = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<val>[-A-Za-z0-9_.]*)|\s+(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?\s*"
+)
+
+
+def parse_label_selector(text: str) -> Callable[[dict[str, str]], bool]:
+    """Kubernetes label selector syntax: k=v, k==v, k!=v, k in (a,b), k notin (a,b), k, !k."""
+    checks: list[Callable[[dict[str, str]], bool]] = []
+    parts = _split_selector(text)
+    for part in parts:
+        m = _REQ.fullmatch(part)
+        if not m or (m["neg"] and (m["op"] or m["setop"])):
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {part!r}")
+        key = m["key"]
+        if m["op"] in ("=", "=="):
+            checks.append(lambda lab, k=key, v=m["val"]: lab.get(k) == v)
+        elif m["op"] == "!=":
+            checks.append(lambda lab, k=key, v=m["val"]: lab.get(k) != v)
+        elif m["setop"]:
+            values = {v.strip() for v in m["set"].split(",") if v.strip()}
+            if m["setop"] == "in":
+                checks.append(lambda lab, k=key, vs=values: lab.get(k) in vs)
+            else:
+                checks.append(lambda lab, k=key, vs=values: lab.get(k) not in vs)
+        elif m["neg"]:
+            checks.append(lambda lab, k=key: k not in lab)
+        else:
+            checks.append(lambda lab, k=key: k in lab)
+    return lambda labels: all(c(labels) for c in checks)
+
+
+def _split_selector(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return [p for p in parts if p.strip()]
+
+
+FIELD_LABELS = {
+    "metadata.name": lambda o: o["metadata"]["name"],
+    "metadata.namespace": lambda o: o["metadata"].get("namespace", ""),
+    "spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName", ""),
+    "status.phase": lambda o: (o.get("status") or {}).get("phase", ""),
+}
+
+
+def parse_field_selector(text: str) -> Callable[[dict[str, Any]], bool]:
+    checks = []
+    for part in _split_selector(text):
+        m = re.fullmatch(r"\s*([\w.]+)\s*(==|=|!=)\s*(.*?)\s*", part)
+        if not m:
+            raise ApiError(400, "BadRequest", f"invalid selector: {part!r}")
+        if m[1] not in FIELD_LABELS:
+            raise ApiError(400, "BadRequest", f"field label not supported: {m[1]}")
+        get, value, neg = FIELD_LABELS[m[1]], m[3], m[2] == "!="
+        checks.append(lambda o, g=get, v=value, n=neg: (g(o) == v) != n)
+    return lambda obj: all(c(obj) for c in checks)
+
+
+# --- merge patch -------------------------------------------------------------------------------
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch (the fake also applies strategic merge patches this way:
+    they differ only for lists with patch strategies, which gpuq never patches)."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = merge_patch(out.get(key), value)
+    return out
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Event:
+    rev: int
+    rtype: ResourceType
+    type: str
+    obj: dict[str, Any]
+    old: dict[str, Any] | None
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+
+
+@dataclass
+class LogLine:
+    at: float
+    data: bytes
+
+
+class Store:
+    """Objects, revisions and the event history, under one lock."""
+
+    def __init__(self, types: dict[tuple[str, str, str], ResourceType], history: int, version: str):
+        self.types = types
+        self.version = version
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rev = 0
+        self.compacted = 0  # highest revision no longer in the history
+        self.events: deque[Event] = deque()
+        self.history = history
+        self.objects: dict[ResourceType, dict[tuple[str, str], dict[str, Any]]] = {
+            t: {} for t in types.values()
+        }
+        self.logs: dict[tuple[str, str, str], list[LogLine]] = {}
+        self.volcano_queues: dict[str, str] = {}
+        self.clock: Callable[[], float] = time.time
+
+    def rtype(self, api_version: str, plural: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        return self.types[(group, version, plural)]
+
+    def by_kind(self, api_version: str, kind: str) -> ResourceType:
+        for t in self.types.values():
+            if t.api_version == api_version and t.kind == kind:
+                return t
+        raise KeyError((api_version, kind))
+
+    def _record(
+        self, rtype: ResourceType, type_: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
+        self.events.append(Event(self.rev, rtype, type_, copy.deepcopy(obj), old))
+        while len(self.events) > self.history:
+            self.compacted = self.events.popleft().rev
+        self.changed.notify_all()
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.rev += 1
+        obj["metadata"]["resourceVersion"] = str(self.rev)
+
+    def get(self, rtype: ResourceType, namespace: str, name: str) -> dict[str, Any]:
+        obj = self.objects[rtype].get((namespace, name))
+        if obj is None:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{rtype.qualified} "{name}" not found',
+                {"name": name, "group": rtype.group, "kind": rtype.plural},
+            )
+        return obj
+
+    def require_namespace(self, namespace: str) -> None:
+        ns_type = self.types[("", "v1", "namespaces")]
+        if ("", namespace) not in self.objects[ns_type]:
+            raise ApiError(
+                404,
+                "NotFound",
+                f'namespaces "{namespace}" not found',
+                {"name": namespace, "kind": "namespaces"},
+            )
+
+    def insert(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        if key in self.objects[rtype]:
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{rtype.qualified} "{meta["name"]}" already exists',
+                {"name": meta["name"], "group": rtype.group, "kind": rtype.plural},
+            )
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339(self.clock())
+        meta["generation"] = 1
+        self._bump(obj)
+        self.objects[rtype][key] = obj
+        self._record(rtype, "ADDED", obj, None)
+        return obj
+
+    def replace(
+        self, rtype: ResourceType, obj: dict[str, Any], *, spec_changed: bool = True
+    ) -> dict[str, Any]:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        old = self.objects[rtype][key]
+        if spec_changed and obj.get("spec") != old.get("spec"):
+            meta["generation"] = old["metadata"].get("generation", 1) + 1
+        self._bump(obj)
+        self.objects[rtype][key] = obj
+        self._record(rtype, "MODIFIED", obj, copy.deepcopy(old))
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            self.remove(rtype, obj)
+        return obj
+
+    def remove(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("namespace", ""), meta["name"])
+        old = self.objects[rtype].pop(key)
+        self._bump(old)
+        self._record(rtype, "DELETED", old, None)
+        if rtype.kind == "Pod":
+            for log_key in [k for k in self.logs if k[:2] == key]:
+                del self.logs[log_key]
+        self._collect()
+
+    def dependents(self, uid: str) -> list[tuple[ResourceType, dict[str, Any]]]:
+        return [
+            (t, o)
+            for t, objs in self.objects.items()
+            for o in list(objs.values())
+            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _collect(self) -> None:
+        """The garbage collector: an owner waiting in foreground deletion goes once its
+        last dependent is gone; dependents of a deleted owner are deleted."""
+        for t, objs in self.objects.items():
+            for o in list(objs.values()):
+                meta = o["metadata"]
+                held = "foregroundDeletion" in (meta.get("finalizers") or [])
+                if meta.get("uid") and held and not self.dependents(meta["uid"]):
+                    updated = copy.deepcopy(o)
+                    updated["metadata"]["finalizers"].remove("foregroundDeletion")
+                    self.replace(t, updated, spec_changed=False)
+
+    def delete(
+        self,
+        rtype: ResourceType,
+        namespace: str,
+        name: str,
+        propagation: str | None,
+        grace: int | None,
+    ) -> dict[str, Any]:
+        obj = copy.deepcopy(self.get(rtype, namespace, name))
+        policy = propagation or rtype.default_propagation
+        if policy not in ("Foreground", "Background", "Orphan"):
+            raise ApiError(400, "BadRequest", f"invalid propagationPolicy {policy!r}")
+        uid = obj["metadata"]["uid"]
+        if rtype.kind == "Namespace":  # the namespace controller empties it first
+            for t, objs in self.objects.items():
+                for ns, n in [k for k in objs if k[0] == name and t.namespaced]:
+                    if (ns, n) in objs:
+                        self.delete(t, ns, n, "Background", None)
+        if policy == "Orphan":
+            for t, dep in self.dependents(uid):
+                freed = copy.deepcopy(dep)
+                refs = [r for r in freed["metadata"]["ownerReferences"] if r.get("uid") != uid]
+                freed["metadata"]["ownerReferences"] = refs
+                self.replace(t, freed, spec_changed=False)
+        meta = obj["metadata"]
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Foreground" and self.dependents(uid):
+            finalizers.append("foregroundDeletion")
+        if finalizers:
+            if not meta.get("deletionTimestamp"):
+                meta["deletionTimestamp"] = now_rfc3339(self.clock())
+                meta["deletionGracePeriodSeconds"] = 0 if grace is None else grace
+            meta["finalizers"] = finalizers
+            self.replace(rtype, obj, spec_changed=False)
+            for t, dep in self.dependents(uid) if policy == "Foreground" else []:
+                self.delete(
+                    t,
+                    dep["metadata"].get("namespace", ""),
+                    dep["metadata"]["name"],
+                    "Background",
+                    None,
+                )
+            current = self.objects[rtype].get((namespace, name))
+            return copy.deepcopy(current) if current else obj
+        self.remove(rtype, self.objects[rtype][(namespace, name)])
+        for t, dep in self.dependents(uid):
+            self.delete(
+                t, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], "Background", None
+            )
+        return obj
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class FakeApiServer:
+    """`with FakeApiServer(crd_dir=...) as api:` then `KubeConfig.from_server(api.url)`."""
+
+    def __init__(
+        self,
+        *,
+        crd_dir: Path | None,
+        version: str = "1.33",
+        history: int = 1000,
+        token: str | None = None,
+    ) -> None:
+        self.store = Store(resource_types(crd_dir), history, version)
+        self.faults: list[Fault] = []
+        self.requests: list[Request] = []
+        self.token = token
+        self.watch_timeout_s = 30.0
+        self._stopping = threading.Event()
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        self._server = server
+        self.url = f"http://127.0.0.1:{server.server_address[1]}"
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FakeApiServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self.store.lock:
+            self.store.changed.notify_all()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def inject(self, fault: Fault) -> Fault:
+        with self.store.lock:
+            self.faults.append(fault)
+        return fault
+
+    def calls(self, method: str | None = None, contains: str = "") -> list[Request]:
+        with self.store.lock:
+            return [
+                r
+                for r in self.requests
+                if (method is None or r.method == method) and contains in r.path
+            ]
+
+    def take_fault(self, method: str, path: str) -> Fault | None:
+        with self.store.lock:
+            for f in self.faults:
+                if f.matches(method, path):
+                    f.times -= 1
+                    return f
+        return None
+
+    # --- request handling (called by the handler threads) ---
+
+    def route(self, path: str) -> tuple[ResourceType, str | None, str | None, str | None]:
+        """(type, namespace, name, subresource) from an API path."""
+        parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        elif len(rest) == 2 and rest[0] == "namespaces":
+            return self._type(group, version, "namespaces"), None, rest[1], None
+        if not rest:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        rtype = self._type(group, version, rest[0])
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if rtype.namespaced != (namespace is not None) and name is not None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return rtype, namespace, name, sub
+
+    def _type(self, group: str, version: str, plural: str) -> ResourceType:
+        try:
+            return self.store.types[(group, version, plural)]
+        except KeyError:
+            raise ApiError(
+                404, "NotFound", "the server could not find the requested resource"
+            ) from None
+
+    def admit(self, rtype: ResourceType, obj: dict[str, Any], field_validation: str) -> list[str]:
+        """Schema, semantic and admission checks; returns warnings."""
+        if obj.get("apiVersion") != rtype.api_version or obj.get("kind") != rtype.kind:
+            raise ApiError(
+                400,
+                "BadRequest",
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the "
+                f"expected API version ({rtype.api_version})",
+            )
+        try:
+            if rtype.crd is not None:
+                warnings = rules.check_custom(
+                    obj, rules.crd_schema(rtype.crd, rtype.version), field_validation
+                )
+            else:
+                warnings = rules.check_builtin(obj, self.store.version, field_validation)
+            causes = rules.semantic_causes(obj)
+            if causes:
+                raise rules.Rejection(
+                    422,
+                    "Invalid",
+                    rules.invalid_message(
+                        rtype.kind, rtype.group, obj["metadata"].get("name", ""), causes
+                    ),
+                    tuple(causes),
+                )
+        except rules.Rejection as r:
+            details = {
+                "name": obj.get("metadata", {}).get("name", ""),
+                "group": rtype.group,
+                "kind": rtype.kind,
+                "causes": [c.as_dict() for c in r.causes],
+            }
+            raise ApiError(r.code, r.reason, r.message, details if r.causes else None) from None
+        if rtype.group == "batch.volcano.sh":
+            denial = rules.volcano_webhook_denial(obj, self.store.volcano_queues)
+            if denial:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'admission webhook "validatejob.volcano.sh" denied the request: {denial}',
+                )
+        return warnings
+
+    def create(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        body: dict[str, Any],
+        field_validation: str,
+        dry_run: bool,
+    ) -> tuple[dict[str, Any], list[str]]:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        if rtype.namespaced:
+            if meta.get("namespace") not in (None, namespace):
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    (
+                        "the namespace of the provided object does not match the namespace sent "
+                        "on the request"
+                    ),
+                )
+            meta["namespace"] = namespace
+        with self.store.lock:
+            if rtype.namespaced:
+                self.store.require_namespace(namespace or "")
+            obj.pop("status", None)  # the status subresource is written separately
+            for key in (
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "generation",
+            ):
+                meta.pop(key, None)
+            warnings = self.admit(rtype, obj, field_validation)
+            self._default(rtype, obj)
+            if dry_run:
+                return obj, warnings
+            return copy.deepcopy(self.store.insert(rtype, obj)), warnings
+
+    def _default(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
+        """What the real API server fills in on create."""
+        if rtype.kind == "Job" and rtype.group == "batch":
+            spec = obj["spec"]
+            controller_uid = str(uuid.uuid4())
+            labels = {
+                "batch.kubernetes.io/controller-uid": controller_uid,
+                "controller-uid": controller_uid,
+                "batch.kubernetes.io/job-name": obj["metadata"]["name"],
+                "job-name": obj["metadata"]["name"],
+            }
+            spec.setdefault(
+                "selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": controller_uid}}
+            )
+            template_meta = spec["template"].setdefault("metadata", {})
+            template_meta["labels"] = {**(template_meta.get("labels") or {}), **labels}
+            spec.setdefault("completionMode", "NonIndexed")
+            spec.setdefault("backoffLimit", 6)
+            spec.setdefault("parallelism", 1)
+            spec.setdefault("completions", spec["parallelism"])
+            spec.setdefault("suspend", False)
+            obj["status"] = {}
+        elif rtype.kind == "Pod":
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+            obj["spec"].setdefault("restartPolicy", "Always")
+        elif rtype.kind == "Service":
+            spec = obj.setdefault("spec", {})
+            spec.setdefault("type", "ClusterIP")
+            for port in spec.get("ports") or []:
+                port.setdefault("protocol", "TCP")
+                port.setdefault("targetPort", port.get("port"))
+        elif rtype.kind == "Namespace":
+            obj["status"] = {"phase": "Active"}
+
+    def update(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        body: dict[str, Any],
+        sub: str | None,
+        field_validation: str,
+    ) -> tuple[dict[str, Any], list[str]]:
+        with self.store.lock:
+            current = self.store.get(rtype, namespace or "", name)
+            sent_rv = (body.get("metadata") or {}).get("resourceVersion")
+            if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on {rtype.qualified} "{name}": '
+                    "the object has been modified; please apply your changes to the latest "
+                    "version and try again",
+                    {"name": name, "group": rtype.group, "kind": rtype.plural},
+                )
+            new = copy.deepcopy(body)
+            new_meta = new.setdefault("metadata", {})
+            for key in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "generation",
+            ):
+                if key in current["metadata"]:
+                    new_meta[key] = current["metadata"][key]
+            if sub == "status":
+                merged = copy.deepcopy(current)
+                merged["status"] = new.get("status", {})
+                return copy.deepcopy(self.store.replace(rtype, merged, spec_changed=False)), []
+            new["status"] = copy.deepcopy(current.get("status"))
+            warnings = self.admit(rtype, new, field_validation)
+            self._immutable(rtype, current, new)
+            return copy.deepcopy(self.store.replace(rtype, new)), warnings
+
+    def _immutable(self, rtype: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+        if rtype.kind == "Job" and rtype.group == "batch":
+            causes = []
+            for key in ("template", "selector", "completionMode"):
+                if old["spec"].get(key) != new["spec"].get(key) and key in new["spec"]:
+                    causes.append(rules.invalid(f"spec.{key}", "...", "field is immutable"))
+            if "template" not in new["spec"]:
+                causes.append(rules.required("spec.template"))
+            if causes:
+                name = new["metadata"]["name"]
+                raise ApiError(
+                    422,
+                    "Invalid",
+                    rules.invalid_message("Job", "batch", name, causes),
+                    {
+                        "name": name,
+                        "group": "batch",
+                        "kind": "Job",
+                        "causes": [c.as_dict() for c in causes],
+                    },
+                )
+
+    def patch(
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        content_type: str,
+        sub: str | None,
+        field_validation: str,
+    ) -> tuple[dict[str, Any], list[str]]:
+        if content_type not in (
+            "application/merge-patch+json",
+            "application/strategic-merge-patch+json",
+        ):
+            raise ApiError(
+                415,
+                "UnsupportedMediaType",
+                (
+                    f"the body of the request was in an unknown format - accepted media "
+                    f"types include: application/merge-patch+json, "
+                    f"application/strategic-merge-patch+json (got {content_type})"
+                ),
+            )
+        with self.store.lock:
+            current = self.store.get(rtype, namespace or "", name)
+            merged = merge_patch(current, patch)
+            merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            return self.update(rtype, namespace, name, merged, sub, field_validation)
+
+    def list(self, rtype: ResourceType, namespace: str | None, q: dict[str, str]) -> dict[str, Any]:
+        labels = parse_label_selector(q.get("labelSelector", ""))
+        fields = parse_field_selector(q.get("fieldSelector", ""))
+        with self.store.lock:
+            items = [
+                copy.deepcopy(o)
+                for (ns, _), o in sorted(self.store.objects[rtype].items())
+                if (namespace is None or ns == namespace)
+                and labels(o["metadata"].get("labels") or {})
+                and fields(o)
+            ]
+            rev = self.store.rev
+        start = 0
+        if q.get("continue"):
+            try:
+                start = json.loads(base64.b64decode(q["continue"]))["start"]
+            except (ValueError, KeyError):
+                raise ApiError(400, "BadRequest", "continue key is not valid") from None
+        meta: dict[str, Any] = {"resourceVersion": str(rev)}
+        if q.get("limit") and int(q["limit"]) > 0:
+            end = start + int(q["limit"])
+            if end < len(items):
+                meta["continue"] = base64.b64encode(json.dumps({"start": end}).encode()).decode()
+                meta["remainingItemCount"] = len(items) - end
+            items = items[start:end]
+        else:
+            items = items[start:]
+        return {
+            "kind": f"{rtype.kind}List",
+            "apiVersion": rtype.api_version,
+            "metadata": meta,
+            "items": items,
+        }
+
+    def watch(
+        self, rtype: ResourceType, namespace: str | None, q: dict[str, str]
+    ) -> Iterator[dict[str, Any]]:
+        labels = parse_label_selector(q.get("labelSelector", ""))
+        fields = parse_field_selector(q.get("fieldSelector", ""))
+        timeout = float(q.get("timeoutSeconds") or self.watch_timeout_s)
+        deadline = time.monotonic() + timeout
+
+        def visible(o: dict[str, Any] | None) -> bool:
+            return (
+                o is not None
+                and (namespace is None or o["metadata"].get("namespace") == namespace)
+                and labels(o["metadata"].get("labels") or {})
+                and fields(o)
+            )
+
+        rv_text = q.get("resourceVersion", "")
+        with self.store.lock:
+            if rv_text in ("", "0"):
+                since = self.store.rev
+                initial = [
+                    copy.deepcopy(o)
+                    for _, o in sorted(self.store.objects[rtype].items())
+                    if visible(o)
+                ]
+            else:
+                since = int(rv_text)
+                initial = []
+                if since < self.store.compacted:
+                    yield {
+                        "type": "ERROR",
+                        "object": status_body(
+                            410,
+                            "Expired",
+                            f"too old resource version: {since} ({self.store.compacted + 1})",
+                        ),
+                    }
+                    return
+        for obj in initial:
+            yield {"type": "ADDED", "object": obj}
+        while not self._stopping.is_set():
+            with self.store.lock:
+                pending = [e for e in self.store.events if e.rev > since and e.rtype == rtype]
+                if not pending:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self.store.changed.wait(min(left, 0.5))
+                    continue
+            for e in pending:
+                since = e.rev
+                now_in, was_in = visible(e.obj), visible(e.old)
+                if e.type == "MODIFIED" and now_in != was_in:
+                    yield {"type": "ADDED" if now_in else "DELETED", "object": e.obj}
+                elif now_in:
+                    yield {"type": e.type, "object": e.obj}
+
+    def pod_log(self, namespace: str, name: str, q: dict[str, str]) -> bytes:
+        with self.store.lock:
+            pod = self.store.get(self.store.types[("", "v1", "pods")], namespace, name)
+            containers = [c["name"] for c in pod["spec"].get("containers") or []]
+            container = q.get("container") or (containers[0] if len(containers) == 1 else None)
+            if container is None:
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    (
+                        f"a container name must be specified for pod {name}, choose one of: "
+                        f"{containers}"
+                    ),
+                )
+            if container not in containers:
+                raise ApiError(
+                    400, "BadRequest", f"container {container} is not valid for pod {name}"
+                )
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            state = next((s.get("state") or {} for s in statuses if s.get("name") == container), {})
+            if not state or "waiting" in state:
+                why = (state.get("waiting") or {}).get("reason", "ContainerCreating")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    f'container "{container}" in pod "{name}" is waiting to start: {why}',
+                )
+            lines = list(self.store.logs.get((namespace, name, container), []))
+            now = self.store.clock()
+        if q.get("sinceSeconds"):
+            lines = [ln for ln in lines if ln.at >= now - int(q["sinceSeconds"])]
+        if q.get("tailLines"):
+            lines = lines[-int(q["tailLines"]) :] if int(q["tailLines"]) > 0 else []
+        if q.get("timestamps") == "true":
+            data = b"".join(
+                now_rfc3339(ln.at).replace("Z", ".000000000Z").encode() + b" " + ln.data
+                for ln in lines
+            )
+        else:
+            data = b"".join(ln.data for ln in lines)
+        if q.get("limitBytes"):
+            data = data[: int(q["limitBytes"])]
+        return data
+
+
+def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet
+            pass
+
+        def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _drop(self) -> None:
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
+        def _body(self) -> Any:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw or b"{}")
+            except ValueError:
+                raise ApiError(
+                    400, "BadRequest", "the body of the request could not be decoded as JSON"
+                ) from None
+
+        def _dispatch(self, method: str) -> None:
+            url = urlsplit(self.path)
+            q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            with api.store.lock:
+                api.requests.append(Request(method, url.path, q))
+            fault = api.take_fault(method, url.path)
+            body = None
+            if method in ("POST", "PUT", "PATCH"):
+                try:
+                    body = self._body()
+                except ApiError as e:
+                    self._send_json(e.code, status_body(e.code, e.reason, e.message))
+                    return
+            if fault is not None:
+                if fault.kind == "drop":
+                    self._drop()
+                    return
+                if fault.kind == "slow":
+                    time.sleep(fault.delay)
+                if fault.kind == "status":
+                    reason = {
+                        429: "TooManyRequests",
+                        500: "InternalError",
+                        503: "ServiceUnavailable",
+                        403: "Forbidden",
+                        401: "Unauthorized",
+                        504: "Timeout",
+                    }.get(fault.code, "InternalError")
+                    headers = (
+                        {"Retry-After": str(int(fault.retry_after))}
+                        if fault.retry_after is not None
+                        else {}
+                    )
+                    self._send_json(
+                        fault.code, status_body(fault.code, reason, f"injected {reason}"), headers
+                    )
+                    return
+            if api.token is not None and self.headers.get("Authorization") != f"Bearer {api.token}":
+                self._send_json(401, status_body(401, "Unauthorized", "Unauthorized"))
+                return
+            try:
+                self._serve(
+                    method,
+                    url.path,
+                    q,
+                    body,
+                    drop_after=fault is not None and fault.kind == "drop_after",
+                )
+            except ApiError as e:
+                self._send_json(e.code, status_body(e.code, e.reason, e.message, e.details))
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+        def _serve(
+            self, method: str, path: str, q: dict[str, str], body: Any, *, drop_after: bool
+        ) -> None:
+            rtype, namespace, name, sub = api.route(path)
+            fv = q.get("fieldValidation", "Warn")
+            dry = q.get("dryRun") == "All"
+            warnings: list[str] = []
+            if method == "GET" and sub == "log" and rtype.kind == "Pod":
+                data = api.pod_log(namespace or "", name or "", q)
+                if drop_after:
+                    return self._drop()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            if sub not in (None, "status"):
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if method == "GET" and name is None and q.get("watch") in ("true", "1"):
+                return self._stream(api.watch(rtype, namespace, q))
+            code = 200
+            if method == "GET":
+                result = (
+                    api.list(rtype, namespace, q)
+                    if name is None
+                    else copy.deepcopy(api.store.get(rtype, namespace or "", name))
+                )
+            elif method == "POST" and name is None:
+                result, warnings = api.create(rtype, namespace, body, fv, dry)
+                code = 201
+            elif method == "PUT" and name is not None:
+                result, warnings = api.update(rtype, namespace, name, body, sub, fv)
+            elif method == "PATCH" and name is not None:
+                result, warnings = api.patch(
+                    rtype, namespace, name, body, self.headers.get("Content-Type", ""), sub, fv
+                )
+            elif method == "DELETE" and name is not None:
+                grace = q.get("gracePeriodSeconds")
+                with api.store.lock:
+                    gone = api.store.delete(
+                        rtype,
+                        namespace or "",
+                        name,
+                        q.get("propagationPolicy"),
+                        int(grace) if grace is not None else None,
+                    )
+                    still = api.store.objects[rtype].get((namespace or "", name))
+                result = (
+                    copy.deepcopy(still)
+                    if still
+                    else {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            "name": name,
+                            "group": rtype.group,
+                            "kind": rtype.plural,
+                            "uid": gone["metadata"]["uid"],
+                        },
+                    }
+                )
+            else:
+                raise ApiError(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                )
+            if drop_after:
+                return self._drop()
+            headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else {}
+            self._send_json(code, result, headers)
+
+        def _stream(self, events: Iterator[dict[str, Any]]) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            try:
+                for event in events:
+                    line = json.dumps(event).encode() + b"\n"
+                    self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def do_PUT(self) -> None:
+            self._dispatch("PUT")
+
+        def do_PATCH(self) -> None:
+            self._dispatch("PATCH")
+
+        def do_DELETE(self) -> None:
+            self._dispatch("DELETE")
+
+    return Handler

@@ -1,0 +1,509 @@
+"""The cluster's actors, played in-process against a FakeApiServer: kube-scheduler, the Job
+controller, Volcano's controller and plugins, the kubelet and the GPU Operator's MIG manager.
+
+They write objects through the same store paths as the API (so watches and resourceVersions
+see them) and use the status shapes in data/status_shapes.json. Pods are created through the
+API server's admission, so every pod template gpuq emits is also checked as a Pod."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+from k8s_fakeapi import FakeApiServer, LogLine, ResourceType, now_rfc3339
+
+SHAPES: dict[str, Any] = json.loads(
+    (Path(__file__).parent / "data" / "status_shapes.json").read_text()
+)
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+BATCH = ("batch", "v1", "jobs")
+
+
+def fill(template: Any, **values: Any) -> Any:
+    """A shape with its {placeholders} filled; a whole-string placeholder keeps the value's type."""
+    if isinstance(template, dict):
+        return {k: fill(v, **values) for k, v in template.items()}
+    if isinstance(template, list):
+        return [fill(v, **values) for v in template]
+    if isinstance(template, str):
+        whole = _PLACEHOLDER.fullmatch(template)
+        if whole and whole[1] in values:
+            return values[whole[1]]
+        return _PLACEHOLDER.sub(lambda m: str(values.get(m[1], m[0])), template)
+    return template
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """The kubelet's $(VAR) expansion (k8s.io/kubernetes third_party/forked/golang/expansion):
+    `$$` is `$`, `$(NAME)` is NAME's value when defined and left as written otherwise."""
+    out, checkpoint, cursor = [], 0, 0
+    while cursor < len(text):
+        if text[cursor] == "$" and cursor + 1 < len(text):
+            out.append(text[checkpoint:cursor])
+            rest = text[cursor + 1 :]
+            if rest[0] == "$":
+                read, advance = "$", 1
+            elif rest[0] == "(":
+                close = rest.find(")", 1)
+                if close == -1:
+                    read, advance = "$(", 1
+                else:
+                    name = rest[1:close]
+                    read, advance = env.get(name, f"$({name})"), close + 1
+            else:
+                read, advance = "$" + rest[0], 1
+            out.append(read)
+            cursor += advance
+            checkpoint = cursor + 1
+        cursor += 1
+    return "".join(out) + text[checkpoint:]
+
+
+def container_argv(pod: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """What the kubelet would exec for the pod's first container, and its environment."""
+    container = pod["spec"]["containers"][0]
+    env: dict[str, str] = {}
+    for var in container.get("env") or []:
+        if "value" in var:
+            env[var["name"]] = expand(var["value"], env)
+        elif ref := (var.get("valueFrom") or {}).get("fieldRef"):
+            env[var["name"]] = _field(pod, ref["fieldPath"])
+    argv = [
+        expand(a, env) for a in [*(container.get("command") or []), *(container.get("args") or [])]
+    ]
+    return argv, env
+
+
+def _field(pod: dict[str, Any], path: str) -> str:
+    m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+    if m:
+        return str((pod["metadata"].get(m[1]) or {}).get(m[2], ""))
+    if path == "metadata.name":
+        return str(pod["metadata"]["name"])
+    if path == "spec.nodeName":
+        return str(pod["spec"].get("nodeName", ""))
+    return ""
+
+
+class Sim:
+    def __init__(self, api: FakeApiServer, seed: int = 7) -> None:
+        self.api = api
+        self.store = api.store
+        self.rng = random.Random(seed)
+
+    # --- setup ---------------------------------------------------------------------------
+
+    def _t(self, key: tuple[str, str, str]) -> ResourceType:
+        return self.store.types[key]
+
+    def namespace(self, name: str) -> None:
+        self.api.create(
+            self._t(("", "v1", "namespaces")),
+            None,
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+            "Strict",
+            False,
+        )
+
+    def queue(self, name: str, state: str = "Open") -> None:
+        with self.store.lock:
+            self.store.volcano_queues[name] = state
+
+    def node(
+        self,
+        name: str,
+        *,
+        product: str = "NVIDIA-H100-80GB-HBM3",
+        gpus: int = 8,
+        mig: dict[str, int] | None = None,
+        memory_mb: int = 81559,
+        labels: dict[str, str] | None = None,
+        ready: bool = True,
+        unschedulable: bool = False,
+    ) -> dict[str, Any]:
+        node_labels = {
+            "kubernetes.io/hostname": name,
+            "kubernetes.io/os": "linux",
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": product,
+            "nvidia.com/gpu.count": str(gpus),
+            "nvidia.com/gpu.memory": str(memory_mb),
+            "nvidia.com/mig.capable": "true" if mig is not None else "false",
+            **({"nvidia.com/mig.strategy": "mixed"} if mig is not None else {}),
+            **(labels or {}),
+        }
+        allocatable = {
+            "cpu": "128",
+            "memory": "1056374068Ki",
+            "pods": "110",
+            "ephemeral-storage": "1797466362078",
+        }
+        if mig is None:
+            allocatable["nvidia.com/gpu"] = str(gpus)
+        else:
+            allocatable["nvidia.com/gpu"] = "0"
+            allocatable.update({f"nvidia.com/mig-{p}": str(n) for p, n in mig.items()})
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": node_labels},
+            "spec": {"unschedulable": True} if unschedulable else {},
+        }
+        t = self._t(("", "v1", "nodes"))
+        self.api.create(t, None, obj, "Strict", False)
+        status = fill(SHAPES["node_ready" if ready else "node_not_ready"], time=now_rfc3339())
+        status["allocatable"] = allocatable
+        status["capacity"] = dict(allocatable)
+        return self._set_status(t, "", name, status)
+
+    # --- object access -------------------------------------------------------------------
+
+    def workload(self, eid: str) -> tuple[ResourceType, dict[str, Any]]:
+        namespace, kind, name = eid.split("/")
+        t = self._t(VOLCANO if kind == "vcjob" else BATCH)
+        with self.store.lock:
+            return t, copy.deepcopy(self.store.get(t, namespace, name))
+
+    def pods(self, eid: str) -> list[dict[str, Any]]:
+        _, obj = self.workload(eid)
+        uid = obj["metadata"]["uid"]
+        with self.store.lock:
+            return [
+                copy.deepcopy(o)
+                for _, o in sorted(self.store.objects[self._t(("", "v1", "pods"))].items())
+                if any(r.get("uid") == uid for r in o["metadata"].get("ownerReferences") or [])
+            ]
+
+    def _set_status(
+        self, t: ResourceType, namespace: str, name: str, status: dict[str, Any]
+    ) -> dict[str, Any]:
+        with self.store.lock:
+            obj = copy.deepcopy(self.store.get(t, namespace, name))
+            obj["status"] = status
+            return self.store.replace(t, obj, spec_changed=False)
+
+    def _pod_status(self, pod: dict[str, Any], shape: str, **values: Any) -> None:
+        image = pod["spec"]["containers"][0]["image"]
+        status = fill(
+            SHAPES[shape],
+            time=now_rfc3339(self.store.clock()),
+            image=image,
+            pod=pod["metadata"]["name"],
+            namespace=pod["metadata"]["namespace"],
+            **values,
+        )
+        self._set_status(
+            self._t(("", "v1", "pods")),
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            status,
+        )
+
+    # --- the controllers -----------------------------------------------------------------
+
+    def create_pods(self, eid: str) -> list[dict[str, Any]]:
+        """The Job controller / Volcano controller creating the workload's pods (once)."""
+        t, obj = self.workload(eid)
+        existing = self.pods(eid)
+        if existing:
+            return existing
+        owner = {
+            "apiVersion": t.api_version,
+            "kind": t.kind,
+            "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        name = obj["metadata"]["name"]
+        specs: list[
+            tuple[str, dict[str, Any], dict[str, str], list[dict[str, str]], dict[str, Any]]
+        ] = []
+        if t.group == "batch.volcano.sh":
+            total = sum(task["replicas"] for task in obj["spec"]["tasks"])
+            port = next(
+                (
+                    a.split("=")[1]
+                    for a in obj["spec"].get("plugins", {}).get("pytorch", [])
+                    if a.startswith("--port=")
+                ),
+                "23456",
+            )
+            for task in obj["spec"]["tasks"]:
+                for i in range(task["replicas"]):
+                    rank = 0 if task["name"] == "master" else i + 1
+                    env = [
+                        {"name": "MASTER_ADDR", "value": f"{name}-master-0.{name}"},
+                        {"name": "MASTER_PORT", "value": port},
+                        {"name": "WORLD_SIZE", "value": str(total)},
+                        {"name": "RANK", "value": str(rank)},
+                    ]
+                    annotations = {
+                        "volcano.sh/job-name": name,
+                        "volcano.sh/task-spec": task["name"],
+                        "volcano.sh/task-index": str(i),
+                    }
+                    extra = {
+                        "hostname": f"{name}-{task['name']}-{i}",
+                        "subdomain": name,
+                        "schedulerName": "volcano",
+                    }
+                    specs.append(
+                        (f"{name}-{task['name']}-{i}", task["template"], annotations, env, extra)
+                    )
+        else:
+            indexed = obj["spec"].get("completionMode") == "Indexed"
+            for i in range(obj["spec"].get("parallelism", 1)):
+                suffix = "".join(self.rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                if indexed:
+                    annotations = {"batch.kubernetes.io/job-completion-index": str(i)}
+                    specs.append(
+                        (
+                            f"{name}-{i}-{suffix}",
+                            obj["spec"]["template"],
+                            annotations,
+                            [],
+                            {"hostname": f"{name}-{i}"},
+                        )
+                    )
+                else:
+                    specs.append((f"{name}-{suffix}", obj["spec"]["template"], {}, [], {}))
+        made = []
+        for pod_name, template, annotations, env, extra in specs:
+            spec = copy.deepcopy(template["spec"])
+            spec.update(extra)
+            for c in spec["containers"]:
+                c["env"] = [*(c.get("env") or []), *env]
+            labels = dict((template.get("metadata") or {}).get("labels") or {})
+            if annotations.get("batch.kubernetes.io/job-completion-index"):
+                labels["batch.kubernetes.io/job-completion-index"] = annotations[
+                    "batch.kubernetes.io/job-completion-index"
+                ]
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": obj["metadata"]["namespace"],
+                    "labels": labels,
+                    "annotations": annotations,
+                    "ownerReferences": [owner],
+                },
+                "spec": spec,
+            }
+            made.append(
+                self.api.create(
+                    self._t(("", "v1", "pods")), obj["metadata"]["namespace"], pod, "Strict", False
+                )[0]
+            )
+        return made
+
+    def _bind(self, pod: dict[str, Any], nodes: list[str], index: int) -> str:
+        """kube-scheduler honouring the pod's nodeSelector / node affinity."""
+        spec = pod["spec"]
+        allowed = nodes
+        selector = (spec.get("nodeSelector") or {}).get("kubernetes.io/hostname")
+        if selector:
+            allowed = [selector]
+        terms = (
+            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms") or []
+        for term in terms:
+            for expr in term.get("matchExpressions") or []:
+                if expr["key"] == "kubernetes.io/hostname" and expr["operator"] == "In":
+                    allowed = expr["values"]
+        node = allowed[index % len(allowed)] if allowed else f"node-{index}"
+        with self.store.lock:
+            t = self._t(("", "v1", "pods"))
+            current = copy.deepcopy(
+                self.store.get(t, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            )
+            current["spec"]["nodeName"] = node
+            self.store.replace(t, current)
+            return node
+
+    def run(self, eid: str, nodes: list[str] | None = None) -> list[dict[str, Any]]:
+        """Schedule and start every pod; the workload reports Running."""
+        pods = self.create_pods(eid)
+        for i, pod in enumerate(pods):
+            self._bind(pod, nodes or [], i)
+            self._pod_status(pod, "pod_running")
+        self._workload_status(eid, "job_running", "vcjob_running", n=len(pods))
+        return self.pods(eid)
+
+    def unschedulable(self, eid: str) -> None:
+        for pod in self.create_pods(eid):
+            self._pod_status(pod, "pod_pending_unschedulable")
+        self._workload_status(eid, None, "vcjob_pending", n=len(self.pods(eid)))
+
+    def image_pull_backoff(self, eid: str) -> None:
+        for i, pod in enumerate(self.create_pods(eid)):
+            self._bind(pod, [], i)
+            self._pod_status(pod, "pod_image_pull_backoff")
+        self._workload_status(eid, None, "vcjob_pending", n=len(self.pods(eid)))
+
+    def succeed(self, eid: str) -> None:
+        for pod in self.pods(eid):
+            self._pod_status(pod, "pod_succeeded")
+        self._workload_status(eid, "job_complete", "vcjob_completed", n=len(self.pods(eid)))
+
+    def fail(self, eid: str, *, exit_code: int = 1, reason: str = "Error", index: int = 0) -> None:
+        pods = self.pods(eid)
+        self._pod_status(pods[index], "pod_failed_error", exit_code=exit_code, reason=reason)
+        self._end(eid, pods[index], "job_failed_backoff", n=1)
+
+    def evict(self, eid: str, *, index: int = 0, cause: str = "kubelet") -> None:
+        """cause: "kubelet" (node-pressure eviction; the pod stays, Failed/Evicted) or
+        "preemption" (kube-scheduler; the pod is marked, then deleted)."""
+        pods = self.pods(eid)
+        pod = pods[index]
+        self._pod_status(pod, "pod_evicted_kubelet" if cause == "kubelet" else "pod_preempted")
+        _, obj = self.workload(eid)
+        policy = bool(obj["spec"].get("podFailurePolicy"))
+        if cause == "preemption":
+            with self.store.lock:
+                pt = self._t(("", "v1", "pods"))
+                self.store.remove(
+                    pt, self.store.get(pt, pod["metadata"]["namespace"], pod["metadata"]["name"])
+                )
+        self._end(
+            eid,
+            pod,
+            "job_failed_pod_failure_policy" if policy else "job_failed_backoff",
+            n=1,
+            evicted=True,
+        )
+
+    def deadline(self, eid: str) -> None:
+        t, _ = self.workload(eid)
+        if t.group == "batch.volcano.sh":  # pods carry activeDeadlineSeconds; the kubelet ends them
+            for pod in self.pods(eid):
+                self._pod_status(pod, "pod_deadline_exceeded")
+            self._end(eid, self.pods(eid)[0], "job_failed_backoff", n=1)
+            return
+        # The Job controller deletes the active pods and marks the Job failed.
+        for pod in self.pods(eid):
+            with self.store.lock:
+                pt = self._t(("", "v1", "pods"))
+                self.store.remove(
+                    pt, self.store.get(pt, pod["metadata"]["namespace"], pod["metadata"]["name"])
+                )
+        self._workload_status(eid, "job_failed_deadline", None, n=1)
+
+    def _end(
+        self, eid: str, pod: dict[str, Any], job_shape: str, *, n: int, evicted: bool = False
+    ) -> None:
+        """After a pod failure: a batch Job with backoffLimit 0 fails and its other pods are
+        deleted; a Volcano Job restarts in place (PodFailed/PodEvicted -> RestartJob) until
+        retryCount reaches maxRetry, then fails."""
+        t, obj = self.workload(eid)
+        if t.group == "batch.volcano.sh":
+            retries = int((obj.get("status") or {}).get("retryCount", 0))
+            total = sum(task["replicas"] for task in obj["spec"]["tasks"])
+            if retries < obj["spec"].get("maxRetry", 3):
+                self._workload_status(eid, None, "vcjob_restarting", n=total, retries=retries + 1)
+                for p in self.pods(eid):  # Volcano kills the whole gang and recreates it
+                    with self.store.lock:
+                        pt = self._t(("", "v1", "pods"))
+                        self.store.remove(
+                            pt,
+                            self.store.get(pt, p["metadata"]["namespace"], p["metadata"]["name"]),
+                        )
+            else:
+                self._workload_status(eid, None, "vcjob_failed", n=total, retries=retries)
+            return
+        for other in self.pods(eid):
+            if (
+                other["metadata"]["name"] != pod["metadata"]["name"]
+                and other["status"].get("phase") == "Running"
+            ):
+                with self.store.lock:
+                    pt = self._t(("", "v1", "pods"))
+                    self.store.remove(
+                        pt,
+                        self.store.get(
+                            pt, other["metadata"]["namespace"], other["metadata"]["name"]
+                        ),
+                    )
+        self._workload_status(
+            eid,
+            job_shape,
+            None,
+            n=n,
+            pod=pod["metadata"]["name"],
+            namespace=pod["metadata"]["namespace"],
+        )
+
+    def _workload_status(
+        self, eid: str, job_shape: str | None, vc_shape: str | None, **values: Any
+    ) -> None:
+        t, obj = self.workload(eid)
+        shape = vc_shape if t.group == "batch.volcano.sh" else job_shape
+        if shape is None:
+            return
+        status = fill(SHAPES[shape], time=now_rfc3339(self.store.clock()), **values)
+        if (
+            t.group == "batch.volcano.sh"
+            and "retryCount" not in status
+            and (obj.get("status") or {}).get("retryCount")
+        ):
+            status["retryCount"] = obj["status"]["retryCount"]
+        self._set_status(t, obj["metadata"]["namespace"], obj["metadata"]["name"], status)
+
+    # --- kubelet logs --------------------------------------------------------------------
+
+    def log(self, pod: dict[str, Any], data: bytes, at: float | None = None) -> None:
+        key = (
+            pod["metadata"]["namespace"],
+            pod["metadata"]["name"],
+            pod["spec"]["containers"][0]["name"],
+        )
+        with self.store.lock:
+            self.store.logs.setdefault(key, []).append(
+                LogLine(self.store.clock() if at is None else at, data)
+            )
+
+    # --- the GPU Operator's MIG manager --------------------------------------------------
+
+    def mig_manager_step(
+        self, node: str, *, layouts: dict[str, dict[str, int]], fail: bool = False
+    ) -> str:
+        """One reconcile of the MIG manager: a new nvidia.com/mig.config is first marked
+        pending; the next step applies it (allocatable changes) and reports success, or
+        reports failed. Returns the state it wrote (or "" when there was nothing to do)."""
+        t = self._t(("", "v1", "nodes"))
+        with self.store.lock:
+            obj = copy.deepcopy(self.store.get(t, "", node))
+            labels = obj["metadata"]["labels"]
+            wanted = labels.get("nvidia.com/mig.config")
+            state = labels.get("nvidia.com/mig.config.state")
+            if wanted is None or (
+                state in ("success", "failed") and labels.get("gpuq.test/applied") == wanted
+            ):
+                return ""
+            if state != "pending":
+                labels["nvidia.com/mig.config.state"] = "pending"
+                self.store.replace(t, obj, spec_changed=False)
+                return "pending"
+            labels["nvidia.com/mig.config.state"] = "failed" if fail else "success"
+            labels["gpuq.test/applied"] = wanted
+            self.store.replace(t, obj, spec_changed=False)
+            if not fail:
+                status = copy.deepcopy(obj["status"])
+                alloc = {
+                    k: v
+                    for k, v in status["allocatable"].items()
+                    if not k.startswith("nvidia.com/mig-")
+                }
+                alloc.update({f"nvidia.com/mig-{p}": str(n) for p, n in layouts[wanted].items()})
+                status["allocatable"] = status["capacity"] = alloc
+                self._set_status(t, "", node, status)
+            return labels["nvidia.com/mig.config.state"]

@@ -1,0 +1,348 @@
+"""The pure manifest builders: every shape validates against the official schemas of every
+supported Kubernetes minor, the Volcano CRD and the API server's semantic rules; user
+strings are carried literally and never reach a shell unless the user gave a shell string."""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+from conftest import JOB_ID, request
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from k8s_rules import crd_schema, semantic_causes, volcano_webhook_denial
+from k8s_sim import container_argv, expand
+
+from queue_service.backends.kubernetes.config import parse_settings
+from queue_service.backends.kubernetes.manifests import (
+    ManifestError,
+    ObjectRef,
+    build,
+    dns_label,
+    escape_expansion,
+    label_value,
+    object_name,
+)
+
+MINORS = ("1.29", "1.30", "1.31", "1.32", "1.33")
+BASE = {"kubeconfig": "x", "image_default": "busybox:1.36"}
+
+
+def cfg(**overrides: Any) -> Any:
+    return parse_settings({**BASE, **overrides})
+
+
+SHAPES = [
+    ("volcano training, 1 node", cfg(), request(nodes=1)),
+    ("volcano training, 2 nodes", cfg(), request(nodes=2)),
+    ("volcano training, 16 nodes", cfg(), request(nodes=16)),
+    ("indexed training, 2 nodes", cfg(workload="indexed"), request(nodes=2)),
+    (
+        "indexed training, 16 nodes, kueue",
+        cfg(workload="indexed", kueue_queue="team-a-lq"),
+        request(nodes=16),
+    ),
+    ("indexed training, 1 node", cfg(workload="indexed"), request(nodes=1)),
+    (
+        "MIG inference",
+        cfg(),
+        request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb", time_limit_s=600),
+    ),
+    (
+        "whole-GPU agent with checkpoints",
+        cfg(priority_class_map={"high": "gpuq-high"}),
+        request(
+            kind="agent",
+            gpus_per_node=1,
+            priority="high",
+            checkpoint_dir="/ckpt",
+            cpus_per_gpu=8,
+            memory_mb=65536,
+        ),
+    ),
+]
+
+
+def builtin_objects(objects: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [o for o in objects if not o["apiVersion"].startswith("batch.volcano.sh")]
+
+
+def volcano_objects(objects: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["apiVersion"].startswith("batch.volcano.sh")]
+
+
+@pytest.mark.parametrize("minor", MINORS)
+@pytest.mark.parametrize(("title", "settings_", "job"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_every_manifest_passes_the_strict_schema_of_every_supported_minor(
+    title: str, settings_: Any, job: Any, minor: str
+) -> None:
+    plan = build(job, settings_)
+    for obj in builtin_objects(plan.objects):
+        assert kubernetes_validate.validate(obj, minor, strict=True) == minor
+    for vc in volcano_objects(plan.objects):
+        for task in vc["spec"]["tasks"]:
+            template = {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": "t"},
+                "template": task["template"],
+            }
+            assert kubernetes_validate.validate(template, minor, strict=True) == minor
+
+
+@pytest.mark.parametrize(("title", "settings_", "job"), SHAPES, ids=[s[0] for s in SHAPES])
+def test_every_manifest_passes_the_semantic_rules_and_the_volcano_crd(
+    title: str, settings_: Any, job: Any, crd_dir: Any
+) -> None:
+    plan = build(job, settings_)
+    for obj in builtin_objects(plan.objects):
+        assert semantic_causes(obj) == []
+    for vc in volcano_objects(plan.objects):
+        schema = crd_schema(crd_dir / "batch.volcano.sh_jobs.yaml", "v1alpha1")
+        assert list(jsonschema.Draft7Validator(schema).iter_errors(vc)) == []
+        assert volcano_webhook_denial(vc, {"team-a": "Open"}) is None
+        assert semantic_causes(vc) == []
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 16])
+def test_volcano_training_is_one_gang_of_all_replicas(nodes: int) -> None:
+    plan = build(request(nodes=nodes, retries_max=2), cfg())
+    vc = plan.objects[0]
+    spec = vc["spec"]
+    assert plan.ref.kind == "vcjob"
+    assert spec["minAvailable"] == nodes == sum(t["replicas"] for t in spec["tasks"])
+    assert spec["schedulerName"] == "volcano"
+    assert spec["queue"] == "team-a"
+    assert spec["maxRetry"] == 2
+    assert set(spec["plugins"]) == {"pytorch", "svc", "env"}
+    assert {"event": "PodEvicted", "action": "RestartJob"} in spec["policies"]
+    assert {"event": "PodFailed", "action": "RestartJob"} in spec["policies"]
+    assert spec["tasks"][0]["name"] == "master"
+    assert spec["tasks"][0]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    assert [t["name"] for t in spec["tasks"]] == (["master", "worker"] if nodes > 1 else ["master"])
+
+
+def test_indexed_training_wires_master_addr_and_rank_from_the_completion_index() -> None:
+    plan = build(request(nodes=4), cfg(workload="indexed"))
+    job, svc = plan.objects
+    name = plan.ref.name
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 4, 4)
+    pod = spec["template"]["spec"]
+    assert pod["subdomain"] == name == svc["metadata"]["name"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert env["MASTER_ADDR"]["value"] == f"{name}-0.{name}"
+    assert env["WORLD_SIZE"]["value"] == "4"
+    assert env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_kueue_queue_labels_and_suspends_the_job() -> None:
+    job = build(request(nodes=2), cfg(workload="indexed", kueue_queue="lq-a")).objects[0]
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "lq-a"
+    assert job["spec"]["suspend"] is True
+
+
+@pytest.mark.parametrize(
+    ("strategy", "resource"),
+    [("mixed", "nvidia.com/mig-1g.10gb"), ("single", "nvidia.com/gpu")],
+)
+def test_mig_inference_requests_one_slice_pinned_to_the_chosen_node(
+    strategy: str, resource: str
+) -> None:
+    job = request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb")
+    obj = build(job, cfg(mig_strategy=strategy)).objects[0]
+    pod = obj["spec"]["template"]["spec"]
+    res = pod["containers"][0]["resources"]
+    assert res["limits"] == res["requests"] == {resource: "1"}
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "h100-01"}
+    assert obj["kind"] == "Job" and obj["apiVersion"] == "batch/v1"
+
+
+def test_a_gang_is_pinned_to_exactly_the_chosen_nodes_one_pod_each() -> None:
+    pod = build(request(nodes=2), cfg()).objects[0]["spec"]["tasks"][1]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["h100-01", "h100-02"]}
+    ]
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_gpus_requests_equal_limits_and_time_limit_checkpoint_priority_are_carried() -> None:
+    job = request(
+        kind="agent", gpus_per_node=2, checkpoint_dir="/ckpt", priority="high", time_limit_s=900
+    )
+    obj = build(job, cfg(priority_class_map={"high": "gpuq-high"}, checkpoint_grace_s=90)).objects[
+        0
+    ]
+    pod = obj["spec"]["template"]["spec"]
+    res = pod["containers"][0]["resources"]
+    assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "2"
+    assert obj["spec"]["activeDeadlineSeconds"] == 900
+    assert pod["terminationGracePeriodSeconds"] == 90
+    assert pod["priorityClassName"] == "gpuq-high"
+    assert obj["spec"]["backoffLimit"] == 0
+
+
+def test_names_are_dns_labels_derived_from_the_job_and_attempt() -> None:
+    assert object_name(JOB_ID, 1) == f"gpuq-{JOB_ID}-1"
+    assert object_name(JOB_ID, 2) != object_name(JOB_ID, 1)
+    assert ObjectRef.parse("ns/vcjob/n") == ObjectRef("ns", "vcjob", "n")
+    with pytest.raises(ValueError, match="not a kubernetes external id"):
+        ObjectRef.parse("ns/pod/n")
+
+
+def test_a_job_without_any_image_is_refused_before_reaching_the_cluster() -> None:
+    with pytest.raises(ManifestError, match="no image"):
+        build(request(image=None), parse_settings({"kubeconfig": "x"}))
+
+
+@pytest.mark.parametrize("text", ["Train_42!", "a" * 80, "--", "ÄÖ ü", "x.y"])
+def test_dns_label_and_label_value_are_always_valid_and_distinct(text: str) -> None:
+    from k8s_rules import DNS1123_LABEL, LABEL_VALUE
+
+    assert DNS1123_LABEL.match(dns_label(text)) and len(dns_label(text)) <= 63
+    assert LABEL_VALUE.match(label_value(text)) and len(label_value(text)) <= 63
+    assert dns_label(text) != dns_label(text + "!")
+
+
+# --- hostile input --------------------------------------------------------------------------
+
+FRAGMENTS = [
+    *string.printable,
+    "é",
+    "ß",
+    "中",
+    "🚀",
+    "$(HOME)",
+    "$$",
+    "$(",
+    "`id`",
+    "#SBATCH --x",
+    "\n",
+    "'",
+    '"',
+    ";",
+]
+HOSTILE = st.lists(st.sampled_from(FRAGMENTS), max_size=12).map("".join)
+HOSTILE_ARG = st.lists(HOSTILE, min_size=0, max_size=5)
+ENV_NAMES = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: (
+        not n.startswith(("GPUQ_", "SLURM_"))
+        and n not in {"RANK", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"}
+    )
+)
+
+
+def pods_for(plan: Any) -> list[dict[str, Any]]:
+    """The pod objects a controller would create from the plan's templates (rank 0)."""
+    obj = plan.objects[0]
+    templates = (
+        [t["template"] for t in obj["spec"]["tasks"]]
+        if plan.ref.kind == "vcjob"
+        else [obj["spec"]["template"]]
+    )
+    return [
+        {
+            "metadata": {
+                "name": "p",
+                "annotations": {"batch.kubernetes.io/job-completion-index": "0"},
+            },
+            "spec": t["spec"],
+        }
+        for t in templates
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    name=HOSTILE,
+    team=HOSTILE.filter(lambda t: t.strip()),
+    program=HOSTILE.filter(lambda p: p.strip()),
+    args=HOSTILE_ARG,
+    env=st.dictionaries(ENV_NAMES, HOSTILE, max_size=4),
+    shell=st.booleans(),
+    workload=st.sampled_from(["volcano", "indexed"]),
+    kind=st.sampled_from(["training", "agent"]),
+)
+def test_hostile_names_commands_and_env_are_carried_literally(
+    name: str,
+    team: str,
+    program: str,
+    args: list[str],
+    env: dict[str, str],
+    shell: bool,
+    workload: str,
+    kind: str,
+) -> None:
+    command: tuple[str, ...] | str = " ".join([program, *args]) if shell else (program, *args)
+    job = request(name=name, team=team, command=command, env=env, kind=kind, nodes=1)
+    plan = build(job, cfg(workload=workload))
+    for obj in builtin_objects(plan.objects):
+        kubernetes_validate.validate(obj, "1.33", strict=True)
+        assert semantic_causes(obj) == []
+    for vc in volcano_objects(plan.objects):
+        assert volcano_webhook_denial(vc, {plan.objects[0]["spec"]["queue"]: "Open"}) is None
+        assert semantic_causes(vc) == []
+    assert plan.objects[0]["metadata"]["annotations"]["gpuq.io/job-name"] == name
+    for pod in pods_for(plan):
+        argv, pod_env = container_argv(pod)
+        # After the kubelet's $(VAR) expansion the process gets exactly what the user wrote;
+        # a shell appears only when the user asked for one.
+        assert argv == (["/bin/sh", "-c", command] if shell else [program, *args])
+        for key, value in env.items():
+            assert pod_env[key] == value
+        assert pod_env["GPUQ_JOB_NAME"] == name
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=HOSTILE_ARG, nodes=st.integers(2, 16))
+def test_a_gang_runs_torchrun_with_the_users_argv_after_it_literally(
+    args: list[str], nodes: int
+) -> None:
+    plan = build(
+        request(nodes=nodes, command=("python", "train.py", *args)), cfg(workload="indexed")
+    )
+    pod = pods_for(plan)[0]
+    argv, _ = container_argv(pod)
+    assert argv[:7] == [
+        "torchrun",
+        f"--nnodes={nodes}",
+        "--nproc_per_node=8",
+        "--node_rank=0",
+        f"--master_addr={plan.ref.name}-0.{plan.ref.name}",
+        "--master_port=23456",
+        "--no_python",
+    ]
+    assert argv[7:] == ["python", "train.py", *args]
+
+
+def test_a_gang_runs_a_python_script_directly_and_a_shell_string_without_torchrun() -> None:
+    script = pods_for(build(request(nodes=2, command=("train.py", "--lr", "3e-4")), cfg()))[0]
+    assert container_argv(script)[0][6:] == ["train.py", "--lr", "3e-4"]
+    shell = pods_for(build(request(nodes=2, command="torchrun train.py"), cfg()))[0]
+    assert container_argv(shell)[0] == ["/bin/sh", "-c", "torchrun train.py"]
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "expanded"),
+    [
+        ("$(A)", {"A": "1"}, "1"),
+        ("$$(A)", {"A": "1"}, "$(A)"),
+        ("$(B)", {}, "$(B)"),
+        ("$(", {}, "$("),
+        ("a$b", {}, "a$b"),
+        ("$", {}, "$"),
+    ],
+)
+def test_the_kubelet_expansion_model_follows_kubernetes(
+    text: str, env: dict[str, str], expanded: str
+) -> None:
+    assert expand(text, env) == expanded
+    assert expand(escape_expansion(text), env) == text

@@ -1,0 +1,217 @@
+"""The pure status mappers, table-driven over the status shapes in data/status_shapes.json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from k8s_sim import SHAPES, fill
+
+from queue_service.backends.base import RemoteState as R
+from queue_service.backends.kubernetes.status import observe
+
+NOW = 1_750_000_000.0
+CREATED = "2025-06-15T15:06:40Z"  # NOW - 200 s
+GRACE = 300.0
+EID = "ns/job/j"
+
+
+def pod(
+    shape: str, name: str = "j-0-abcde", created: str = CREATED, **values: Any
+) -> dict[str, Any]:
+    status = fill(SHAPES[shape], time=CREATED, image="img:1", pod=name, namespace="ns", **values)
+    return {"metadata": {"name": name, "creationTimestamp": created}, "status": status}
+
+
+def job(shape: str | None, parallelism: int = 1, **extra: Any) -> dict[str, Any]:
+    status = (
+        fill(SHAPES[shape], time=CREATED, n=parallelism, pod="j-0-abcde", namespace="ns")
+        if shape
+        else {}
+    )
+    return {
+        "metadata": {"name": "j", **extra},
+        "spec": {"parallelism": parallelism},
+        "status": status,
+    }
+
+
+def vcjob(shape: str, retries: int = 0) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "v"},
+        "spec": {},
+        "status": fill(SHAPES[shape], time=CREATED, n=2, retries=retries),
+    }
+
+
+BATCH = [
+    ("no status yet", job(None), [], R.QUEUED, "waiting for the pod to start", None),
+    (
+        "unschedulable",
+        job(None),
+        [pod("pod_pending_unschedulable")],
+        R.QUEUED,
+        "Unschedulable: 0/4 nodes",
+        None,
+    ),
+    (
+        "image pull within grace",
+        job(None),
+        [pod("pod_image_pull_backoff")],
+        R.QUEUED,
+        "ImagePullBackOff in pod",
+        None,
+    ),
+    (
+        "image pull past grace",
+        job(None),
+        [pod("pod_image_pull_backoff", created="2025-06-15T14:00:00Z")],
+        R.FAILED,
+        "ImagePullBackOff",
+        None,
+    ),
+    ("running", job("job_running"), [pod("pod_running")], R.RUNNING, "", None),
+    (
+        "gang half running",
+        job("job_running", 2),
+        [pod("pod_running"), pod("pod_pending_unschedulable", "j-1-xyz")],
+        R.QUEUED,
+        "Unschedulable",
+        None,
+    ),
+    ("complete", job("job_complete"), [pod("pod_succeeded")], R.SUCCEEDED, "", 0),
+    (
+        "exit 3",
+        job("job_failed_backoff"),
+        [pod("pod_failed_error", exit_code=3, reason="Error")],
+        R.FAILED,
+        "exit code 3 in pod j-0-abcde",
+        3,
+    ),
+    (
+        "OOMKilled",
+        job("job_failed_backoff"),
+        [pod("pod_failed_error", exit_code=137, reason="OOMKilled")],
+        R.FAILED,
+        "out of memory (OOMKilled)",
+        137,
+    ),
+    (
+        "deadline",
+        job("job_failed_deadline"),
+        [],
+        R.TIMEOUT,
+        "Job was active longer than specified deadline",
+        None,
+    ),
+    (
+        "kubelet eviction",
+        job("job_failed_pod_failure_policy"),
+        [pod("pod_evicted_kubelet")],
+        R.NODE_FAILURE,
+        "The node was low on resource: memory",
+        None,
+    ),
+    (
+        "preempted, pod still there",
+        job("job_failed_pod_failure_policy"),
+        [pod("pod_preempted")],
+        R.PREEMPTED,
+        "preempting to accommodate",
+        None,
+    ),
+    (
+        "preempted, pod deleted",
+        job("job_failed_pod_failure_policy"),
+        [],
+        R.PREEMPTED,
+        "DisruptionTarget matching FailJob",
+        None,
+    ),
+    ("kueue suspended", job("job_suspended"), [], R.QUEUED, "Kueue", None),
+    (
+        "being deleted",
+        job("job_running", deletionTimestamp=CREATED),
+        [],
+        R.CANCELLED,
+        "deleted",
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("title", "obj", "pods", "state", "reason", "exit_code"), BATCH, ids=[b[0] for b in BATCH]
+)
+def test_batch_job_maps_to_gpuq_states(
+    title: str, obj: Any, pods: Any, state: str, reason: str, exit_code: int | None
+) -> None:
+    seen = observe(EID, "job", obj, pods, now=NOW, image_pull_grace_s=GRACE)
+    assert seen.status.state == state
+    assert reason in seen.status.reason
+    assert seen.status.exit_code == exit_code
+
+
+def test_an_image_that_never_pulls_fails_and_asks_the_backend_to_stop_it() -> None:
+    stale = [pod("pod_image_pull_backoff", created="2025-06-15T14:00:00Z")]
+    seen = observe(EID, "job", job(None), stale, now=NOW, image_pull_grace_s=GRACE)
+    assert (seen.status.state, seen.stop, seen.status.native_state) == (
+        R.FAILED,
+        True,
+        "ImagePullBackOff",
+    )
+    fresh = observe(
+        EID, "job", job(None), [pod("pod_image_pull_backoff")], now=NOW, image_pull_grace_s=GRACE
+    )
+    assert fresh.stop is False
+
+
+def test_a_missing_object_is_lost() -> None:
+    assert observe(EID, "job", None, [], now=NOW, image_pull_grace_s=GRACE).status.state == R.LOST
+    assert observe(EID, "vcjob", None, [], now=NOW, image_pull_grace_s=GRACE).status.state == R.LOST
+
+
+VOLCANO = [
+    (
+        "pending",
+        vcjob("vcjob_pending"),
+        [pod("pod_pending_unschedulable")],
+        R.QUEUED,
+        "Unschedulable",
+    ),
+    ("running", vcjob("vcjob_running"), [], R.RUNNING, ""),
+    (
+        "restarting after eviction",
+        vcjob("vcjob_restarting", 1),
+        [pod("pod_evicted_kubelet")],
+        R.QUEUED,
+        "restarting in place (retry 1) after pod j-0-abcde evicted",
+    ),
+    ("completed", vcjob("vcjob_completed"), [], R.SUCCEEDED, ""),
+    (
+        "failed after retries",
+        vcjob("vcjob_failed", 3),
+        [pod("pod_failed_error", exit_code=2, reason="Error")],
+        R.FAILED,
+        "exit code 2 in pod j-0-abcde (Error) (after 3 in-place restarts)",
+    ),
+    (
+        "failed by eviction",
+        vcjob("vcjob_failed", 3),
+        [pod("pod_evicted_kubelet")],
+        R.FAILED,
+        "evicted",
+    ),
+    ("timed out", vcjob("vcjob_failed"), [pod("pod_deadline_exceeded")], R.TIMEOUT, "time limit"),
+]
+
+
+@pytest.mark.parametrize(
+    ("title", "obj", "pods", "state", "reason"), VOLCANO, ids=[v[0] for v in VOLCANO]
+)
+def test_volcano_phases_map_to_gpuq_states(
+    title: str, obj: Any, pods: Any, state: str, reason: str
+) -> None:
+    seen = observe("ns/vcjob/v", "vcjob", obj, pods, now=NOW, image_pull_grace_s=GRACE)
+    assert seen.status.state == state
+    assert reason in seen.status.reason
