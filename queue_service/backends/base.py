@@ -30,7 +30,8 @@ class ClusterConfig:
     id: int
     name: str
     kind: str
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    # repr=False: it may hold a private key or a kubeconfig token, and reprs end up in logs.
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -281,9 +281,11 @@ def _apply_status(job: Job, status: JobStatus) -> bool:
         if remote in RETRYABLE:
             return _end_or_requeue(job, status, RETRYABLE[remote], fields)
         target = REMOTE_TO_STATE[remote]
-        if job.state == S.CANCELLING and target == S.LOST:
-            target = S.CANCELLED  # deleted as asked; the backend just forgot it already
-        if job.state == S.PREEMPTING and target in (S.CANCELLED, S.LOST):
+        # A job told to stop may catch SIGTERM and exit by itself (0 after a checkpoint, or
+        # non-zero): it still ended because we asked. Its exit code is kept.
+        if job.state == S.CANCELLING and target != S.TIMEOUT:
+            target = S.CANCELLED
+        if job.state == S.PREEMPTING and target != S.TIMEOUT:
             return _end_or_requeue(job, status, "preemption", fields)
         transition(
             job,

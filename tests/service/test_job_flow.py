@@ -178,3 +178,11 @@ def test_the_tasks_run_from_manage_py(submit: Any) -> None:
     call_command("gpuq_task", "dispatch_job", str(job.pk), stdout=StringIO())
     job.refresh_from_db()
     assert job.state in (S.QUEUED, S.RUNNING)
+
+
+def test_a_job_that_exits_cleanly_on_sigterm_is_still_cancelled(submit: Any, people: Any) -> None:
+    script = "trap 'echo saving; exit 0' TERM; echo up; while true; do sleep 0.05; done"
+    job = run_until(submit(command=["/bin/sh", "-c", script]), lambda j: j.state == S.RUNNING)
+    cancel_job(people["alice"], job)
+    job = run_until(job, lambda j: j.is_terminal)
+    assert job.state == S.CANCELLED

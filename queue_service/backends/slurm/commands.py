@@ -1,0 +1,63 @@
+"""The command lines gpuq runs on the login node: pure builders.
+
+No user text ever reaches these lines: job ids are Slurm's digits, paths are gpuq's own (workdir
+setting + gpuq job id, validated), and every value is quoted anyway. The batch script itself
+travels on stdin. The login shell must be a POSIX shell (bash, dash, zsh, ksh).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from queue_service.backends.base import BackendError
+
+# Reason last: it is free text, and the parsers split only up to it.
+SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,Reason:"
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Reason"
+SINFO_FORMAT = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:"
+# How far back sacct looks for an earlier submission of the same attempt.
+LOOKUP_WINDOW = "now-30days"
+
+# The script arrives on stdin. sbatch is the whole command line, so the login shell execs it
+# without a fork: under load each extra process costs about as much as sbatch itself.
+SUBMIT = "sbatch --parsable"
+
+
+def job_ids(external_ids: Sequence[str]) -> str:
+    for job_id in external_ids:
+        if not job_id.isdigit():
+            raise BackendError(f"{job_id!r} is not a Slurm job id", permanent=True)
+    return ",".join(external_ids)
+
+
+def squeue(external_ids: Sequence[str]) -> str:
+    """All states (finished jobs stay for MinJobAge): one call for every id."""
+    return f"squeue -h -a -t all -j {job_ids(external_ids)} -O {shlex.quote(SQUEUE_FORMAT)}"
+
+
+def sacct(external_ids: Sequence[str]) -> str:
+    return f"sacct -n -P -X -j {job_ids(external_ids)} -o {SACCT_FIELDS}"
+
+
+def sinfo(partition: str | None) -> str:
+    where = f" -p {shlex.quote(partition)}" if partition else ""
+    return f"sinfo -h -N{where} -O {shlex.quote(SINFO_FORMAT)}"
+
+
+def lookup_squeue(name: str) -> str:
+    return f"squeue -h -a -t all --name={shlex.quote(name)} -O 'JobID:|,WorkDir:'"
+
+
+def lookup_sacct(name: str) -> str:
+    return f"sacct -n -P -X --name={shlex.quote(name)} -S {LOOKUP_WINDOW} -o JobIDRaw,WorkDir"
+
+
+def terminate(external_id: str) -> str:
+    """TERM to the batch step and every step: the job may save state and exit by itself."""
+    return f"scancel --signal=TERM --full {job_ids([external_id])}"
+
+
+def cancel(external_id: str) -> str:
+    """Slurm's own cancel: TERM, KILL after KillWait, and the state CANCELLED."""
+    return f"scancel {job_ids([external_id])}"

@@ -1,0 +1,304 @@
+"""Pure parsers for what Slurm's commands print, and the mapping of Slurm's words to gpuq's.
+
+Formats are the ones `commands.py` asks for (`|`-separated, no header); every parser is
+tested against output captured from the real lab in tests/backends/slurm/data/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from queue_service.backends.base import (
+    BackendError,
+    JobStatus,
+    MigInstanceInfo,
+    NodeInfo,
+    RemoteState,
+)
+from scheduler import mig
+
+# Slurm job state -> (gpuq state, reason shown when Slurm gives none).
+STATES: dict[str, tuple[str, str]] = {
+    "PENDING": (RemoteState.QUEUED, ""),
+    "CONFIGURING": (RemoteState.QUEUED, "nodes are being configured"),
+    "REQUEUED": (RemoteState.QUEUED, "requeued by Slurm"),
+    "REQUEUE_FED": (RemoteState.QUEUED, "requeued by Slurm"),
+    "REQUEUE_HOLD": (RemoteState.QUEUED, "requeued and held by Slurm"),
+    "SPECIAL_EXIT": (RemoteState.QUEUED, "held by Slurm after a special exit"),
+    "RESV_DEL_HOLD": (RemoteState.QUEUED, "held: its reservation was deleted"),
+    "SUSPENDED": (RemoteState.QUEUED, "suspended by Slurm"),
+    "STOPPED": (RemoteState.QUEUED, "stopped by Slurm"),
+    "RUNNING": (RemoteState.RUNNING, ""),
+    # The job's processes are done but Slurm has not finished cleaning up; the final
+    # state (and exit code) comes with the next poll.
+    "COMPLETING": (RemoteState.RUNNING, ""),
+    "SIGNALING": (RemoteState.RUNNING, ""),
+    "STAGE_OUT": (RemoteState.RUNNING, ""),
+    "RESIZING": (RemoteState.RUNNING, ""),
+    "COMPLETED": (RemoteState.SUCCEEDED, ""),
+    "FAILED": (RemoteState.FAILED, ""),
+    "OUT_OF_MEMORY": (RemoteState.FAILED, "out of memory"),
+    "CANCELLED": (RemoteState.CANCELLED, ""),
+    "TIMEOUT": (RemoteState.TIMEOUT, "time limit reached"),
+    "DEADLINE": (RemoteState.TIMEOUT, "deadline reached"),
+    "NODE_FAIL": (RemoteState.NODE_FAILURE, "a node of the job failed"),
+    "BOOT_FAIL": (RemoteState.NODE_FAILURE, "a node failed to boot"),
+    "PREEMPTED": (RemoteState.PREEMPTED, "preempted by Slurm"),
+    "REVOKED": (RemoteState.LOST, "revoked: the job runs on another cluster of the federation"),
+}
+# Reasons that always replace Slurm's own words, because these say more.
+_OWN_REASON = {"OUT_OF_MEMORY", "SUSPENDED", "STOPPED", "CONFIGURING"}
+
+_GRES = re.compile(
+    r"(?P<name>[A-Za-z0-9_]+)(?::(?P<type>[^:,()]+))?:(?P<count>\d+)(?:\((?P<extra>[^)]*)\))?"
+)
+_MIG_PROFILE = re.compile(r"\d+g\.\d+gb(?:\+me)?")
+
+# Without a known MIG geometry for the node's model, slices are packed by compute slices onto
+# GPUs of this many, the A100/H100 family's count.
+_FALLBACK_COMPUTE_SLICES = 7
+
+
+def exit_from_sacct(text: str) -> int | None:
+    """sacct's `code:signal`: `3:0` is exit 3, `0:9` is death by signal 9 (128 + 9)."""
+    code, _, signal = text.strip().partition(":")
+    if not code.isdigit():
+        return None
+    if signal.isdigit() and int(signal) and not int(code):
+        return 128 + int(signal)
+    return int(code)
+
+
+def exit_from_wait_status(text: str) -> int | None:
+    """squeue's exit_code is the raw wait status: 768 is exit 3, 9 is death by signal 9."""
+    if not text.strip().isdigit():
+        return None
+    status = int(text)
+    return 128 + (status & 0x7F) if status & 0x7F else status >> 8
+
+
+def job_status(external_id: str, native: str, reason: str, exit_code: int | None) -> JobStatus:
+    """A JobStatus from Slurm's state (sacct's `CANCELLED by 1001` included) and reason."""
+    word, _, rest = native.strip().partition(" ")
+    state, default_reason = STATES.get(word, (RemoteState.QUEUED, f"unknown Slurm state {word}"))
+    slurm_reason = "" if reason.strip() in ("", "None", "(null)") else reason.strip()
+    text = default_reason if word in _OWN_REASON or not slurm_reason else slurm_reason
+    if word == "CANCELLED" and rest.startswith("by "):
+        text = f"cancelled by uid {rest[3:].strip()}"
+    terminal = state in RemoteState.TERMINAL
+    return JobStatus(
+        external_id=external_id,
+        state=state,
+        exit_code=exit_code if terminal else None,
+        reason=text,
+        native_state=word,
+    )
+
+
+def _rows(text: str, fields: int) -> Iterable[list[str]]:
+    """`|`-separated rows of exactly `fields` fields; the last may itself contain `|` (free
+    text). Other lines (sacct's "accounting storage is disabled") are not rows."""
+    for line in text.split("\n"):
+        row = line.split("|", fields - 1)
+        if len(row) == fields:
+            yield row
+
+
+def parse_squeue(text: str) -> dict[str, JobStatus]:
+    """`squeue -O JobID:|,State:|,exit_code:|,Reason:` rows."""
+    found: dict[str, JobStatus] = {}
+    for job_id, state, exit_code, reason in _rows(text, 4):
+        found[job_id] = job_status(job_id, state, reason, exit_from_wait_status(exit_code))
+    return found
+
+
+def only_unknown_ids(stderr: str) -> bool:
+    """squeue -j with a single id Slurm no longer knows fails with this (more ids do not)."""
+    return "Invalid job id specified" in stderr
+
+
+def parse_sacct(text: str) -> dict[str, JobStatus]:
+    """`sacct -n -P -X -o JobIDRaw,State,ExitCode,Reason` rows; a requeued job's last run wins."""
+    found: dict[str, JobStatus] = {}
+    for job_id, state, exit_code, reason in _rows(text, 4):
+        found[job_id] = job_status(job_id, state, reason, exit_from_sacct(exit_code))
+    return found
+
+
+def parse_lookup(text: str) -> dict[str, str]:
+    """`JobID|WorkDir` rows (squeue or sacct) -> {workdir: job id}, latest job last."""
+    found: dict[str, str] = {}
+    for job_id, workdir in _rows(text, 2):
+        found[workdir.strip()] = job_id.strip()
+    return found
+
+
+def parse_sbatch(stdout: str) -> str:
+    """`sbatch --parsable` prints `id` or `id;cluster`."""
+    job_id = stdout.strip().split(";", 1)[0]
+    if not job_id.isdigit():
+        raise BackendError(f"sbatch printed no job id: {stdout.strip()[:200]!r}")
+    return job_id
+
+
+_TRANSIENT = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "connection refused",
+    "connection reset",
+    "zero bytes were transmitted",
+    "temporarily unable to accept job",
+    "try again",
+    "slurmdbd",
+    "problem talking to the database",
+)
+
+
+def command_error(what: str, stderr: str, rc: int, *, rejection_is_permanent: bool) -> BackendError:
+    """Classify a failed Slurm command. The controller not answering is transient. For sbatch
+    (rejection_is_permanent) anything else is Slurm refusing this job, which retrying cannot
+    change: bad partition, invalid account, unsatisfiable request."""
+    message = " ".join(stderr.split())[:500] or f"exit status {rc}"
+    transient = any(marker in message.lower() for marker in _TRANSIENT)
+    return BackendError(
+        f"{what} failed: {message}", permanent=rejection_is_permanent and not transient
+    )
+
+
+def _node_state(state_long: str) -> str:
+    base = state_long.strip().lower()
+    if base.endswith("*") or base.startswith(("down", "fail", "inval", "unknown", "future")):
+        return "down"
+    if "drain" in base or base.startswith(("maint", "reboot", "failing")):
+        return "drain"
+    return "up"
+
+
+def _indices(idx: str) -> set[int]:
+    found: set[int] = set()
+    for part in idx.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit():
+            found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+@dataclass(frozen=True)
+class _Gres:
+    gres_type: str | None
+    count: int
+
+
+def _gpu_gres(text: str) -> list[_Gres]:
+    return [
+        _Gres(m.group("type"), int(m.group("count")))
+        for m in _GRES.finditer(text)
+        if m.group("name") == "gpu"
+    ]
+
+
+def _used_indices(text: str) -> set[int]:
+    used: set[int] = set()
+    for m in _GRES.finditer(text):
+        extra = m.group("extra") or ""
+        if m.group("name") == "gpu" and extra.startswith("IDX:"):
+            used |= _indices(extra[4:])
+    return used
+
+
+def _profile(name: str) -> str | None:
+    match = _MIG_PROFILE.search(name)
+    return match.group(0) if match else None
+
+
+def pack_mig(
+    gpu_model: str, slices: list[tuple[str, bool]], first_gpu: int
+) -> tuple[int, tuple[MigInstanceInfo, ...]]:
+    """Slurm reports slices (profile, in use), not the GPUs they live on: pack them, in GRES
+    index order, onto as few GPUs as the model's MIG geometry allows. Returns (GPUs, instances)."""
+    table = mig.geometry(gpu_model)
+
+    def fits(profiles: list[str]) -> bool:
+        if table is not None:
+            return mig.place(table, profiles) is not None
+        return sum(mig.parse_profile(p).compute for p in profiles) <= _FALLBACK_COMPUTE_SLICES
+
+    gpus: list[list[tuple[str, bool]]] = []
+    for profile, in_use in slices:
+        if gpus and fits([p for p, _ in gpus[-1]] + [profile]):
+            gpus[-1].append((profile, in_use))
+        else:
+            gpus.append([(profile, in_use)])
+    instances: list[MigInstanceInfo] = []
+    for offset, gpu in enumerate(gpus):
+        placed = mig.place(table, [p for p, _ in gpu]) if table is not None else None
+        if placed is None:
+            # Unknown geometry: one slice after another, sized by compute slices.
+            layout, start = [], 0
+            for profile, _ in gpu:
+                size = mig.parse_profile(profile).compute
+                layout.append((profile, start, size))
+                start += size
+        else:
+            layout = sorted(((p.profile, p.start, p.size) for p in placed), key=lambda x: x[1])
+        # Slices of one profile are interchangeable: hand out their in-use flags in order.
+        flags: dict[str, list[bool]] = {}
+        for profile, in_use in gpu:
+            flags.setdefault(profile, []).append(in_use)
+        for profile, start, size in layout:
+            in_use = flags[profile].pop(0)
+            instances.append(MigInstanceInfo(first_gpu + offset, profile, start, size, in_use))
+    return len(gpus), tuple(instances)
+
+
+def parse_sinfo(text: str, gres_map: Mapping[str, str]) -> list[NodeInfo]:
+    """`sinfo -N -O NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:`
+    rows -> one NodeInfo per node (a node in several partitions appears once).
+
+    GRES types are reverse-mapped through gres_map (unmapped types keep their own name). A
+    node whose GRES types are MIG profiles is mig=True; its GPU model comes from a node feature
+    that gres_map knows (e.g. Features=a100 with {"A100-SXM4-80GB": "a100"})."""
+    to_name = {gres_type: name for name, gres_type in gres_map.items()}
+    rows: dict[str, list[str]] = {}
+    for row in _rows(text, 7):
+        if row[0] in rows:
+            rows[row[0]][5] += "," + row[5]
+        else:
+            rows[row[0]] = row
+    nodes = []
+    for name, state, gres_text, used_text, features, partitions, reason in rows.values():
+        feature_list = [f for f in features.split(",") if f and f != "(null)"]
+        used = _used_indices(used_text)
+        whole, slices, models, index = 0, [], [], 0
+        for g in _gpu_gres(gres_text):
+            mapped = to_name.get(g.gres_type, g.gres_type) if g.gres_type else None
+            profile = _profile(mapped) if mapped else None
+            if profile:
+                slices += [(profile, i in used) for i in range(index, index + g.count)]
+            else:
+                whole += g.count
+                if mapped:
+                    models.append(mapped)
+            index += g.count
+        feature_models = [
+            to_name.get(f, f)
+            for f in feature_list
+            if (f in to_name or f in gres_map) and not _profile(to_name.get(f, f))
+        ]
+        gpu_model = next(iter(models + feature_models), "unknown" if (whole or slices) else "")
+        mig_gpus, instances = pack_mig(gpu_model, slices, whole)
+        nodes.append(
+            NodeInfo(
+                name=name,
+                gpu_model=gpu_model,
+                gpus=whole + mig_gpus,
+                state=_node_state(state),
+                mig=bool(slices),
+                mig_instances=instances,
+                labels={"slurm.partitions": partitions, "slurm.features": ",".join(feature_list)},
+                reason="" if reason.strip() in ("none", "") else reason.strip(),
+            )
+        )
+    return nodes

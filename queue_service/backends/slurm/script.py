@@ -1,0 +1,267 @@
+"""The batch script gpuq hands to `sbatch`: a pure function of the job spec and the cluster's
+settings.
+
+All user text (name, command, env values, paths, image) is written after the first command
+line, quoted for bash, and never at the start of a line, so it can be neither an `#SBATCH`
+directive (sbatch stops reading those at the first command) nor a second command. Only values
+gpuq made or validated (ids, numbers, operator settings, node names) appear in `#SBATCH` lines.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from queue_service.backends.base import BackendError, DispatchRequest
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Values that go into #SBATCH lines: sbatch splits those itself, so no blanks or quotes.
+_DIRECTIVE_VALUE = re.compile(r"[A-Za-z0-9._:/@+=,~%\[\]-]+")
+_JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A registry host is the first path part when it has a dot or a port, or is localhost.
+_REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)/(.+)$")
+
+NCCL_DEFAULTS: tuple[tuple[str, str], ...] = (
+    ("NCCL_DEBUG", "WARN"),
+    # Turns a hung or failed collective into an error instead of a job that hangs until its
+    # time limit.
+    ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
+)
+NCCL_DEBUG_ON: tuple[tuple[str, str], ...] = (
+    ("NCCL_DEBUG", "INFO"),
+    ("NCCL_DEBUG_SUBSYS", "INIT,NET"),
+)
+
+
+@dataclass(frozen=True)
+class ScriptOptions:
+    """The cluster settings that shape a batch script (see docs/slurm.md)."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    requeue: bool = False
+    gres_map: Mapping[str, str] = field(default_factory=dict)
+    container_mounts: tuple[str, ...] = ()
+    checkpoint_signal_s: int = 120
+
+    def __post_init__(self) -> None:
+        for name in ("partition", "account", "qos"):
+            value = getattr(self, name)
+            if value is not None:
+                directive_value(f"setting {name}", value)
+        for gres in self.gres_map.values():
+            directive_value("a gres_map type", gres)
+
+
+def sh_quote(text: str) -> str:
+    """Quote for bash so the text is one literal word. Text with control characters (a
+    newline, say) becomes $'...' with escapes, so the script has no line that the text starts."""
+    if "\x00" in text:
+        raise BackendError("text with a NUL byte cannot be passed to a command", permanent=True)
+    if not _CONTROL.search(text):
+        return shlex.quote(text)
+    escaped = []
+    for ch in text:
+        if ch in "\\'":
+            escaped.append("\\" + ch)
+        elif _CONTROL.fullmatch(ch):
+            escaped.append(f"\\x{ord(ch):02x}")
+        else:
+            escaped.append(ch)
+    return "$'" + "".join(escaped) + "'"
+
+
+def sh_join(words: Sequence[str]) -> str:
+    return " ".join(sh_quote(w) for w in words)
+
+
+def directive_value(what: str, value: str) -> str:
+    if not _DIRECTIVE_VALUE.fullmatch(value):
+        raise BackendError(f"{what} {value!r} cannot be passed to sbatch", permanent=True)
+    return value
+
+
+def job_name(job_id: str) -> str:
+    """The unique Slurm job name gpuq looks a job up by."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise BackendError(f"job id {job_id!r} is not a gpuq id", permanent=True)
+    return f"gpuq-{job_id}"
+
+
+def job_dir(workdir: str, job: DispatchRequest) -> str:
+    """One directory per attempt, so a retry never adopts an earlier attempt's Slurm job."""
+    job_name(job.job_id)
+    return f"{workdir.rstrip('/')}/{job.job_id}.{job.attempt}"
+
+
+def logs_dir(workdir: str) -> str:
+    return f"{workdir.rstrip('/')}/logs"
+
+
+def log_path(workdir: str, slurm_id: str, stream: str) -> str:
+    """Where Slurm writes a job's output; named by Slurm job id so `logs()` needs no lookup."""
+    if stream not in ("stdout", "stderr"):
+        raise BackendError(f"unknown log stream {stream!r}", permanent=True)
+    return f"{logs_dir(workdir)}/{slurm_id}.{'out' if stream == 'stdout' else 'err'}"
+
+
+def format_time_limit(seconds: int) -> str:
+    """Slurm's D-HH:MM:SS; Slurm itself rounds up to whole minutes."""
+    seconds = max(1, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+
+
+def gres(job: DispatchRequest, gres_map: Mapping[str, str]) -> str | None:
+    """`gpu[:type]:N` per node: a MIG profile or GPU model goes through the cluster's map
+    (unmapped names are used as they are, as inventory reports unmapped types)."""
+    if job.mig_profile:
+        mig_type = gres_map.get(job.mig_profile, job.mig_profile)
+        return f"gpu:{directive_value('MIG profile', mig_type)}:1"
+    if job.gpus_per_node <= 0:
+        return None
+    if job.gpu_model:
+        gpu_type = directive_value("GPU model", gres_map.get(job.gpu_model, job.gpu_model))
+        return f"gpu:{gpu_type}:{job.gpus_per_node}"
+    return f"gpu:{job.gpus_per_node}"
+
+
+def pyxis_image(image: str) -> str:
+    """enroot names a registry with `#` (nvcr.io#nvidia/pytorch:24.01-py3); a docker-style
+    `nvcr.io/nvidia/pytorch:24.01-py3` is rewritten to that form."""
+    if "#" in image:
+        return image
+    match = _REGISTRY.match(image)
+    return f"{match.group(1)}#{match.group(2)}" if match else image
+
+
+def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[str]:
+    name = job_name(job.job_id)
+    lines = [
+        f"--job-name={name}",
+        f"--comment=gpuq:{job.job_id}:{job.attempt}",
+        f"--chdir={directive_value('workdir', job_dir(workdir, job))}",
+        f"--output={log_path(workdir, '%j', 'stdout')}",
+        f"--error={log_path(workdir, '%j', 'stderr')}",
+        f"--nodes={job.nodes}",
+        "--ntasks-per-node=1",
+    ]
+    if (spec := gres(job, opts.gres_map)) is not None:
+        lines.append(f"--gres={spec}")
+    if job.cpus_per_gpu:
+        lines.append(f"--cpus-per-task={job.cpus_per_gpu * max(1, job.gpus_per_node)}")
+    if job.memory_mb:
+        lines.append(f"--mem={job.memory_mb}M")
+    if job.time_limit_s:
+        lines.append(f"--time={format_time_limit(job.time_limit_s)}")
+    for flag, value in (
+        ("partition", opts.partition),
+        ("account", opts.account),
+        ("qos", opts.qos),
+    ):
+        if value:
+            lines.append(f"--{flag}={value}")
+    if job.placement:
+        nodes = ",".join(directive_value("node name", a.node) for a in job.placement)
+        lines.append(f"--nodelist={nodes}")
+    lines.append("--requeue" if opts.requeue else "--no-requeue")
+    if job.checkpoint_dir or job.checkpoint_interval_s:
+        # B: signals the batch shell, which is the job's own launcher after `exec`.
+        lines.append(f"--signal=B:USR1@{opts.checkpoint_signal_s}")
+    return ["#SBATCH " + line for line in lines]
+
+
+def environment(job: DispatchRequest) -> list[str]:
+    """Exports in order of precedence, lowest first: NCCL defaults (a value the site already
+    set wins), gpuq's own variables, then the user's env, which wins over everything."""
+    lines: list[str] = []
+    if job.gpus_per_node > 0 or job.mig_profile:
+        lines += [f'export {key}="${{{key}:-{value}}}"' for key, value in NCCL_DEFAULTS]
+        if job.nccl_debug:
+            lines += [f"export {key}={value}" for key, value in NCCL_DEBUG_ON]
+    gpuq_env = {
+        "GPUQ_JOB_ID": job.job_id,
+        "GPUQ_JOB_NAME": job.name,
+        "GPUQ_ATTEMPT": str(job.attempt),
+    }
+    if job.checkpoint_dir:
+        gpuq_env["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
+    if job.checkpoint_interval_s:
+        gpuq_env["GPUQ_CHECKPOINT_INTERVAL_S"] = str(job.checkpoint_interval_s)
+    for key, value in gpuq_env.items():
+        lines.append(f"export {key}={sh_quote(value)}")
+    for key, value in job.env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise BackendError(f"environment variable name {key!r} is invalid", permanent=True)
+        lines.append(f"export {key}={sh_quote(value)}")
+    if job.nodes > 1:
+        # Each node's rank comes from SLURM_NODEID inside the step; the rendezvous host is the
+        # allocation's first node and the port differs per job so jobs can share a node.
+        lines.append(
+            'export MASTER_ADDR="${MASTER_ADDR:-$(scontrol show hostnames "$SLURM_JOB_NODELIST"'
+            ' | head -n 1)}"'
+        )
+        lines.append('export MASTER_PORT="${MASTER_PORT:-$((20000 + SLURM_JOB_ID % 20000))}"')
+        lines.append(f"export NNODES={job.nodes}")
+    return lines
+
+
+def _torchrun(job: DispatchRequest, argv: Sequence[str]) -> list[str]:
+    """Multi-node training: one torchrun per node, node_rank read on that node."""
+    inner = (
+        'exec torchrun --nnodes="$1" --nproc_per_node="$2" --node_rank="$SLURM_NODEID"'
+        ' --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "${@:3}"'
+    )
+    script_args = list(argv) if argv[0].endswith(".py") else ["--no-python", *argv]
+    return [
+        "bash",
+        "-c",
+        inner,
+        "gpuq-torchrun",
+        str(job.nodes),
+        str(max(1, job.gpus_per_node)),
+        *script_args,
+    ]
+
+
+def launch(job: DispatchRequest, opts: ScriptOptions) -> str:
+    """The last line: `exec` so the batch step IS the job (signals and exit code reach it)."""
+    if isinstance(job.command, str):
+        if not job.command.strip():
+            raise BackendError("the command is empty", permanent=True)
+        payload = ["bash", "-c", job.command]
+    else:
+        if not job.command:
+            raise BackendError("the command is empty", permanent=True)
+        payload = list(job.command)
+    torchrun = job.kind == "training" and job.nodes > 1 and not isinstance(job.command, str)
+    if torchrun:
+        payload = _torchrun(job, payload)
+    srun: list[str] = []
+    if job.image:
+        srun = ["srun", f"--container-image={pyxis_image(job.image)}"]
+        if opts.container_mounts:
+            srun.append("--container-mounts=" + ",".join(opts.container_mounts))
+        if not torchrun:
+            srun += ["--nodes=1", "--ntasks=1"]
+    elif torchrun:
+        srun = ["srun"]
+    return "exec " + sh_join([*srun, *payload])
+
+
+def render(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> str:
+    """The whole batch script for one attempt of a job."""
+    lines = [
+        "#!/bin/bash",
+        *directives(job, opts, workdir),
+        "# Generated by gpuq: every user value below is quoted.",
+        *environment(job),
+        launch(job, opts),
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,104 @@
+"""Re-capture tests/backends/slurm/data/ from the real lab: `python -m tests.backends.slurm.capture`
+as root with `deploy/slurm-lab/lab up` done. Takes about two minutes (a TIMEOUT needs 60-90 s).
+
+Commands run as the submit user over SSH with the backend's own command builders, so the
+captured formats are exactly what the parsers get; root only disturbs the lab (suspend, drain,
+kill a slurmd, stop slurmctld) and restores it with `lab up` at the end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from queue_service.backends.slurm import commands, script
+
+from .conftest import LAB, REPO, kill_node, lab_backend, request
+
+DATA = Path(__file__).parent / "data"
+
+
+def main() -> None:
+    backend = lab_backend()
+    run = backend.connection.run
+
+    def sbatch(*args: str) -> str:
+        result = run("sbatch --parsable " + " ".join(args))
+        assert result.rc == 0, result.stderr
+        return result.stdout.strip()
+
+    def save(name: str, text: str) -> None:
+        (DATA / name).write_text(text)
+
+    jobs = {
+        "timeout": sbatch("--time=0:01", "--no-requeue", "--wrap='sleep 300'"),
+        "exit3": sbatch("--wrap='exit 3'"),
+        "sigkill": sbatch("--wrap='kill -9 $$'"),
+        "completed": sbatch("--wrap=true"),
+        "cancelled": sbatch("--wrap='sleep 300'"),
+        "suspended": sbatch("--wrap='sleep 300'"),
+        "held": sbatch("--hold", "--wrap=true"),
+        "fill": sbatch("--nodelist=gpu1", "--gres=gpu:a100:4", "--wrap='sleep 300'"),
+        "resources": sbatch("--nodelist=gpu1", "--gres=gpu:a100:4", "--wrap='sleep 300'"),
+        "mig": sbatch("--gres=gpu:1g.10gb:3", "--wrap='sleep 300'"),
+        "node_fail": sbatch("--nodelist=gpu3", "--no-requeue", "--wrap='sleep 300'"),
+        "requeued": sbatch("--requeue", "--nodelist=gpu2", "--wrap='sleep 300'"),
+    }
+    gpuq_job = request(command=("true",))
+    lookup = {
+        "job_id": backend.submit(gpuq_job).external_id,
+        "job_dir": script.job_dir(backend.workdir(), gpuq_job),
+    }
+    time.sleep(3)
+    run(commands.cancel(jobs["cancelled"]))
+    subprocess.run(["scontrol", "suspend", jobs["suspended"]], check=True)
+    subprocess.run(["scontrol", "requeue", jobs["requeued"]], check=True)
+    subprocess.run(
+        ["scontrol", "update", "nodename=gpu2", "state=drain", "reason=maintenance | disk"],
+        check=True,
+    )
+    time.sleep(2)
+    live = run(commands.squeue(list(jobs.values())))
+    save("squeue_live.txt", live.stdout)
+    save("sinfo_mixed.txt", run(commands.sinfo("gpu")).stdout)
+    subprocess.run(["scontrol", "update", "nodename=gpu2", "state=resume"], check=True)
+    kill_node("gpu3")
+    deadline = time.time() + 150
+    while time.time() < deadline:
+        states = run(commands.squeue([jobs["timeout"], jobs["node_fail"]])).stdout
+        if "TIMEOUT" in states and "NODE_FAIL" in states:
+            break
+        time.sleep(5)
+    save("sinfo_node_down.txt", run(commands.sinfo(None)).stdout)
+    subprocess.run([str(LAB), "up"], check=True, capture_output=True)
+    for key in ("suspended", "fill", "resources", "mig", "requeued"):
+        subprocess.run(["scancel", jobs[key]], check=False)
+    subprocess.run(["scontrol", "release", jobs["held"]], check=False)
+    time.sleep(4)
+    save("squeue_final.txt", run(commands.squeue(list(jobs.values()))).stdout)
+    save("sacct_final.txt", run(commands.sacct(list(jobs.values()))).stdout)
+    name = script.job_name(gpuq_job.job_id)
+    save("lookup_squeue.txt", run(commands.lookup_squeue(name)).stdout)
+    save("lookup_sacct.txt", run(commands.lookup_sacct(name)).stdout)
+    save("lookup.json", json.dumps(lookup, indent=2) + "\n")
+    one_unknown = run(commands.squeue(["999999"]))
+    save("squeue_unknown_id.stderr.txt", one_unknown.stderr)
+
+    for name, args in {
+        "bad_partition": ("-p nope", "--wrap=true"),
+        "bad_account": ("-A nope", "--wrap=true"),
+        "bad_gres": ("--gres=gpu:h100:1", "--wrap=true"),
+    }.items():
+        save(f"sbatch_{name}.stderr.txt", run("sbatch --parsable " + " ".join(args)).stderr)
+    subprocess.run(["pkill", "-F", "/run/slurm/slurmctld.pid"], check=True)
+    time.sleep(3)
+    save("sbatch_controller_down.stderr.txt", run("sbatch --parsable --wrap=true").stderr)
+    save("squeue_controller_down.stderr.txt", run(commands.squeue([jobs["exit3"]])).stderr)
+    subprocess.run([str(LAB), "up"], check=True, capture_output=True)
+    save("jobs.json", json.dumps(jobs, indent=2) + "\n")
+    print("captured into", DATA.relative_to(REPO))
+
+
+if __name__ == "__main__":
+    main()
