@@ -1,0 +1,772 @@
+"""MIG slices: profile tables, layout validation, the per-cycle allocator and the repartitioner.
+
+Pure standard library. A GPU instance occupies `size` memory slices from `start` (NVML
+placement units); two instances on one GPU may not overlap and their compute slices may not
+exceed the GPU's. Layouts change only on an idle GPU (no instance in use).
+
+A scheduling cycle: `index = MigIndex(snapshot.nodes)`; `relayouts = index.plan(requests)`
+for the MIG jobs allowed to start, in scheduling order; then per job, `index.relayout_for(id)`
+(wait for it: its instances exist only once inventory reports them) or
+`index.take(..., include_relaid=False)`. Calling take() first and plan() with its failures
+also works, but serves fewer: about 96% of an exhaustive optimum against 100% on the
+streams of bench/mig_quality.py (docs/bench/mig.md).
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import insort
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from scheduler.mig_profiles import MODELS, ModelData
+from scheduler.types import ANY_MODEL, MigInstance, MigRelayout, MigSlot, Node
+
+_PROFILE_RE = re.compile(r"([0-9]+)g\.([0-9]+)gb(\+me)?")
+# Drivers report memory sizes that differ slightly from the marketing size (7g.79gb vs
+# 7g.80gb); within this relative distance two names of the same compute size are one profile.
+_MEMORY_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class ProfileName:
+    compute: int
+    memory_gb: int
+    media_extensions: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.compute}g.{self.memory_gb}gb" + ("+me" if self.media_extensions else "")
+
+
+def parse_profile(name: str) -> ProfileName:
+    """Parse `<g>g.<mem>gb[+me]` (case-insensitive, surrounding blanks ignored)."""
+    match = _PROFILE_RE.fullmatch(name.strip().lower())
+    if match is None:
+        raise ValueError(
+            f"invalid MIG profile {name!r}: expected <compute>g.<memory>gb[+me], e.g. 1g.10gb"
+        )
+    compute, memory = int(match.group(1)), int(match.group(2))
+    if compute < 1 or memory < 1:
+        raise ValueError(f"invalid MIG profile {name!r}: compute and memory must be positive")
+    return ProfileName(compute, memory, match.group(3) is not None)
+
+
+@dataclass(frozen=True)
+class ProfileSpec:
+    name: str
+    compute_slices: int
+    memory_slices: int
+    max_instances: int
+    starts: tuple[int, ...]
+    size: int
+    media_extensions: bool = False
+
+    @property
+    def parsed(self) -> ProfileName:
+        return parse_profile(self.name)
+
+    def __hash__(self) -> int:  # the generated one hashes every field, on every cache lookup
+        return hash((self.name, self.compute_slices, self.memory_slices))
+
+
+@dataclass(frozen=True)
+class ModelTable:
+    model: str
+    compute_slices: int
+    memory_slices: int
+    profiles: tuple[ProfileSpec, ...]
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for spec in self.profiles:
+            parse_profile(spec.name)
+            if not 0 < spec.compute_slices <= self.compute_slices:
+                raise ValueError(f"{self.model}: {spec.name} has {spec.compute_slices} compute")
+            if not spec.starts or any(
+                s < 0 or s + spec.size > self.memory_slices for s in spec.starts
+            ):
+                raise ValueError(f"{self.model}: {spec.name} has placements outside the GPU")
+
+    def __hash__(self) -> int:  # the generated one hashes every profile, on every cache lookup
+        return hash((self.model, self.compute_slices, self.memory_slices, len(self.profiles)))
+
+    def profile(self, name: str) -> ProfileSpec | None:
+        """The spec for a profile name: exact name first, else the unique spec with the same
+        compute and media extensions whose memory is within a few percent (`7g.79gb` finds
+        `7g.80gb`). None when the name is unparsable or matches nothing (or two specs)."""
+        for spec in self.profiles:
+            if spec.name == name:
+                return spec
+        try:
+            wanted = parse_profile(name)
+        except ValueError:
+            return None
+        close = [
+            spec
+            for spec in self.profiles
+            if (p := spec.parsed).compute == wanted.compute
+            and p.media_extensions == wanted.media_extensions
+            and abs(p.memory_gb - wanted.memory_gb) <= _MEMORY_TOLERANCE * p.memory_gb
+        ]
+        return close[0] if len(close) == 1 else None
+
+
+def table_from_data(model: str, data: ModelData) -> ModelTable:
+    """A ModelTable from rows in the scheduler.mig_profiles format (also for per-cluster data)."""
+    return ModelTable(
+        model=model,
+        compute_slices=data["compute_slices"],
+        memory_slices=data["memory_slices"],
+        profiles=tuple(
+            ProfileSpec(name, compute, memory, max_n, starts, size, name.endswith("+me"))
+            for name, compute, memory, max_n, starts, size in data["profiles"]
+        ),
+        aliases=data["aliases"],
+    )
+
+
+_BUILTIN: tuple[ModelTable, ...] = tuple(table_from_data(m, d) for m, d in MODELS.items())
+_FAMILY_RE = re.compile(r"[A-Z]+[0-9]+[A-Z]?")
+_MEMORY_RE = re.compile(r"(?<![A-Z0-9])([0-9]+)\s*G(?:I?B)?(?![A-Z0-9])")
+
+
+def _spelling(model: str) -> str:
+    """Upper case, no vendor prefix, no GFD single-strategy suffix (`-MIG-1g.5gb`), no blanks."""
+    text = model.upper().strip()
+    text = re.sub(r"^NVIDIA[\s_-]*", "", text)
+    text = re.sub(r"[\s_-]*MIG[\s_-].*$", "", text)
+    return re.sub(r"[^A-Z0-9]", "", text)
+
+
+def _family_and_memory(model: str) -> tuple[str | None, int | None]:
+    text = re.sub(r"^NVIDIA[\s_-]*", "", model.upper().strip())
+    family = _FAMILY_RE.match(text)
+    memory = _MEMORY_RE.search(text)
+    return (
+        family.group(0) if family else None,
+        int(memory.group(1)) if memory else None,
+    )
+
+
+@lru_cache(maxsize=256)
+def _builtin(model: str) -> ModelTable | None:
+    wanted = _spelling(model)
+    for table in _BUILTIN:
+        if wanted in {_spelling(n) for n in (table.model, *table.aliases)}:
+            return table
+    # Unlisted spellings ("A100 80GB PCIe", "H200-140GB"): same family, memory within a few %.
+    family, memory = _family_and_memory(model)
+    if family is None:
+        return None
+    candidates = []
+    for table in _BUILTIN:
+        names = (table.model, *table.aliases)
+        if family not in {_family_and_memory(n)[0] for n in names}:
+            continue
+        table_memory = _family_and_memory(table.model)[1]
+        if memory is None or (
+            table_memory is not None
+            and abs(table_memory - memory) <= _MEMORY_TOLERANCE * table_memory
+        ):
+            candidates.append(table)
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def geometry(
+    gpu_model: str, overrides: Mapping[str, ModelTable] | None = None
+) -> ModelTable | None:
+    """The profile table for a GPU model (aliases and spelling variants resolved), a cluster's
+    override first. None for a model without MIG or one this module cannot identify."""
+    if overrides:
+        if gpu_model in overrides:
+            return overrides[gpu_model]
+        wanted = _spelling(gpu_model)
+        for key, table in overrides.items():
+            if wanted in {_spelling(n) for n in (key, table.model, *table.aliases)}:
+                return table
+    return _builtin(gpu_model)
+
+
+# The seven-slice geometry (A100/H100/H200/B200) is the default divisor for a model without a
+# table, so a slice is still charged to quota rather than counted as free.
+_DEFAULT_COMPUTE_SLICES = 7
+
+
+def gpu_fraction(
+    gpu_model: str, profile: str, overrides: Mapping[str, ModelTable] | None = None
+) -> float:
+    """The share of a GPU a slice counts as for quota: compute slices / the GPU's (7; 4 on A30)."""
+    table = geometry(gpu_model, overrides)
+    if table is not None and (spec := table.profile(profile)) is not None:
+        return spec.compute_slices / table.compute_slices
+    compute = parse_profile(profile).compute
+    total = table.compute_slices if table is not None else _DEFAULT_COMPUTE_SLICES
+    return min(compute, total) / total
+
+
+def validate_layout(
+    gpu_model: str,
+    instances: Sequence[MigInstance],
+    overrides: Mapping[str, ModelTable] | None = None,
+) -> list[str]:
+    """Everything wrong with a GPU's instances; empty when the layout is valid."""
+    table = geometry(gpu_model, overrides)
+    if table is None:
+        return [f"{gpu_model}: no MIG profile table for this GPU model"]
+    problems: list[str] = []
+    specs: list[ProfileSpec] = []
+    for inst in instances:
+        spec = table.profile(inst.profile)
+        if spec is None:
+            problems.append(f"{inst.profile}: not a MIG profile of {table.model}")
+            continue
+        specs.append(spec)
+        if inst.size != spec.size:
+            problems.append(f"{inst.profile}@{inst.start}: size {inst.size}, must be {spec.size}")
+        if inst.start not in spec.starts:
+            problems.append(
+                f"{inst.profile}@{inst.start}: invalid start, valid starts are "
+                + ",".join(map(str, spec.starts))
+            )
+    for i, a in enumerate(instances):
+        for b in instances[i + 1 :]:
+            shared = set(range(a.start, a.start + a.size)) & set(range(b.start, b.start + b.size))
+            if shared:
+                problems.append(
+                    f"{a.profile}@{a.start} overlaps {b.profile}@{b.start} "
+                    f"on memory slice(s) {','.join(map(str, sorted(shared)))}"
+                )
+    compute = sum(s.compute_slices for s in specs)
+    if compute > table.compute_slices:
+        problems.append(f"{compute} compute slices used, {table.model} has {table.compute_slices}")
+    for spec, count in Counter(specs).items():
+        if count > spec.max_instances:
+            problems.append(f"{count} x {spec.name}, at most {spec.max_instances} per GPU")
+    media = sum(1 for s in specs if s.media_extensions)
+    if media > 1:
+        problems.append(f"{media} +me instances, at most one per GPU")
+    return problems
+
+
+def _size_key(spec: ProfileSpec) -> tuple[int, int, str]:
+    return (spec.compute_slices, spec.memory_slices, spec.name)
+
+
+@lru_cache(maxsize=65536)
+def _placements(
+    table: ModelTable, specs: tuple[ProfileSpec, ...]
+) -> tuple[tuple[ProfileSpec, int], ...] | None:
+    """Explicit starts for a multiset of profiles (sorted largest first), or None when it
+    cannot be realised. Largest first and highest start first: a 3g goes to start 4, which
+    leaves four 1g placements instead of three, and slice 7 is only reachable from the top."""
+    counts = Counter(specs)
+    if (
+        sum(s.compute_slices for s in specs) > table.compute_slices
+        or sum(s.memory_slices for s in specs) > table.memory_slices
+        or any(n > s.max_instances for s, n in counts.items())
+        or sum(n for s, n in counts.items() if s.media_extensions) > 1
+    ):
+        return None
+    chosen: list[tuple[ProfileSpec, int]] = []
+
+    def search(i: int, used: int) -> bool:
+        if i == len(specs):
+            return True
+        spec = specs[i]
+        # Identical profiles take descending starts, so each set is tried once.
+        ceiling = chosen[-1][1] if chosen and chosen[-1][0] == spec else table.memory_slices
+        for start in sorted(spec.starts, reverse=True):
+            mask = ((1 << spec.size) - 1) << start
+            if start < ceiling and not used & mask:
+                chosen.append((spec, start))
+                if search(i + 1, used | mask):
+                    return True
+                chosen.pop()
+        return False
+
+    return tuple(chosen) if search(0, 0) else None
+
+
+@lru_cache(maxsize=65536)
+def _stranded(table: ModelTable, specs: tuple[ProfileSpec, ...]) -> int:
+    """Compute slices this set leaves free that no further instance could ever use."""
+    if any(_placements(table, _largest_first((*specs, s))) for s in table.profiles):
+        return 0
+    return table.compute_slices - sum(s.compute_slices for s in specs)
+
+
+def _largest_first(specs: Iterable[ProfileSpec]) -> tuple[ProfileSpec, ...]:
+    return tuple(sorted(specs, key=_size_key, reverse=True))
+
+
+def place(table: ModelTable, profiles: Sequence[str]) -> tuple[MigInstance, ...] | None:
+    """A valid layout holding exactly these profiles, largest first with explicit starts;
+    None if the multiset cannot be realised on this GPU model (or names an unknown profile)."""
+    specs = [table.profile(p) for p in profiles]
+    if any(s is None for s in specs):
+        return None
+    placed = _placements(table, _largest_first(s for s in specs if s is not None))
+    if placed is None:
+        return None
+    return tuple(MigInstance(spec.name, start, spec.size) for spec, start in placed)
+
+
+@dataclass(frozen=True)
+class MigRequest:
+    """A pending job's need for one slice. Requests reach plan() in scheduling order;
+    priority (higher first, e.g. PriorityClass.value) separates classes whose order matters
+    more than the number served."""
+
+    job_id: str
+    profile: str
+    gpu_model: str | None = None
+    pool: str | None = None
+    priority: int = 0
+    kind: str = ""  # "agent", "training": only used to word the relayout message
+
+
+@dataclass(eq=False)
+class _Instance:
+    profile: str
+    start: int
+    size: int
+    spec: ProfileSpec | None
+    job_id: str | None = None
+
+    @property
+    def keys(self) -> tuple[object, ...]:
+        """What a request can name this instance by: its exact profile, or its spec."""
+        return (self.profile,) if self.spec is None else (self.profile, self.spec)
+
+
+class _Gpu:
+    """One MIG GPU of the index. Counters follow every change so that choices cost O(1)."""
+
+    def __init__(
+        self, node: str, index: int, model: str, pool: str | None, table: ModelTable | None
+    ) -> None:
+        self.node, self.index, self.model, self.pool, self.table = node, index, model, pool, table
+        self.order = (node, index)
+        self.instances: list[_Instance] = []
+        self.held = 0
+        self.held_compute = 0
+        self.layout: Counter[ProfileSpec] = Counter()
+        self.signature: tuple[str, ...] = ()
+
+    def set_instances(self, instances: list[_Instance]) -> None:
+        self.instances = instances
+        held = [i for i in instances if i.job_id is not None]
+        self.held = len(held)
+        self.held_compute = sum(i.spec.compute_slices for i in held if i.spec)
+        self.layout = Counter(i.spec for i in instances if i.spec is not None)
+        self.signature = tuple(sorted(i.profile for i in instances))
+
+    @property
+    def idle(self) -> bool:
+        return self.held == 0
+
+    def free_compute(self) -> int:
+        """Compute slices of free instances plus slices no instance holds."""
+        return (self.table.compute_slices if self.table else 0) - self.held_compute
+
+    def accepts(self, gpu_model: str | None, pool: str | None) -> bool:
+        return _model_matches(gpu_model, self.model) and pool in (None, self.pool)
+
+    def holds(self, specs: Iterable[ProfileSpec]) -> bool:
+        """True when the current instances already include this multiset."""
+        return not Counter(specs) - self.layout
+
+
+@lru_cache(maxsize=4096)
+def _model_matches(wanted: str | None, model: str) -> bool:
+    return wanted in (None, ANY_MODEL, model) or _spelling(wanted or "") == _spelling(model)
+
+
+def _names(gpu: _Gpu, inst: _Instance, profile: str) -> bool:
+    """True when a request for `profile` may use this instance of this GPU."""
+    if inst.profile == profile:
+        return True
+    spec = _spec(gpu.table, profile)
+    return spec is not None and inst.spec == spec
+
+
+@lru_cache(maxsize=4096)
+def _spec(table: ModelTable | None, profile: str) -> ProfileSpec | None:
+    return table.profile(profile) if table else None
+
+
+class MigIndex:
+    """The MIG instances of a cluster, built once per scheduling cycle and changed by take,
+    release and plan. Nodes that are not "up" and GPUs marked unusable are left out."""
+
+    def __init__(
+        self, nodes: Sequence[Node], overrides: Mapping[str, ModelTable] | None = None
+    ) -> None:
+        self._gpus: list[_Gpu] = []
+        self._by_key: dict[tuple[str, int], _Gpu] = {}
+        self._tables: dict[ModelTable | None, None] = {}
+        # Profile name or spec -> GPUs with a free instance of it (dicts as ordered sets).
+        self._free_gpus: dict[object, dict[_Gpu, None]] = {}
+        self._planned_for: dict[str, tuple[str, int]] = {}
+        self._relaid: dict[tuple[str, int], MigRelayout] = {}
+        for node in nodes:
+            if node.state != "up" or not (node.mig or node.mig_gpus):
+                continue
+            table = geometry(node.gpu_model, overrides)
+            self._tables[table] = None
+            reported = {g.index: g for g in node.mig_gpus}
+            for index in sorted(set(range(node.gpus)) | reported.keys()):
+                state = reported.get(index)
+                if state is not None and not state.usable:
+                    continue
+                gpu = _Gpu(node.name, index, node.gpu_model, node.pool, table)
+                self._set_instances(
+                    gpu,
+                    [
+                        _Instance(i.profile, i.start, i.size, _spec(table, i.profile), i.job_id)
+                        for i in (state.mig_instances if state else ())
+                    ],
+                )
+                self._gpus.append(gpu)
+                self._by_key[gpu.order] = gpu
+
+    def _set_instances(self, gpu: _Gpu, instances: list[_Instance]) -> None:
+        for inst in gpu.instances:
+            for key in inst.keys:
+                self._free_gpus.get(key, {}).pop(gpu, None)
+        gpu.set_instances(instances)
+        for inst in instances:
+            if inst.job_id is None:
+                for key in inst.keys:
+                    self._free_gpus.setdefault(key, {})[gpu] = None
+
+    def _hold(self, gpu: _Gpu, inst: _Instance, job_id: str | None) -> None:
+        inst.job_id = job_id
+        self._set_instances(gpu, gpu.instances)
+
+    def layout(self, node: str, gpu: int) -> tuple[MigInstance, ...]:
+        """The GPU's instances as the index now sees them (empty for an unknown GPU)."""
+        found = self._by_key.get((node, gpu))
+        if found is None:
+            return ()
+        return tuple(MigInstance(i.profile, i.start, i.size, i.job_id) for i in found.instances)
+
+    def _keys(self, profile: str) -> list[object]:
+        """Index keys a request for `profile` may match: the name, and its spec per model."""
+        return [profile, *(spec for t in self._tables if (spec := _spec(t, profile)) is not None)]
+
+    def _free(
+        self,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        within: Iterable[_Gpu] | None = None,
+    ) -> Iterator[tuple[_Gpu, _Instance]]:
+        """Free instances a request for `profile` may use, GPU by GPU (of `within` if given)."""
+        if within is None:
+            gpus: dict[_Gpu, None] = {}
+            for key in self._keys(profile):
+                gpus.update(self._free_gpus.get(key, {}))
+            within = gpus
+        for gpu in within:
+            if gpu.accepts(gpu_model, pool):
+                for inst in gpu.instances:
+                    if inst.job_id is None and _names(gpu, inst, profile):
+                        yield gpu, inst
+
+    def free_count(self, profile: str, gpu_model: str | None, pool: str | None) -> int:
+        return sum(1 for _ in self._free(profile, gpu_model, pool))
+
+    def take(
+        self,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        job_id: str,
+        *,
+        include_relaid: bool = True,
+    ) -> tuple[str, MigSlot] | None:
+        """Hold a free existing instance of `profile` for job_id; None if there is none.
+
+        The GPU the last plan() meant for this job comes first. Otherwise best fit: a GPU
+        already in use before an idle one (an idle GPU can still be re-laid out for whatever
+        comes next), then the GPU with the fewest free compute slices left, so larger free
+        regions stay whole elsewhere. include_relaid=False skips GPUs that plan() re-laid out,
+        whose new instances do not exist until the backend applies the layout."""
+        planned = self._by_key.get(self._planned_for.get(job_id, ("", -1)))
+        best = None
+        for within in ([planned] if planned else []), None:
+            best = min(
+                (
+                    (gpu, inst)
+                    for gpu, inst in self._free(profile, gpu_model, pool, within)
+                    if include_relaid or gpu.order not in self._relaid
+                ),
+                key=lambda c: (c[0].idle, c[0].free_compute(), c[0].order, -c[1].start),
+                default=None,
+            )
+            if best is not None:
+                break
+        if best is None:
+            return None
+        gpu, inst = best
+        self._hold(gpu, inst, job_id)
+        return gpu.node, MigSlot(gpu.index, inst.profile, inst.start, inst.size)
+
+    def release(self, node: str, slot: MigSlot) -> None:
+        """Free the instance a job held. A GPU the index left out (node not up, GPU unusable)
+        is ignored; an instance that does not exist on an indexed GPU is a caller error."""
+        gpu = self._by_key.get((node, slot.gpu))
+        if gpu is None:
+            return
+        for inst in gpu.instances:
+            if inst.start == slot.start and inst.size == slot.size:
+                self._hold(gpu, inst, None)
+                return
+        raise ValueError(f"no MIG instance {slot.profile}@{slot.start} on {node} GPU {slot.gpu}")
+
+    def planned_for(self, job_id: str) -> tuple[str, int] | None:
+        """(node, GPU) where the last plan() means this job to run, re-laid out or not."""
+        return self._planned_for.get(job_id)
+
+    def relayout_for(self, job_id: str) -> MigRelayout | None:
+        """The relayout this job waits for, if the last plan() put it on a re-laid-out GPU."""
+        return self._relaid.get(self._planned_for.get(job_id, ("", -1)))
+
+    def plan(self, requests: Sequence[MigRequest]) -> list[MigRelayout]:
+        """New layouts for idle GPUs that serve the most requests, higher priority classes
+        first, and apply them to the index. Free instances on busy GPUs are used first (they
+        cost nothing); an idle GPU keeps its layout when that already serves its share.
+
+        Called with every startable MIG request before any take(), it serves more than when
+        called with take()'s leftovers: a take() can make an idle GPU busy that a later
+        request needed re-laid out (see bench/mig_quality.py)."""
+        order = sorted(
+            range(len(requests)),
+            key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
+        )
+        spare = _Spare(self, [g for g in self._gpus if not g.idle])
+        idle = [g for g in self._gpus if g.idle and g.table is not None]
+        capacity = sum(g.table.compute_slices for g in idle if g.table)
+        packing = _Packing(idle)
+        hopeless: set[tuple[int, str, str | None, str | None]] = set()
+        for i in order:
+            request = requests[i]
+            if spare.claim(request):
+                continue
+            signature = (request.priority, request.profile, request.gpu_model, request.pool)
+            if signature in hopeless or packing.add(request):
+                continue
+            # Repacking everything largest first finds room that the small-first order of
+            # selection missed; not worth trying when the compute alone cannot fit.
+            members = [*packing.members(), request]
+            repacked = None
+            if sum(_request_size(r.profile)[0] for r in members) <= capacity:
+                repacked = _Packing(idle, prefer_kept=False)
+                if not all(repacked.add(r) for r in _largest_requests_first(members)):
+                    repacked = None
+            if repacked is None:
+                hopeless.add(signature)  # an identical request would not fit either
+            else:
+                packing = repacked
+        demand = Counter(r.profile for r in requests)
+        relayouts = []
+        for gpu, wanted in sorted(_keep_layouts(packing.bins).items(), key=lambda b: b[0].order):
+            if not gpu.holds(spec for _, spec in wanted):
+                relayout = self._relayout(gpu, wanted, demand)
+                self._relaid[gpu.order] = relayout
+                relayouts.append(relayout)
+            for request, _ in wanted:
+                self._planned_for[request.job_id] = gpu.order
+        return relayouts
+
+    def _relayout(
+        self,
+        gpu: _Gpu,
+        wanted: Sequence[tuple[MigRequest, ProfileSpec]],
+        demand: Counter[str],
+    ) -> MigRelayout:
+        assert gpu.table is not None
+        table = gpu.table
+        placed = _placements(table, _fill(table, [s for _, s in wanted], demand))
+        assert placed is not None  # _fill only adds profiles that keep the layout realisable
+        layout = tuple(MigInstance(spec.name, start, spec.size) for spec, start in placed)
+        self._set_instances(gpu, [_Instance(s.name, start, s.size, s) for s, start in placed])
+        kinds = {request.kind for request, _ in wanted}
+        kind = f"{kinds.pop()} " if len(kinds) == 1 and "" not in kinds else ""
+        count = len(wanted)
+        return MigRelayout(
+            node=gpu.node,
+            gpu=gpu.index,
+            instances=layout,
+            message=(
+                f"GPU {gpu.index} on node {gpu.node} re-laid out as "
+                f"{'+'.join(i.profile for i in layout)} for {count} pending {kind}"
+                f"job{'s' if count != 1 else ''}"
+            ),
+        )
+
+
+def _request_size(profile: str) -> tuple[int, int]:
+    try:
+        parsed = parse_profile(profile)
+    except ValueError:
+        return (1 << 30, 1 << 30)
+    return (parsed.compute, parsed.memory_gb)
+
+
+def _largest_requests_first(requests: Sequence[MigRequest]) -> list[MigRequest]:
+    return sorted(requests, key=lambda r: _request_size(r.profile), reverse=True)
+
+
+class _Packing:
+    """Requests planned onto idle GPUs. GPUs that are interchangeable for the next choice
+    (same model, pool, current layout and planned set) form one group, so a choice costs one
+    evaluation per group instead of one per GPU."""
+
+    def __init__(self, idle: Sequence[_Gpu], *, prefer_kept: bool = True) -> None:
+        self._prefer_kept = prefer_kept
+        self.bins: dict[_Gpu, list[tuple[MigRequest, ProfileSpec]]] = {}
+        self._groups: dict[tuple[object, ...], list[_Gpu]] = {}
+        for gpu in sorted(idle, key=lambda g: g.order):
+            self._file(gpu, ())
+
+    def _file(self, gpu: _Gpu, planned: tuple[ProfileSpec, ...]) -> None:
+        key = (gpu.model, gpu.pool, gpu.signature, planned)
+        insort(self._groups.setdefault(key, []), gpu, key=lambda g: g.order)
+
+    def members(self) -> list[MigRequest]:
+        return [request for wanted in self.bins.values() for request, _ in wanted]
+
+    def add(self, request: MigRequest) -> bool:
+        """Plan one more request; False if no idle GPU has room for it.
+
+        Best fit among GPUs already planned, so small requests share GPUs and whole ones
+        stay free for large requests; a new GPU only when none has room, preferring one whose
+        layout already holds the profile, then a blank one, before destroying a layout. Above
+        all, avoid stranding compute slices that no profile could use any more (3g + 3g)."""
+        best: tuple[tuple[bool, bool, int, bool, bool, tuple[str, int]], tuple[object, ...]] | None
+        best = None
+        for key, gpus in self._groups.items():
+            gpu = gpus[0]
+            spec = _spec(gpu.table, request.profile)
+            if (
+                spec is None
+                or gpu.table is None
+                or not gpu.accepts(request.gpu_model, request.pool)
+            ):
+                continue
+            planned = key[3]
+            assert isinstance(planned, tuple)
+            specs = _largest_first((*planned, spec))
+            if _placements(gpu.table, specs) is None:
+                continue
+            # A kept layout strands nothing that is not stranded already. The repack packs on
+            # fit alone (layouts are matched again afterwards, by _keep_layouts).
+            kept = self._prefer_kept and gpu.holds(specs)
+            rank = (
+                not kept and _stranded(gpu.table, specs) > 0,
+                not planned,
+                gpu.table.compute_slices - sum(s.compute_slices for s in specs),
+                not kept,
+                bool(gpu.instances),
+                gpu.order,
+            )
+            if best is None or rank < best[0]:
+                best = (rank, key)
+        if best is None:
+            return False
+        gpus = self._groups[best[1]]
+        gpu = gpus.pop(0)
+        if not gpus:
+            del self._groups[best[1]]
+        spec = _spec(gpu.table, request.profile)
+        assert spec is not None
+        wanted = self.bins.setdefault(gpu, [])
+        wanted.append((request, spec))
+        self._file(gpu, _largest_first(s for _, s in wanted))
+        return True
+
+
+def _keep_layouts(
+    bins: Mapping[_Gpu, list[tuple[MigRequest, ProfileSpec]]],
+) -> dict[_Gpu, list[tuple[MigRequest, ProfileSpec]]]:
+    """Move planned sets between interchangeable GPUs (same model and pool) so that as many
+    as possible land on a GPU whose current layout already holds them: no relayout there.
+    Only GPUs that are planned on take part; other idle layouts stay untouched."""
+    result: dict[_Gpu, list[tuple[MigRequest, ProfileSpec]]] = {}
+    movable: dict[tuple[str, str | None], list[list[tuple[MigRequest, ProfileSpec]]]] = {}
+    # (model, pool) -> current layout -> GPUs, so a choice looks at layouts, not GPUs.
+    targets: dict[tuple[str, str | None], dict[tuple[str, ...], list[_Gpu]]] = {}
+    for gpu, wanted in sorted(bins.items(), key=lambda b: b[0].order):
+        if gpu.holds(s for _, s in wanted):
+            result[gpu] = wanted
+        else:
+            movable.setdefault((gpu.model, gpu.pool), []).append(wanted)
+            layouts = targets.setdefault((gpu.model, gpu.pool), {})
+            layouts.setdefault(gpu.signature, []).append(gpu)
+    for group, sets in movable.items():
+        layouts = targets[group]
+        for wanted in sorted(sets, key=len, reverse=True):
+            specs = [s for _, s in wanted]
+            signature = min(
+                (sig for sig, gpus in layouts.items() if gpus),
+                key=lambda sig: (not layouts[sig][0].holds(specs), layouts[sig][0].order),
+            )
+            result[layouts[signature].pop(0)] = wanted
+    return result
+
+
+class _Spare:
+    """Free instances on GPUs already in use: served first, since using them changes no
+    layout. Requests claim them virtually while plan() decides."""
+
+    def __init__(self, index: MigIndex, busy: Sequence[_Gpu]) -> None:
+        self._keys = index._keys
+        self._by_key: dict[object, list[tuple[_Gpu, _Instance]]] = {}
+        for gpu in busy:
+            for inst in gpu.instances:
+                if inst.job_id is None:
+                    for key in inst.keys:
+                        self._by_key.setdefault(key, []).append((gpu, inst))
+        self._claimed: set[int] = set()
+
+    def claim(self, request: MigRequest) -> bool:
+        for key in self._keys(request.profile):
+            entries = self._by_key.get(key, [])
+            for position, (gpu, inst) in enumerate(entries):
+                if (
+                    id(inst) not in self._claimed
+                    and gpu.accepts(request.gpu_model, request.pool)
+                    and _names(gpu, inst, request.profile)
+                ):
+                    self._claimed.add(id(inst))
+                    del entries[position]
+                    return True
+        return False
+
+
+def _fill(
+    table: ModelTable, specs: Sequence[ProfileSpec], demand: Counter[str]
+) -> tuple[ProfileSpec, ...]:
+    """Complete a planned multiset into a maximal layout: the space would otherwise stay
+    unusable until the GPU is idle again. Profiles in demand first, then the smallest."""
+    wanted: Counter[ProfileSpec] = Counter()
+    for profile, count in demand.items():
+        if (spec := _spec(table, profile)) is not None:
+            wanted[spec] += count
+    in_demand = sorted(wanted, key=lambda s: (-wanted[s], _size_key(s)))
+    rest = sorted((s for s in table.profiles if not s.media_extensions), key=_size_key)
+    candidates = [*in_demand, *(s for s in rest if s not in wanted)]
+    current = _largest_first(specs)
+    grown = True
+    while grown:
+        grown = False
+        for spec in candidates:
+            bigger = _largest_first((*current, spec))
+            if _placements(table, bigger) is not None:
+                current, grown = bigger, True
+                break
+    return current
