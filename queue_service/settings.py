@@ -57,7 +57,8 @@ def database_from_url(url: str) -> dict[str, object]:
     """sqlite:///path (relative to the repo) or postgres://user:pass@host:port/name."""
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
-        path = unquote(parsed.path.lstrip("/")) if parsed.netloc == "" else parsed.netloc
+        # sqlite:///var/x.db is relative to the repo; sqlite:////tmp/x.db is absolute.
+        path = unquote(parsed.path[1:]) if parsed.netloc == "" else parsed.netloc
         if not path:
             raise ImproperlyConfigured(f"DATABASE_URL={url!r}: sqlite needs a file path")
         full = Path(path) if Path(path).is_absolute() else BASE_DIR / path

@@ -1,13 +1,13 @@
-"""Read models for the UI: usage reports, quota usage and MIG availability. Read-only; every
-writer stays in services.py. The pure parts (run intervals, splitting by day) take `now` as an
-argument so tests drive them with a fake clock."""
+"""Read models for the UI: usage reports, quota usage, MIG availability and cluster totals.
+Read-only; every writer stays in services.py. Nothing here reads the clock: `now` comes in as
+an argument, so tests drive it with a fake one."""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
@@ -16,35 +16,11 @@ from django.db.models import Q, Sum
 
 from queue_service.clusters.models import Node
 from queue_service.tenancy.models import Quota, Team
+from scheduler.mig import geometry, parse_profile
 
-from .models import Job, JobEvent
-
-S = Job.State
-# A run holds its GPUs from entering `running` until the job is requeued or ends; preempting
-# and cancelling jobs are still running on the cluster.
-RUN_ENDS = frozenset({S.PENDING, *Job.TERMINAL})
-
+from .models import Job, JobRun
 
 # --- usage: GPU-hours per user per day -------------------------------------------------------
-
-
-def run_intervals(
-    transitions: Iterable[tuple[str, datetime]], now: datetime
-) -> list[tuple[datetime, datetime]]:
-    """(to_state, at) events of one job, in order -> the [start, end) intervals it ran.
-    A run still open at the last event is running now."""
-    out: list[tuple[datetime, datetime]] = []
-    opened: datetime | None = None
-    for to_state, at in transitions:
-        if to_state == S.RUNNING:
-            if opened is None:
-                opened = at
-        elif to_state in RUN_ENDS and opened is not None:
-            out.append((opened, max(at, opened)))
-            opened = None
-    if opened is not None:
-        out.append((opened, max(now, opened)))
-    return out
 
 
 def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
@@ -69,33 +45,22 @@ class UsageReport:
     def total(self, user: str | None = None) -> float:
         return sum(h for (_, u), h in self.gpu_hours.items() if user is None or u == user)
 
-    def day_total(self, day: date) -> float:
-        return sum(h for (d, _), h in self.gpu_hours.items() if d == day)
-
 
 def usage_report(team: Team, first: date, last: date, now: datetime) -> UsageReport:
-    """GPU-hours per user per UTC day of [first, last] for one team's jobs, from the jobs'
-    events (so a job requeued after a preemption counts each of its runs)."""
+    """GPU-hours per user per UTC day of [first, last] for one team, from its jobs' runs (a job
+    requeued after a preemption has one per attempt; a run still going counts up to `now`)."""
     lo = datetime.combine(first, time(), UTC)
     hi = datetime.combine(last + timedelta(days=1), time(), UTC)
-    jobs = Job.objects.filter(team=team, submitted_at__lt=hi).filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gte=lo)
+    runs = (
+        JobRun.objects.filter(team=team, started_at__lt=hi)
+        .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
+        .values_list("user__username", "gpus", "started_at", "ended_at")
     )
-    info = {pk: (user, gpus) for pk, user, gpus in jobs.values_list("pk", "user__username", "gpus")}
-    per_job: dict[Any, list[tuple[str, datetime]]] = defaultdict(list)
-    rows = (
-        JobEvent.objects.filter(job__in=jobs.values("pk"), to_state__in=[S.RUNNING, *RUN_ENDS])
-        .order_by("job_id", "at", "id")
-        .values_list("job_id", "to_state", "at")
-    )
-    for job_id, to_state, at in rows:
-        per_job[job_id].append((to_state, at))
     hours: dict[tuple[date, str], float] = defaultdict(float)
-    for job_id, transitions in per_job.items():
-        user, gpus = info[job_id]
-        for start, end in run_intervals(transitions, now):
-            for day, seconds in split_by_day(max(start, lo), min(end, hi)):
-                hours[(day, user)] += gpus * seconds / 3600
+    for user, gpus, started_at, ended_at in runs:
+        end = min(ended_at or now, hi)
+        for day, seconds in split_by_day(max(started_at, lo), end):
+            hours[(day, user)] += gpus * seconds / 3600
     days = tuple(first + timedelta(days=i) for i in range((last - first).days + 1))
     return UsageReport(
         team=team.slug,
@@ -195,8 +160,6 @@ class MigChoice:
 def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
     """The profiles the MIG GPUs of up nodes offer, with what fits now. `layouts` comes from
     clusters.services.gpu_layouts (who holds each slice)."""
-    from scheduler.mig import geometry
-
     free: dict[str, int] = defaultdict(int)
     idle: dict[str, int] = defaultdict(int)
     models: dict[str, set[str]] = defaultdict(set)
@@ -231,8 +194,6 @@ def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
 
 
 def _profile_order(name: str) -> tuple[int, int, str]:
-    from scheduler.mig import parse_profile
-
     p = parse_profile(name)
     return (p.compute, p.memory_gb, name)
 

@@ -21,6 +21,10 @@ def test_sqlite_urls_are_relative_to_the_repo() -> None:
     assert db["NAME"] == str(REPO / "var" / "x.sqlite3")
 
 
+def test_sqlite_urls_with_four_slashes_are_absolute() -> None:
+    assert database_from_url("sqlite:////tmp/gpuq.db")["NAME"] == "/tmp/gpuq.db"
+
+
 def test_postgres_urls_carry_credentials_and_options() -> None:
     db = database_from_url("postgres://u:p%40ss@db.example:6543/gpuq?sslmode=require")
     assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == (

@@ -1,0 +1,225 @@
+"""The submit form and pasted YAML, turned into the dict the API's JobSpecSerializer takes, and
+its errors turned back into per-field (or per-line) messages.
+
+Values go to the serializer as the strings typed, so the messages are the API's own; the form
+adds only what is about its own format (the NAME=value lines of the environment box)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+# The form's inputs, in the order they are read.
+TEXT_FIELDS = (
+    "name",
+    "image",
+    "command",
+    "nodes",
+    "gpus_per_node",
+    "gpu_model",
+    "mig_profile",
+    "cpus_per_gpu",
+    "memory",
+    "time_limit",
+    "priority",
+    "team",
+    "cluster",
+)
+FORM_FIELDS = (
+    "kind",
+    *TEXT_FIELDS,
+    "retries_max",
+    "checkpoint_dir",
+    "checkpoint_interval",
+    "env",
+)
+# Where an error for a (dotted) spec path is shown on the form.
+ERROR_FIELD = {
+    "retries.max": "retries_max",
+    "retries": "retries_max",
+    "checkpoint.dir": "checkpoint_dir",
+    "checkpoint.interval": "checkpoint_interval",
+    "checkpoint": "checkpoint_interval",
+}
+NON_FIELD = "__all__"
+
+
+@dataclass
+class Parsed:
+    data: dict[str, Any]
+    errors: dict[str, list[str]] = field(default_factory=dict)
+
+
+def form_to_spec(post: Mapping[str, str]) -> Parsed:
+    """The posted form -> the spec dict. Blank inputs are left out (the API's defaults apply);
+    inputs of the other job kind are left out, since the page hides them."""
+    values = {name: (post.get(name) or "").strip() for name in FORM_FIELDS}
+    kind = values["kind"] or "training"
+    data: dict[str, Any] = {"kind": kind}
+    for name in TEXT_FIELDS:
+        if values[name]:
+            data[name] = values[name]
+    # The command box is one shell line or script; keep its inner whitespace as typed.
+    if values["command"]:
+        data["command"] = (post.get("command") or "").replace("\r\n", "\n").strip("\n")
+    if kind == "training":
+        data.pop("mig_profile", None)
+    else:
+        data.pop("nodes", None)
+        if "mig_profile" in data:
+            data.pop("gpus_per_node", None)
+            data.pop("gpu_model", None)
+    if values["retries_max"]:
+        data["retries"] = {"max": values["retries_max"]}
+    if values["checkpoint_dir"] or values["checkpoint_interval"]:
+        checkpoint = {"dir": values["checkpoint_dir"]}
+        if values["checkpoint_interval"]:
+            checkpoint["interval"] = values["checkpoint_interval"]
+        data["checkpoint"] = checkpoint
+    errors: dict[str, list[str]] = {}
+    env, env_errors = parse_env(post.get("env") or "")
+    if env:
+        data["env"] = env
+    if env_errors:
+        errors["env"] = env_errors
+    return Parsed(data, errors)
+
+
+def parse_env(text: str) -> tuple[dict[str, str], list[str]]:
+    """NAME=value per line; blank lines and # comments are skipped."""
+    env: dict[str, str] = {}
+    errors = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not name.strip():
+            errors.append(f"line {number}: expected NAME=value")
+            continue
+        env[name.strip()] = value
+    return env, errors
+
+
+def spec_to_form(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") -> dict[str, str]:
+    """A stored spec -> the form's values, to resubmit a job as a copy."""
+    command = spec.get("command", "")
+    checkpoint = spec.get("checkpoint") or {}
+    retries = spec.get("retries") or {}
+    values = {
+        "kind": spec.get("kind", "training"),
+        "name": spec.get("name", ""),
+        "image": spec.get("image") or "",
+        "command": shlex.join(command) if isinstance(command, list) else str(command),
+        "nodes": _text(spec.get("nodes")),
+        "gpus_per_node": _text(spec.get("gpus_per_node")) if not spec.get("mig_profile") else "",
+        "gpu_model": spec.get("gpu_model") or "",
+        "mig_profile": spec.get("mig_profile") or "",
+        "cpus_per_gpu": _text(spec.get("cpus_per_gpu")),
+        "memory": f"{spec['memory']}M" if spec.get("memory") else "",
+        "time_limit": duration_text(spec.get("time_limit")),
+        "priority": spec.get("priority", ""),
+        "team": team,
+        "cluster": cluster,
+        "retries_max": _text(retries.get("max")),
+        "checkpoint_dir": checkpoint.get("dir") or "",
+        "checkpoint_interval": duration_text(checkpoint.get("interval")),
+        "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+    }
+    return {k: str(v) for k, v in values.items()}
+
+
+def spec_to_yaml(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") -> str:
+    data = dict(spec)
+    if team:
+        data["team"] = team
+    if cluster:
+        data["cluster"] = cluster
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+def duration_text(seconds: Any) -> str:
+    """Seconds -> the shortest exact form the API accepts back ("2h", "90m", "45s")."""
+    if not seconds:
+        return ""
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """A DRF ValidationError's detail -> {"retries.max": [...], "env.FOO": [...], ...};
+    errors not about a field are under NON_FIELD."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, Mapping):
+        for key, value in detail.items():
+            name = NON_FIELD if key in ("non_field_errors", NON_FIELD) else str(key)
+            path = f"{prefix}.{name}" if prefix and name != NON_FIELD else (prefix or name)
+            for k, v in flatten_errors(value, path).items():
+                out.setdefault(k, []).extend(v)
+    elif isinstance(detail, list | tuple):
+        for item in detail:
+            for k, v in flatten_errors(item, prefix).items():
+                out.setdefault(k, []).extend(v)
+    else:
+        out.setdefault(prefix or NON_FIELD, []).append(str(detail))
+    return out
+
+
+def form_errors(detail: Any) -> dict[str, list[str]]:
+    """API errors -> the form input each belongs to (env.FOO -> env, with the name kept)."""
+    out: dict[str, list[str]] = {}
+    for path, messages in flatten_errors(detail).items():
+        head, _, rest = path.partition(".")
+        if path in ERROR_FIELD:
+            name = ERROR_FIELD[path]
+        elif head == "env" and rest:
+            name, messages = "env", [f"{rest}: {m}" for m in messages]
+        elif path in FORM_FIELDS:
+            name = path
+        else:
+            name, messages = NON_FIELD, [f"{path}: {m}" for m in messages]
+        out.setdefault(name, []).extend(messages)
+    return out
+
+
+@dataclass(frozen=True)
+class YamlLine:
+    number: int
+    text: str
+    errors: tuple[str, ...] = ()
+
+
+def yaml_listing(
+    text: str, detail: Any, field_lines: Mapping[str, int], syntax: tuple[int | None, str] | None
+) -> tuple[list[YamlLine], list[str]]:
+    """The pasted text as numbered lines, each with the errors that point at it, and the errors
+    that point at no line (a missing field). `syntax` is a YAML error's (line, message)."""
+    by_line: dict[int, list[str]] = {}
+    loose: list[str] = []
+    lines = text.splitlines() or [""]
+    if syntax is not None:
+        line, message = syntax
+        if line is not None and 1 <= line <= len(lines):
+            by_line.setdefault(line, []).append(message)
+        else:
+            loose.append(message)
+    for path, messages in flatten_errors(detail or {}).items():
+        line = field_lines.get(path.partition(".")[0])
+        for message in messages:
+            where = f"{path}: {message}"
+            if line is not None:
+                by_line.setdefault(line, []).append(where)
+            else:
+                loose.append(where)
+    listing = [YamlLine(i, t, tuple(by_line.get(i, ()))) for i, t in enumerate(lines, start=1)]
+    return listing, loose

@@ -1,0 +1,83 @@
+"""Small presentation filters: a job's shape, times relative to now, team colours, bars."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.safestring import SafeString
+
+from frontend import charts
+
+register = template.Library()
+TIMES = "\N{MULTIPLICATION SIGN}"
+
+
+@register.filter
+def shape(job: Any) -> str:
+    """What a job asks for, e.g. "2 nodes x 8 A100-SXM4-80GB" or "MIG 1g.10gb slice"."""
+    spec = job.spec if hasattr(job, "spec") else job
+    model = spec.get("gpu_model") or (getattr(job, "gpu_model", "") or "any GPU")
+    if spec.get("mig_profile"):
+        return f"MIG {spec['mig_profile']} slice" + (
+            f" of {spec['gpu_model']}" if spec.get("gpu_model") else ""
+        )
+    nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 1)
+    if nodes == 1:
+        return f"{per_node} {TIMES} {model}"
+    return f"{nodes} nodes {TIMES} {per_node} {model}"
+
+
+@register.filter
+def gpus(value: float | None) -> str:
+    if value is None:
+        return "∞"
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+@register.filter
+def relative(moment: datetime | None) -> str:
+    """'in 12 min', '3 h ago', 'now'."""
+    if moment is None:
+        return ""
+    seconds = (moment - timezone.now()).total_seconds()
+    text = span(abs(seconds))
+    if text == "now":
+        return text
+    return f"in {text}" if seconds > 0 else f"{text} ago"
+
+
+@register.filter
+def span(seconds: float | None) -> str:
+    """A duration the way people say it: '45 s', '12 min', '3 h 20 min', '2 d 4 h'."""
+    if seconds is None:
+        return ""
+    s = int(seconds)
+    if s < 5:
+        return "now"
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min"
+    if s < 86400:
+        h, m = divmod(s // 60, 60)
+        return f"{h} h {m} min" if m else f"{h} h"
+    d, h = divmod(s // 3600, 24)
+    return f"{d} d {h} h" if h else f"{d} d"
+
+
+@register.filter
+def team_colour(team: str | None) -> str:
+    return charts.team_colour(team) if team else "transparent"
+
+
+@register.simple_tag
+def quota_bar(row: Any) -> SafeString:
+    return charts.quota_bar(row.used, row.nominal, row.borrowing_limit)
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    return mapping.get(key) if mapping else None

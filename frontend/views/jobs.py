@@ -1,0 +1,280 @@
+"""Submit, follow and cancel a job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
+
+from frontend import forms
+from frontend.logtail import CHUNK, decode_chunk
+from queue_service.backends import BackendError
+from queue_service.clusters.models import Cluster, Node
+from queue_service.clusters.services import gpu_layouts
+from queue_service.jobs import services as job_services
+from queue_service.jobs.dispatch import read_logs
+from queue_service.jobs.models import Job, PriorityClass
+from queue_service.jobs.reports import mig_choices
+from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
+
+from .common import permission_as_403, signed_in, visible_job
+
+STREAMS = ("stdout", "stderr")
+LOG_FRAGMENT = "frontend/fragments/job_log.html"
+DOWNLOAD_CHUNK = 1024 * 1024
+
+
+# --- job detail --------------------------------------------------------------------------------
+
+
+@signed_in
+@require_GET
+def job_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    job = visible_job(request.user, pk)
+    stream = _stream(request)
+    return render(
+        request,
+        "frontend/job.html",
+        {**_live_context(request, job), "stream": stream, "streams": STREAMS},
+    )
+
+
+@signed_in
+@require_GET
+def job_live(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The polled part of the job page: state, reason, timeline, placement, backend."""
+    job = visible_job(request.user, pk)
+    return render(request, "frontend/fragments/job_live.html", _live_context(request, job))
+
+
+def _stream(request: HttpRequest) -> str:
+    stream = request.GET.get("stream", "stdout")
+    return stream if stream in STREAMS else "stdout"
+
+
+def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    return {
+        "job": job,
+        "events": list(job.events.all()),
+        "can_manage": job_services.can_manage(request.user, job),
+    }
+
+
+@signed_in
+@require_GET
+def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The next piece of a log from a byte offset; the response carries the poller that asks
+    for the piece after it (at once while catching up, else every few seconds until the end)."""
+    job = visible_job(request.user, pk)
+    stream = _stream(request)
+    try:
+        offset = max(int(request.GET.get("offset", "0")), 0)
+    except ValueError:
+        offset = 0
+    context: dict[str, Any] = {"job": job, "stream": stream, "offset": offset, "eof": False}
+    try:
+        chunk = read_logs(job, offset=offset, limit=CHUNK, stream=stream)
+    except BackendError as exc:  # the cluster did not answer: say so, and ask again later
+        return render(request, LOG_FRAGMENT, {**context, "error": exc.message})
+    # A finished job with nothing more to read is at its end, whatever the backend says.
+    end = chunk.eof or (job.is_terminal and not chunk.data)
+    piece = decode_chunk(chunk.data, offset, final=end)
+    context.update(
+        text=piece.text,
+        offset=piece.next_offset,
+        eof=end,
+        catching_up=len(chunk.data) >= CHUNK,
+    )
+    return render(request, LOG_FRAGMENT, context)
+
+
+@signed_in
+@require_GET
+def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | StreamingHttpResponse:
+    job = visible_job(request.user, pk)
+    stream = _stream(request)
+
+    try:
+        first = read_logs(job, offset=0, limit=DOWNLOAD_CHUNK, stream=stream)
+    except BackendError as exc:
+        return HttpResponse(
+            f"The cluster did not return the log: {exc.message}\n",
+            status=502,
+            content_type="text/plain; charset=utf-8",
+        )
+
+    def chunks() -> Iterator[bytes]:
+        chunk = first
+        while chunk.data:
+            yield chunk.data
+            if chunk.eof:
+                return
+            chunk = read_logs(job, offset=chunk.next_offset, limit=DOWNLOAD_CHUNK, stream=stream)
+
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.name).strip("-.")[:60] or "job"
+    response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = (
+        f'attachment; filename="{slug}-{str(job.pk)[:8]}-{stream}.log"'
+    )
+    return response
+
+
+@signed_in
+def job_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """GET asks for confirmation; POST cancels."""
+    job = visible_job(request.user, pk)
+    if request.method != "POST":
+        return render(
+            request,
+            "frontend/job_cancel.html",
+            {"job": job, "can_manage": job_services.can_manage(request.user, job)},
+        )
+    with permission_as_403():
+        try:
+            job_services.cancel_job(request.user, job)
+        except job_services.JobConflict as exc:
+            messages.error(request, f"Not cancelled: {exc}")
+        else:
+            messages.success(request, f"Cancelling {job.name}.")
+    return redirect("job", pk=job.pk)
+
+
+# --- submit ----------------------------------------------------------------------------------
+
+
+@signed_in
+def submit(request: HttpRequest) -> HttpResponse:
+    """The form (training or agent job) or pasted YAML. Errors come from the API's own
+    validation; a valid job is stored by submit_job and the page moves to it."""
+    mode = "yaml" if (request.POST or request.GET).get("mode") == "yaml" else "form"
+    context = _submit_context(request, mode)
+    if request.method != "POST":
+        source = request.GET.get("from")
+        if source:
+            job = visible_job(request.user, source)
+            team = job.team.slug
+            cluster = job.cluster.name if job.pinned_cluster and job.cluster else ""
+            context["values"] = forms.spec_to_form(job.spec, team=team, cluster=cluster)
+            context["yaml_text"] = forms.spec_to_yaml(job.spec, team=team, cluster=cluster)
+            context["copied_from"] = job
+        return render(request, "frontend/submit.html", context)
+
+    if mode == "yaml":
+        text = request.POST.get("yaml", "")
+        context["yaml_text"] = text
+        try:
+            job = _submit(request, load_yaml_spec(text))
+        except YamlError as exc:
+            listing, loose = forms.yaml_listing(text, None, {}, (exc.line, str(exc)))
+        except ValidationError as exc:
+            listing, loose = forms.yaml_listing(text, exc.detail, yaml_field_lines(text), None)
+        else:
+            return _submitted(request, job)
+        context.update(yaml_listing=listing, yaml_loose=loose)
+        return render(request, "frontend/submit.html", context, status=400)
+
+    parsed = forms.form_to_spec(request.POST)
+    context["values"] = {name: request.POST.get(name, "") for name in forms.FORM_FIELDS}
+    if parsed.errors:
+        # Nothing is stored; the API's messages for the other fields are shown as well.
+        serializer = JobSpecSerializer(data=parsed.data)
+        serializer.is_valid()
+        context["errors"] = {**forms.form_errors(serializer.errors), **parsed.errors}
+        return render(request, "frontend/submit.html", context, status=400)
+    try:
+        job = _submit(request, parsed.data)
+    except ValidationError as exc:
+        context["errors"] = forms.form_errors(exc.detail)
+        return render(request, "frontend/submit.html", context, status=400)
+    return _submitted(request, job)
+
+
+def _submitted(request: HttpRequest, job: Job) -> HttpResponse:
+    messages.success(request, f"Submitted {job.name}.")
+    return redirect("job", pk=job.pk)
+
+
+def _submit(request: HttpRequest, data: dict[str, Any]) -> Job:
+    """A double-clicked submit sends the same form twice: the idempotency key (the form's
+    token plus the spec) makes that one job, while an edited resubmit is a new one."""
+    token = request.POST.get("form_token", "")[:40]
+    key = None
+    if token:
+        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
+        key = f"ui-{token}-{digest}"
+    return job_services.submit_job(request.user, data, idempotency_key=key).job
+
+
+@signed_in
+@require_POST
+def submit_preview(request: HttpRequest) -> HttpResponse:
+    """Would this job start now, and if not why and when? Nothing is stored."""
+    context: dict[str, Any] = {}
+    try:
+        if request.POST.get("mode") == "yaml":
+            data = load_yaml_spec(request.POST.get("yaml", ""))
+            problems: dict[str, list[str]] = {}
+        else:
+            parsed = forms.form_to_spec(request.POST)
+            data, problems = parsed.data, parsed.errors
+            if not data.get("name") and not data.get("command"):
+                return render(request, "frontend/fragments/preview.html", {"blank": True})
+        if problems:
+            context["problems"] = forms.form_errors(problems)
+        else:
+            context["preview"] = job_services.preview_submit(request.user, data)
+    except YamlError as exc:
+        context["problems"] = {"yaml": [str(exc)]}
+    except ValidationError as exc:
+        context["problems"] = forms.flatten_errors(exc.detail)
+    return render(request, "frontend/fragments/preview.html", context)
+
+
+def _submit_context(request: HttpRequest, mode: str) -> dict[str, Any]:
+    clusters = list(Cluster.objects.filter(enabled=True))
+    teams = job_services.member_teams(request.user)  # the teams one may submit for
+    return {
+        "mode": mode,
+        "values": {"kind": "training", "nodes": "1", "gpus_per_node": "1", "priority": "normal"},
+        "errors": {},
+        "yaml_text": EXAMPLE_YAML,
+        "teams": teams,
+        "team_slugs": [t.slug for t in teams],
+        "cluster_names": [c.name for c in clusters],
+        "gpu_models": sorted(
+            set(Node.objects.filter(cluster__in=clusters).values_list("gpu_model", flat=True))
+        ),
+        "priority_names": list(PriorityClass.objects.values_list("name", flat=True)),
+        "mig": mig_choices(gpu_layouts(clusters, request.user)),
+        "form_token": uuid.uuid4().hex,
+        "default_time_limit": forms.duration_text(settings.GPUQ_DEFAULT_TIME_LIMIT_S),
+        "time_limit_help": f"default {forms.duration_text(settings.GPUQ_DEFAULT_TIME_LIMIT_S)}, "
+        f"at most {forms.duration_text(settings.GPUQ_MAX_TIME_LIMIT_S)}; e.g. 90m, 6h, 02:00:00",
+    }
+
+
+EXAMPLE_YAML = """\
+name: finetune-llama
+kind: training
+image: nvcr.io/nvidia/pytorch:24.05-py3
+command: ["python", "train.py", "--epochs", "3"]
+nodes: 1
+gpus_per_node: 4
+time_limit: 6h
+priority: normal
+retries:
+  max: 2
+checkpoint:
+  dir: /checkpoints/finetune-llama
+  interval: 30m
+"""

@@ -1,0 +1,234 @@
+"""Dashboard, queue, clusters and the personal page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import F, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
+
+from frontend import charts
+from queue_service.clusters.models import Cluster
+from queue_service.clusters.services import gpu_layouts
+from queue_service.jobs.models import Job
+from queue_service.jobs.reports import cluster_totals, quota_usage
+from queue_service.tenancy import services as team_services
+from queue_service.tenancy.models import ApiToken
+from scheduler.mig import geometry
+
+from .common import my_teams, signed_in
+
+S = Job.State
+RUNNING_STATES = sorted(Job.ACTIVE)
+QUEUE_STATES: dict[str, tuple[str, list[str] | None]] = {
+    "pending": ("Pending", [S.PENDING]),
+    "active": ("Admitted or running", RUNNING_STATES),
+    "finished": ("Finished", sorted(Job.TERMINAL)),
+    "all": ("All", None),
+}
+QUEUE_LIMIT = 100  # rows per poll: rendering them is most of the fragment's cost
+DASHBOARD_LIMIT = 50
+
+
+def _jobs(request: HttpRequest) -> QuerySet[Job]:
+    return Job.objects.for_user(request.user).select_related(
+        "team", "user", "priority_class", "cluster"
+    )
+
+
+# --- dashboard ---------------------------------------------------------------------------------
+
+
+@signed_in
+@require_GET
+def dashboard(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/dashboard.html", _dashboard_context(request))
+
+
+@signed_in
+@require_GET
+def dashboard_live(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/fragments/dashboard_live.html", _dashboard_context(request))
+
+
+def _dashboard_context(request: HttpRequest) -> dict[str, Any]:
+    teams = my_teams(request.user)
+    clusters = list(Cluster.objects.filter(enabled=True).prefetch_related("nodes"))
+    return {
+        **_dashboard_jobs(request),
+        "teams": teams,
+        "quotas": quota_usage(teams),
+        "maps": _maps(request, clusters, compact=True),
+    }
+
+
+def _dashboard_jobs(request: HttpRequest) -> dict[str, Any]:
+    jobs = _jobs(request)
+    return {
+        "running": list(
+            jobs.filter(state__in=RUNNING_STATES).order_by("-admitted_at")[:DASHBOARD_LIMIT]
+        ),
+        "pending": list(
+            jobs.filter(state=S.PENDING).order_by(
+                F("queue_position").asc(nulls_last=True), "submitted_at"
+            )[:DASHBOARD_LIMIT]
+        ),
+        "recent": list(jobs.filter(state__in=Job.TERMINAL).order_by("-finished_at")[:8]),
+    }
+
+
+# --- queue -----------------------------------------------------------------------------------
+
+
+@signed_in
+@require_GET
+def queue(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/queue.html", _queue_context(request))
+
+
+@signed_in
+@require_GET
+def queue_rows(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/fragments/queue_rows.html", _queue_context(request))
+
+
+def _queue_context(request: HttpRequest) -> dict[str, Any]:
+    """Pending jobs in scheduling order (the position the last cycle gave them), or the other
+    states newest first; filtered by team, state and cluster."""
+    state = request.GET.get("state", "pending")
+    if state not in QUEUE_STATES:
+        state = "pending"
+    qs = _jobs(request)
+    states = QUEUE_STATES[state][1]
+    if states is not None:
+        qs = qs.filter(state__in=states)
+    team, cluster = request.GET.get("team", ""), request.GET.get("cluster", "")
+    if team:
+        qs = qs.filter(team__slug=team)
+    if cluster:
+        qs = qs.filter(cluster__name=cluster)
+    if state == "pending":
+        qs = qs.order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
+    else:
+        qs = qs.order_by("-submitted_at", "id")
+    return {
+        "jobs": list(qs[:QUEUE_LIMIT]),
+        "total": qs.count(),
+        "limit": QUEUE_LIMIT,
+        "state": state,
+        "team": team,
+        "cluster": cluster,
+        "states": [(k, label) for k, (label, _) in QUEUE_STATES.items()],
+        "teams": my_teams(request.user),
+        "clusters": list(Cluster.objects.values_list("name", flat=True)),
+        "query": request.GET.urlencode(),
+    }
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+@signed_in
+@require_GET
+def clusters(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/clusters.html", _clusters_context(request))
+
+
+@signed_in
+@require_GET
+def clusters_live(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/fragments/clusters_live.html", _clusters_context(request))
+
+
+def _clusters_context(request: HttpRequest) -> dict[str, Any]:
+    all_clusters = list(Cluster.objects.prefetch_related("nodes"))
+    return {"maps": _maps(request, all_clusters, compact=False)}
+
+
+def _maps(request: HttpRequest, clusters: list[Cluster], *, compact: bool) -> list[dict[str, Any]]:
+    """Per cluster: its nodes, each with its GPU map, and the cluster's totals."""
+    layouts = gpu_layouts(clusters, request.user)
+    out = []
+    for cluster in clusters:
+        nodes = []
+        for node in cluster.nodes.all():
+            table = geometry(node.gpu_model) if node.mig_enabled else None
+            nodes.append(
+                {
+                    "node": node,
+                    "svg": charts.node_map(
+                        node.name,
+                        node.state,
+                        layouts.get(node.pk, []),
+                        table.memory_slices if table else 8,
+                        compact=compact,
+                    ),
+                }
+            )
+        teams = sorted(
+            {
+                who["team"]
+                for n in cluster.nodes.all()
+                for gpu in layouts.get(n.pk, [])
+                for who in [gpu, *gpu.get("mig", [])]
+                if who.get("team")
+            }
+        )
+        out.append(
+            {
+                "cluster": cluster,
+                "nodes": nodes,
+                "totals": cluster_totals(list(cluster.nodes.all()), layouts),
+                "teams": [(t, charts.team_colour(t)) for t in teams],
+            }
+        )
+    return out
+
+
+# --- personal page ---------------------------------------------------------------------------
+
+
+@signed_in
+@require_GET
+def account(request: HttpRequest) -> HttpResponse:
+    return _account(request)
+
+
+@signed_in
+@require_POST
+def token_create(request: HttpRequest) -> HttpResponse:
+    """The key is shown in this response only (never stored, never redirected through)."""
+    name = request.POST.get("name", "").strip()
+    if not name or len(name) > 64:
+        return _account(request, error="Give the token a name of 1 to 64 characters.", status=400)
+    token, key = team_services.create_token(request.user, name)
+    response = _account(request, new_key=key, new_token=token)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@signed_in
+@require_POST
+def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        team_services.revoke_token(request.user, pk)
+    except ValidationError:
+        return _account(request, error="That token does not exist (already revoked?).", status=404)
+    return redirect("account")
+
+
+def _account(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:
+    return render(
+        request,
+        "frontend/account.html",
+        {
+            "tokens": list(ApiToken.objects.filter(user=request.user)),
+            "teams": my_teams(request.user),
+            "base_url": request.build_absolute_uri("/").rstrip("/"),
+            **extra,
+        },
+        status=status,
+    )

@@ -1,0 +1,193 @@
+"""Team admin: members and roles, quotas with their usage, the usage report."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from rest_framework.exceptions import ValidationError
+
+from frontend import charts
+from frontend.forms import flatten_errors
+from queue_service.api.serializers import QuotaSerializer
+from queue_service.clusters.models import Node
+from queue_service.jobs.reports import quota_usage, usage_csv, usage_report
+from queue_service.tenancy import services as team_services
+from queue_service.tenancy.models import Membership, Quota, Team
+
+from .common import my_teams, permission_as_403, signed_in
+
+DEFAULT_DAYS = 14
+MAX_DAYS = 366
+
+
+@signed_in
+@require_GET
+def teams(request: HttpRequest) -> HttpResponse:
+    rows = [
+        {
+            "team": team,
+            "admin": team_services.is_team_admin(request.user, team),
+            "members": team.memberships.count(),
+        }
+        for team in my_teams(request.user)
+    ]
+    return render(request, "frontend/teams.html", {"rows": rows})
+
+
+def _admin_team(request: HttpRequest, slug: str) -> Team:
+    """A team the user belongs to (else 404) and administers (else 403, saying who does)."""
+    team = get_object_or_404(team_services.teams_for(request.user).distinct(), slug=slug)
+    if not team_services.is_team_admin(request.user, team):
+        admins = ", ".join(
+            team.memberships.filter(role=Membership.Role.ADMIN)
+            .order_by("user__username")
+            .values_list("user__username", flat=True)
+        )
+        raise PermissionDenied(
+            f"Only admins of team {team.slug} can open its admin page; you are a member."
+            + (f" Its admins: {admins}." if admins else "")
+        )
+    return team
+
+
+@signed_in
+@require_GET
+def team_admin(request: HttpRequest, slug: str) -> HttpResponse:
+    team = _admin_team(request, slug)
+    return _render(request, team)
+
+
+def _period(request: HttpRequest) -> tuple[date, date, str]:
+    """The report's [first, last] days from ?from=&to= (ISO dates); the last 14 days by
+    default. Returns an error to show instead of guessing when they make no sense."""
+    today = timezone.now().date()
+    try:
+        last = date.fromisoformat(request.GET["to"]) if request.GET.get("to") else today
+        first = (
+            date.fromisoformat(request.GET["from"])
+            if request.GET.get("from")
+            else last - timedelta(days=DEFAULT_DAYS - 1)
+        )
+    except ValueError:
+        return today - timedelta(days=DEFAULT_DAYS - 1), today, "Dates look like 2025-01-31."
+    if first > last:
+        return last, last, "The period starts after it ends; showing its last day."
+    if (last - first).days >= MAX_DAYS:
+        return last - timedelta(days=MAX_DAYS - 1), last, f"At most {MAX_DAYS} days at once."
+    return first, last, ""
+
+
+def _render(request: HttpRequest, team: Team, status: int = 200, **extra: Any) -> HttpResponse:
+    first, last, period_error = _period(request)
+    report = usage_report(team, first, last, timezone.now())
+    members = list(team.memberships.select_related("user").order_by("user__username"))
+    return render(
+        request,
+        "frontend/team_admin.html",
+        {
+            "team": team,
+            "members": members,
+            "roles": Membership.Role.values,
+            "quotas": quota_usage([team]),
+            "gpu_models": sorted(
+                {Quota.ANY_MODEL, *Node.objects.values_list("gpu_model", flat=True)}
+            ),
+            "report": report,
+            "chart": charts.usage_chart(report.days, report.users, report.gpu_hours),
+            "user_totals": [(u, report.total(u), charts.team_colour(u)) for u in report.users],
+            "first": first,
+            "last": last,
+            "period_error": period_error,
+            "errors": {},
+            **extra,
+        },
+        status=status,
+    )
+
+
+@signed_in
+@require_GET
+def usage_download(request: HttpRequest, slug: str) -> HttpResponse:
+    team = _admin_team(request, slug)
+    first, last, _ = _period(request)
+    report = usage_report(team, first, last, timezone.now())
+    response = HttpResponse(usage_csv(report), content_type="text/csv; charset=utf-8")
+    name = f"gpuq-usage-{team.slug}-{first.isoformat()}-{last.isoformat()}.csv"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
+
+
+@signed_in
+@require_POST
+def member_set(request: HttpRequest, slug: str) -> HttpResponse:
+    """Add a member, or change a member's role."""
+    team = _admin_team(request, slug)
+    username = request.POST.get("username", "").strip()
+    role = request.POST.get("role", Membership.Role.MEMBER)
+    with permission_as_403():
+        try:
+            team_services.set_membership(request.user, team, username, role)
+        except ValidationError as exc:
+            return _render(request, team, 400, errors={"member": flatten_errors(exc.detail)})
+    messages.success(request, f"{username} is now {role} of {team.slug}.")
+    return redirect("team-admin", slug=team.slug)
+
+
+@signed_in
+@require_POST
+def member_remove(request: HttpRequest, slug: str, username: str) -> HttpResponse:
+    team = _admin_team(request, slug)
+    with permission_as_403():
+        try:
+            team_services.remove_member(request.user, team, username)
+        except ValidationError as exc:
+            return _render(request, team, 400, errors={"member": flatten_errors(exc.detail)})
+    messages.success(request, f"Removed {username} from {team.slug}.")
+    return redirect("team-admin", slug=team.slug)
+
+
+@signed_in
+@require_POST
+def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
+    """Create or change a quota, with the API's validation and the site's ceilings."""
+    team = _admin_team(request, slug)
+    data: dict[str, str | None] = {
+        k: v.strip()
+        for k, v in request.POST.items()
+        if k in QuotaSerializer.Meta.fields and v.strip()
+    }
+    # An emptied optional box means "no limit".
+    for optional in ("lending_limit_gpus", "max_running_jobs"):
+        data.setdefault(optional, None)
+    body = QuotaSerializer(data=data)
+    model = data.get("gpu_model") or ""
+    try:
+        body.is_valid(raise_exception=True)
+        values = dict(body.validated_data)
+        with permission_as_403():
+            team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
+    except ValidationError as exc:
+        return _render(request, team, 400, errors={"quota": flatten_errors(exc.detail)})
+    messages.success(request, f"Saved the {model} quota of {team.slug}.")
+    return redirect("team-admin", slug=team.slug)
+
+
+@signed_in
+@require_POST
+def quota_delete(request: HttpRequest, slug: str) -> HttpResponse:
+    team = _admin_team(request, slug)
+    model = request.POST.get("gpu_model", "")
+    with permission_as_403():
+        try:
+            team_services.delete_quota(request.user, team, model)
+        except ValidationError as exc:
+            return _render(request, team, 400, errors={"quota": flatten_errors(exc.detail)})
+    messages.success(request, f"Deleted the {model} quota of {team.slug}.")
+    return redirect("team-admin", slug=team.slug)

@@ -1,0 +1,201 @@
+"""The submit form and pasted YAML <-> the API's spec and its errors (pure, no browser)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frontend.forms import (
+    NON_FIELD,
+    duration_text,
+    flatten_errors,
+    form_errors,
+    form_to_spec,
+    parse_env,
+    spec_to_form,
+    yaml_listing,
+)
+
+
+def form(**values: str) -> dict[str, str]:
+    return {"kind": "training", "name": "n", "command": "echo hi", "nodes": "1", **values}
+
+
+def spec_of(drop: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
+    base = {"kind": "training", "name": "n", "command": "echo hi", "nodes": "1", **values}
+    return {k: v for k, v in base.items() if k not in drop}
+
+
+@pytest.mark.parametrize(
+    ("posted", "expected"),
+    [
+        (form(), spec_of()),
+        (form(image="  ", time_limit=""), spec_of()),
+        (form(mig_profile="1g.10gb", gpus_per_node="2"), spec_of(gpus_per_node="2")),
+        (
+            form(kind="agent", mig_profile="1g.10gb", gpus_per_node="2", gpu_model="X"),
+            spec_of(("nodes",), kind="agent", mig_profile="1g.10gb"),
+        ),
+        (
+            form(kind="agent", gpus_per_node="2"),
+            spec_of(("nodes",), kind="agent", gpus_per_node="2"),
+        ),
+        (
+            form(retries_max="0", checkpoint_dir="/ck"),
+            spec_of(retries={"max": "0"}, checkpoint={"dir": "/ck"}),
+        ),
+        (form(checkpoint_interval="5m"), spec_of(checkpoint={"dir": "", "interval": "5m"})),
+        (form(command="  set -e\r\n  make  \r\n"), spec_of(command="  set -e\n  make  ")),
+    ],
+    ids=[
+        "plain",
+        "blanks-left-out",
+        "training-ignores-mig",
+        "agent-mig-drops-whole-gpu-inputs",
+        "agent-whole-gpus",
+        "retries-and-checkpoint",
+        "interval-without-dir",
+        "script-kept-as-typed",
+    ],
+)
+def test_the_form_becomes_the_spec_the_api_takes(posted: dict[str, str], expected: Any) -> None:
+    parsed = form_to_spec(posted)
+    assert (parsed.data, parsed.errors) == (expected, {})
+
+
+@pytest.mark.parametrize(
+    ("text", "env", "errors"),
+    [
+        ("A=1\n\n# note\nB = x=y ", {"A": "1", "B ": " x=y "}, []),
+        (
+            "A=1\nnoequals\n=v",
+            {"A": "1"},
+            ["line 2: expected NAME=value", "line 3: expected NAME=value"],
+        ),
+        ("", {}, []),
+    ],
+)
+def test_environment_lines_are_name_equals_value(
+    text: str, env: dict[str, str], errors: list[str]
+) -> None:
+    parsed_env, parsed_errors = parse_env(text)
+    # Names are stripped; values are kept as typed (the API judges them).
+    assert parsed_env == {k.strip(): v for k, v in env.items()}
+    assert parsed_errors == errors
+
+
+def test_a_bad_environment_line_is_an_error_on_the_env_field() -> None:
+    assert form_to_spec(form(env="OK=1\nbroken")).errors == {"env": ["line 2: expected NAME=value"]}
+
+
+def test_api_errors_are_flattened_to_dotted_paths() -> None:
+    detail = {
+        "command": ["must not be empty"],
+        "env": {"GPUQ_X": "is set by gpuq"},
+        "retries": {"max": ["A valid integer is required."]},
+        "non_field_errors": ["bad"],
+    }
+    assert flatten_errors(detail) == {
+        "command": ["must not be empty"],
+        "env.GPUQ_X": ["is set by gpuq"],
+        "retries.max": ["A valid integer is required."],
+        NON_FIELD: ["bad"],
+    }
+
+
+def test_api_errors_land_on_the_form_input_they_are_about() -> None:
+    detail = {
+        "env": {"GPUQ_X": "is set by gpuq"},
+        "retries": {"max": ["too big"]},
+        "checkpoint": ["the checkpoint interval is longer than the time limit"],
+        "nodes": ["agent jobs run on one node"],
+        "retries_on": ["unknown"],
+    }
+    assert form_errors(detail) == {
+        "env": ["GPUQ_X: is set by gpuq"],
+        "retries_max": ["too big"],
+        "checkpoint_interval": ["the checkpoint interval is longer than the time limit"],
+        "nodes": ["agent jobs run on one node"],
+        NON_FIELD: ["retries_on: unknown"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, ""),
+        (0, ""),
+        (45, "45s"),
+        (5400, "90m"),
+        (7200, "2h"),
+        (172800, "2d"),
+        (3601, "3601s"),
+    ],
+)
+def test_durations_are_shown_in_their_shortest_exact_form(seconds: Any, text: str) -> None:
+    assert duration_text(seconds) == text
+
+
+def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
+    stored = {
+        "name": "run", "kind": "training", "image": None, "command": ["python", "t.py"],
+        "env": {"A": "1", "B": "x y"}, "nodes": 2, "gpus_per_node": 4, "gpu_model": "H100",
+        "mig_profile": None, "cpus_per_gpu": 8, "memory": 65536, "time_limit": 21600,
+        "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
+        "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False,
+    }  # fmt: skip
+    values = spec_to_form(stored, team="vision", cluster="")
+    assert values == {
+        "kind": "training", "name": "run", "image": "", "command": "python t.py", "nodes": "2",
+        "gpus_per_node": "4", "gpu_model": "H100", "mig_profile": "", "cpus_per_gpu": "8",
+        "memory": "65536M", "time_limit": "6h", "priority": "low", "team": "vision",
+        "cluster": "", "retries_max": "2", "checkpoint_dir": "/ck", "checkpoint_interval": "30m",
+        "env": "A=1\nB=x y",
+    }  # fmt: skip
+    assert form_to_spec(values).data["env"] == {"A": "1", "B": "x y"}
+
+
+HOSTILE = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
+    max_size=40,
+) | st.sampled_from(
+    ["'", '"', "$(id)", "`id`", "a\nb", "; rm -rf /", "#SBATCH --x", "é✓", "-n", ""]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(args=st.lists(HOSTILE, min_size=1, max_size=5))
+def test_a_copied_argv_command_runs_as_the_same_argv_through_the_shell(args: list[str]) -> None:
+    """A list command becomes the form's one shell line; /bin/sh must see the same argv."""
+    line = spec_to_form({"command": ["printf", "%s\\0", *args]})["command"]
+    out = subprocess.run(["/bin/sh", "-c", line], capture_output=True, check=True).stdout
+    assert out.decode("utf-8", "surrogateescape").split("\0")[:-1] == args
+    assert shlex.split(line)[2:] == args
+
+
+def test_yaml_errors_are_attached_to_the_line_of_their_field() -> None:
+    text = "name: x\ncommand: echo\nretries:\n  max: many\n"
+    listing, loose = yaml_listing(
+        text,
+        {"retries": {"max": ["A valid integer is required."]}, "gpu_model": ["bad"]},
+        {"name": 1, "command": 2, "retries": 3},
+        None,
+    )
+    assert [(line.number, line.errors) for line in listing] == [
+        (1, ()),
+        (2, ()),
+        (3, ("retries.max: A valid integer is required.",)),
+        (4, ()),
+    ]
+    assert loose == ["gpu_model: bad"]
+
+
+def test_a_yaml_syntax_error_outside_the_text_is_listed_apart() -> None:
+    listing, loose = yaml_listing("a: b", None, {}, (9, "line 9: oops"))
+    assert [line.errors for line in listing] == [()]
+    assert loose == ["line 9: oops"]

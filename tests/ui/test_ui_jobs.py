@@ -1,0 +1,281 @@
+"""Submitting, watching and cancelling jobs in a real browser."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import pytest
+from playwright.sync_api import expect
+
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
+from queue_service.jobs.spec import JobSpecSerializer
+from tests.conftest import spec
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+JOB_URL = re.compile(r".*/jobs/[0-9a-f-]{36}/$")
+
+
+def job_page(page: Any) -> Job:
+    page.wait_for_url(JOB_URL)
+    return Job.objects.get(pk=page.url.rstrip("/").rsplit("/", 1)[1])
+
+
+def test_signing_in_shows_the_dashboard_and_signing_out_returns_to_sign_in(
+    people: Any, new_page: Any
+) -> None:
+    page = new_page()
+    page.goto("/queue/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/queue/$"))
+    page.fill("#id_username", "alice")
+    page.fill("#id_password", "wrong")
+    page.click("button[type=submit]")
+    expect(page.get_by_role("alert")).to_contain_text("do not match")
+    page.fill("#id_password", "pw-alice")
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/queue/$"))
+    page.get_by_label("Main").get_by_role("link", name="Dashboard").click()
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+    expect(page.locator(".page-head")).to_contain_text("vision")
+    page.get_by_role("button", name="Sign out").click()
+    expect(page).to_have_url(re.compile(r"/login/$"))
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login/\?next=/$"))
+
+
+def test_a_training_job_from_the_form_reaches_running_then_succeeded_without_a_reload(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    page = sign_in("alice")
+    page.get_by_label("Main").get_by_role("link", name="Submit").click()
+    page.fill("#f-name", "form-trained")
+    page.fill("#f-command", "echo started; sleep 5; echo done")
+    page.fill("#f-gpus_per_node", "2")
+    page.fill("#f-time_limit", "10m")
+    expect(page.locator("#preview [data-verdict]")).to_have_attribute("data-verdict", "starts")
+    page.get_by_role("button", name="Submit job").click()
+    job = job_page(page)
+    assert (job.spec["gpus_per_node"], job.spec["time_limit"], job.user.username) == (
+        2,
+        600,
+        "alice",
+    )
+    state = page.locator("#job-state")
+    expect(state).to_have_text("Running", timeout=20_000)
+    expect(page.locator("#external-id")).not_to_have_text("—")
+    expect(state).to_have_text("Succeeded", timeout=20_000)
+    expect(page.locator("#exit-code")).to_have_text("0")
+    expect(page.locator("#log-text")).to_have_text("started\ndone\n")
+    timeline = page.locator(".timeline .state")
+    expect(timeline).to_have_text(
+        ["pending", "admitted", "dispatching", "queued", "running", "succeeded"]
+    )
+    # A finished job's page stops polling: its live part no longer asks for updates.
+    expect(page.locator("#job-live")).not_to_have_attribute("hx-trigger", re.compile("."))
+
+
+def api_message(*, without: str, **overrides: Any) -> dict[str, str]:
+    """What the API says about this spec, per field."""
+    data = spec(**overrides)
+    del data[without]
+    serializer = JobSpecSerializer(data=data)
+    assert not serializer.is_valid()
+    return {k: str(v[0]) for k, v in serializer.errors.items() if isinstance(v, list)}
+
+
+def test_a_bad_form_shows_the_apis_messages_at_the_fields_and_keeps_what_was_typed(
+    people: Any, sign_in: Any, local_cluster: Any
+) -> None:
+    page = sign_in("alice")
+    page.goto("/submit/")
+    page.fill("#f-name", "too-big")
+    page.fill("#f-command", "")
+    page.fill("#f-gpus_per_node", "99")
+    page.fill("#f-time_limit", "soon")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.get_by_role("alert").first).to_contain_text("not submitted")
+    expected = api_message(without="command", gpus_per_node=99, time_limit="soon")
+    for field in ("command", "gpus_per_node", "time_limit"):
+        expect(page.locator(f"#e-{field}")).to_have_text(expected[field])
+        expect(page.locator(f"#f-{field}")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#f-name")).to_have_value("too-big")
+    expect(page.locator("#f-gpus_per_node")).to_have_value("99")
+    assert not Job.objects.exists()
+
+
+def test_someone_in_no_team_is_told_why_nothing_was_submitted(
+    make_user: Any, teams: Any, sign_in: Any
+) -> None:
+    make_user("eve")
+    page = sign_in("eve")
+    expect(page.locator(".page-head")).to_contain_text("You are not in a team yet")
+    page.goto("/submit/")
+    page.fill("#f-name", "orphan")
+    page.fill("#f-command", "echo hi")
+    page.get_by_role("button", name="Submit job").click()
+    expect(page.locator("ul.errors.top")).to_have_text("team: you are not a member of any team")
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "line", "message"),
+    [
+        ("name: broken\ncommand: [echo, hi\ngpus_per_node: 1\n", 3, "line 3"),
+        ("name: big\ncommand: echo hi\ngpus_per_node: 99\n", 3, "less than or equal to 16"),
+        ("name: t\ncommand: echo\nenv:\n  GPUQ_X: 1\n", 3, "env.GPUQ_X: is set by gpuq"),
+    ],
+    ids=["syntax", "field", "nested-field"],
+)
+def test_pasted_yaml_with_an_error_points_at_its_line(
+    people: Any, sign_in: Any, local_cluster: Any, yaml_text: str, line: int, message: str
+) -> None:
+    page = sign_in("alice")
+    page.goto("/submit/")
+    page.get_by_role("link", name="Paste YAML").click()
+    page.fill("#f-yaml", yaml_text)
+    page.get_by_role("button", name="Submit job").click()
+    bad = page.locator(f'.listing li[data-line="{line}"]')
+    expect(bad).to_have_class(re.compile(r"\bbad\b"))
+    expect(bad.locator(".line-error")).to_contain_text(f"line {line}: ")
+    expect(bad.locator(".line-error")).to_contain_text(message)
+    expect(page.locator(".listing li.bad")).to_have_count(1)
+    expect(page.locator("#f-yaml")).to_have_value(yaml_text)
+    assert not Job.objects.exists()
+
+
+def test_valid_pasted_yaml_is_submitted(people: Any, sign_in: Any, local_cluster: Any) -> None:
+    page = sign_in("alice")
+    page.goto("/submit/?mode=yaml")
+    page.fill("#f-yaml", "name: from-yaml\ncommand: [/bin/echo, hi]\ngpus_per_node: 2\n")
+    page.get_by_role("button", name="Submit job").click()
+    job = job_page(page)
+    assert (job.name, job.spec["command"], job.spec["gpus_per_node"]) == (
+        "from-yaml",
+        ["/bin/echo", "hi"],
+        2,
+    )
+    expect(page.get_by_role("heading", name="from-yaml")).to_be_visible()
+
+
+def test_cancelling_a_running_job_asks_first_then_stops_it(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="long", command=["sleep", "60"])).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.locator("#job-state")).to_have_text("Running", timeout=20_000)
+    page.get_by_role("link", name="Cancel…").click()
+    expect(page.get_by_role("heading", name="Cancel long?")).to_be_visible()
+    page.get_by_role("link", name="No, keep it").click()
+    job.refresh_from_db()
+    assert job.state == Job.State.RUNNING
+    page.get_by_role("link", name="Cancel…").click()
+    page.get_by_role("button", name="Yes, cancel the job").click()
+    expect(page.locator(".messages")).to_contain_text("Cancelling long")
+    expect(page.locator("#job-state")).to_have_text("Cancelled", timeout=20_000)
+    expect(page.get_by_role("link", name="Cancel…")).to_have_count(0)
+    codes = list(job.events.values_list("to_state", flat=True))
+    assert codes[-2:] == ["cancelling", "cancelled"]
+
+
+def test_a_teammate_cannot_cancel_anothers_job_and_is_told_why(
+    people: Any, sign_in: Any, local_cluster: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="alices")).job
+    page = sign_in("bob")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.get_by_role("link", name="Cancel…")).to_have_count(0)
+    page.goto(f"/jobs/{job.pk}/cancel/")
+    expect(page.locator("main")).to_contain_text("You cannot cancel it")
+    expect(page.get_by_role("button", name="Yes, cancel the job")).to_have_count(0)
+    token = page.locator("input[name=csrfmiddlewaretoken]").first.input_value()
+    response = page.request.post(f"/jobs/{job.pk}/cancel/", form={"csrfmiddlewaretoken": token})
+    assert response.status == 403
+    assert "only the job's owner or a team admin" in html.unescape(response.text())
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+
+
+def test_an_outsider_opening_another_teams_job_gets_a_404_page(
+    people: Any, sign_in: Any, local_cluster: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="secret-run")).job
+    page = sign_in("charlie")
+    response = page.goto(f"/jobs/{job.pk}/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", name="Not found")).to_be_visible()
+    expect(page.locator("main")).not_to_contain_text("secret-run")
+    for part in ("live/", "log/?offset=0", "log/download/", "cancel/"):
+        assert page.request.get(f"/jobs/{job.pk}/{part}").status == 404
+    assert page.request.get(f"/submit/?from={job.pk}").status == 404
+
+
+def test_the_log_tail_grows_while_the_job_prints_and_downloads_whole(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    script = 'sleep 2; for i in 1 2 3 4 5 6 7 8; do echo "line $i: héllo"; sleep 1; done'
+    job = submit_job(people["alice"], spec(name="printer", command=script)).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    log = page.locator("#log-text")
+    expect(log).to_contain_text("line 1: héllo", timeout=20_000)
+    first = log.inner_text()
+    assert "line 8" not in first
+    expect(log).to_contain_text("line 8: héllo", timeout=20_000)
+    expect(page.locator("#log-poller")).to_have_attribute("data-eof", "true", timeout=20_000)
+    lines = log.inner_text().splitlines()
+    assert lines == [f"line {i}: héllo" for i in range(1, 9)]
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download").click()
+    path = download.value.path()
+    with open(path, encoding="utf-8") as f:
+        assert f.read().splitlines() == lines
+
+
+def test_a_long_log_is_caught_up_on_and_the_page_keeps_only_its_end(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    command = "yes 0123456789abcdef | head -n 200000; echo THE-END"  # 3.4 MB
+    job = submit_job(people["alice"], spec(name="chatty", command=command)).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=30_000)
+    poller = page.locator("#log-poller")
+    expect(poller).to_have_attribute("data-eof", "true", timeout=30_000)
+    assert poller.get_attribute("data-offset") == str(200000 * 17 + 8)
+    expect(page.locator("#log-trimmed")).to_be_visible()
+    text = page.locator("#log-text").evaluate("e => e.textContent")
+    assert text.endswith("0123456789abcdef\nTHE-END\n")
+    assert len(text) <= (1 << 20) + 256 * 1024
+
+
+def test_resubmitting_as_a_copy_prefills_the_form(
+    people: Any, sign_in: Any, local_cluster: Any
+) -> None:
+    original = submit_job(
+        people["alice"],
+        spec(
+            name="copy-me",
+            command=["python", "train.py", "--note", "it's $(here)"],
+            gpus_per_node=3,
+            time_limit="90m",
+            env={"SEED": "7"},
+        ),
+    ).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{original.pk}/")
+    page.get_by_role("link", name="Resubmit as a copy").click()
+    expect(page.locator("#f-name")).to_have_value("copy-me")
+    expect(page.locator("#f-gpus_per_node")).to_have_value("3")
+    expect(page.locator("#f-time_limit")).to_have_value("90m")
+    page.get_by_role("button", name="Submit job").click()
+    copy = job_page(page)
+    assert copy.pk != original.pk
+    assert (copy.spec["gpus_per_node"], copy.spec["time_limit"], copy.spec["env"]) == (
+        3,
+        5400,
+        {"SEED": "7"},
+    )
+    assert copy.spec["command"] == "python train.py --note 'it'\"'\"'s $(here)'"

@@ -1,0 +1,91 @@
+"""Server-side behaviour of the polled fragments, through Django's test client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
+from tests.conftest import spec
+
+
+@pytest.fixture
+def alice(people: Any) -> Client:
+    client = Client()
+    client.force_login(people["alice"])
+    return client
+
+
+def test_a_log_the_cluster_cannot_return_is_reported_and_asked_again_later(
+    alice: Client, people: Any, local_cluster: Any
+) -> None:
+    job = submit_job(people["alice"], spec()).job
+    # An id the local backend refuses: its logs() raises BackendError.
+    Job.objects.filter(pk=job.pk).update(cluster=local_cluster, external_id="../x", state="running")
+    response = alice.get(f"/jobs/{job.pk}/log/?offset=7", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert "The cluster did not return the log (not a local job id" in html
+    assert "offset=7" in html and "every 10s" in html  # same offset, slower
+    download = alice.get(f"/jobs/{job.pk}/log/download/")
+    assert download.status_code == 502
+    assert b"not a local job id" in download.content
+
+
+def test_a_finished_jobs_log_with_nothing_more_to_read_stops_polling(
+    alice: Client, people: Any, local_cluster: Any
+) -> None:
+    job = submit_job(people["alice"], spec()).job
+    Job.objects.filter(pk=job.pk).update(state="failed")  # never reached a cluster
+    html = alice.get(f"/jobs/{job.pk}/log/?offset=0").content.decode()
+    assert 'data-eof="true"' in html and "hx-trigger" not in html
+
+
+def test_a_poll_without_a_session_sends_the_page_to_sign_in(people: Any) -> None:
+    response = Client().get(
+        "/live/queue/?state=all",
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/queue/?state=all"},
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/login/?next=/queue/%3Fstate%3Dall"
+    plain = Client().get("/queue/")
+    assert (plain.status_code, plain["Location"]) == (302, "/login/?next=/queue/")
+
+
+@pytest.mark.parametrize(
+    "path", ["/live/dashboard/", "/live/queue/", "/live/clusters/", "/submit/", "/me/", "/teams/"]
+)
+def test_every_page_needs_a_session(path: str, db: Any) -> None:
+    response = Client().get(path)
+    assert response.status_code == 302 and response["Location"].startswith("/login/?next=")
+
+
+def test_a_form_sent_twice_makes_one_job_and_an_edited_resend_a_new_one(alice: Client) -> None:
+    form = {"mode": "form", "form_token": "t1", "kind": "training", "name": "twice",
+            "command": "echo hi", "nodes": "1", "gpus_per_node": "1"}  # fmt: skip
+    first = alice.post("/submit/", form)
+    second = alice.post("/submit/", form)
+    assert first.status_code == second.status_code == 302
+    assert first["Location"] == second["Location"]
+    assert Job.objects.count() == 1
+    edited = alice.post("/submit/", {**form, "name": "twice-edited"})
+    assert edited["Location"] != first["Location"]
+    assert Job.objects.count() == 2
+
+
+def test_a_bad_env_line_is_shown_with_the_apis_messages_for_the_other_fields(
+    alice: Client,
+) -> None:
+    response = alice.post(
+        "/submit/",
+        {"mode": "form", "kind": "training", "name": "x", "gpus_per_node": "99", "env": "oops"},
+    )
+    html = response.content.decode()
+    assert response.status_code == 400
+    assert "line 1: expected NAME=value" in html
+    assert "This field is required." in html  # command
+    assert "Ensure this value is less than or equal to 16." in html
+    assert not Job.objects.exists()
