@@ -176,7 +176,8 @@ def seed(creds: dict[str, Any]) -> None:
     from queue_service.jobs.services import submit_job
 
     cluster = Cluster.objects.get(name="local")
-    cluster.settings = {**cluster.settings, "nodes": [*cluster.settings["nodes"], MIG_NODE]}
+    nodes = [n for n in cluster.settings["nodes"] if n["name"] != MIG_NODE["name"]]
+    cluster.settings = {**cluster.settings, "nodes": [*nodes, MIG_NODE]}
     cluster.save()
     sync_cluster(cluster.pk)
     users = {u.username: u for u in get_user_model().objects.all()}

@@ -1,6 +1,7 @@
 """Load the demo: two teams with quotas, users alice/bob (vision) and carol (language), a
-staff user, and one local cluster of 2 nodes x 8 simulated GPUs. Idempotent: a second run
-changes nothing and prints the same credentials (kept in var/demo-credentials.json)."""
+staff user, and one local cluster of 2 nodes x 8 simulated GPUs plus a MIG node of 2 GPUs.
+Idempotent: a second run changes nothing and prints the same credentials (kept in
+var/demo-credentials.json)."""
 
 from __future__ import annotations
 
@@ -75,6 +76,15 @@ class Command(BaseCommand):
                         "nodes": [
                             {"name": "node-1", "gpus": 8, "gpu_model": MODEL, "pool": "training"},
                             {"name": "node-2", "gpus": 8, "gpu_model": MODEL, "pool": "training"},
+                            # MIG-enabled, no instances yet: the scheduler lays slices out
+                            # for agent jobs as they come.
+                            {
+                                "name": "node-mig",
+                                "gpus": 2,
+                                "gpu_model": MODEL,
+                                "pool": "inference",
+                                "mig": True,
+                            },
                         ]
                     },
                 },
