@@ -1,0 +1,80 @@
+"""The service on the real Slurm lab: a node dies under two jobs; the one whose retry policy
+covers node failures goes back to the queue and runs again elsewhere, the other fails."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from queue_service.clusters.models import Cluster
+from queue_service.jobs.dispatch import run_once, sync_cluster
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
+from queue_service.tenancy.models import Quota
+from tests.backends.slurm.conftest import CLUSTER_JSON, kill_node, lab_up
+from tests.conftest import lab_missing
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+S = Job.State
+
+
+@pytest.fixture
+def slurm(teams: Any) -> Iterator[Cluster]:
+    if not CLUSTER_JSON.exists():
+        lab_missing("the Slurm lab (deploy/slurm-lab/lab up)")
+    lab_up()
+    cluster = Cluster.objects.create(
+        name="lab", kind="slurm", settings=json.loads(CLUSTER_JSON.read_text())
+    )
+    sync_cluster(cluster.pk)
+    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=16)
+    yield cluster
+    lab_up()  # bring the killed node back
+
+
+def wait(jobs: list[Job], done: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run_once()
+        for job in jobs:
+            job.refresh_from_db()
+        if all(done(j) for j in jobs):
+            return
+        time.sleep(0.5)
+    raise AssertionError([(j.name, j.state, j.reason) for j in jobs])
+
+
+def test_a_node_failure_requeues_per_the_retry_policy(slurm: Cluster, people: Any) -> None:
+    def job(name: str, retries: int) -> Job:
+        return submit_job(
+            people["alice"],
+            {
+                "name": name,
+                "command": ["sleep", "600"],
+                "gpus_per_node": 2,
+                "cluster": "lab",
+                "gpu_model": "A100-SXM4-80GB",
+                "retries": {"max": retries, "on": ["node_failure"]},
+            },
+        ).job
+
+    keeps, gives_up = job("keeps-going", 1), job("gives-up", 0)
+    wait([keeps, gives_up], lambda j: j.state == S.RUNNING, timeout=60)
+    nodes = {keeps.placement[0]["node"], gives_up.placement[0]["node"]}
+    assert len(nodes) == 1, "best fit packs both 2-GPU jobs on one 4-GPU node"
+    (dead,) = nodes
+    kill_node(dead)
+    wait([gives_up], lambda j: j.is_terminal, timeout=120)
+    assert gives_up.state == S.FAILED
+    assert gives_up.remote_state == "NODE_FAIL"
+    wait([keeps], lambda j: j.state == S.RUNNING and j.attempts == 2, timeout=120)
+    assert keeps.placement[0]["node"] != dead
+    assert "requeued_node_failure" in [e.code for e in keeps.events.all()]
+    from queue_service.backends import get_backend
+    from queue_service.jobs.dispatch import cluster_config
+
+    get_backend(cluster_config(slurm)).cancel(keeps.external_id, grace_s=1)
