@@ -22,8 +22,8 @@ from queue_service.tenancy.models import Quota
 from tests.conftest import lab_missing
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "kubernetes"))
-from k8s_fakeapi import FakeApiServer  # noqa: E402
-from k8s_sim import Sim  # noqa: E402
+from k8s_fakeapi import FakeApiServer
+from k8s_sim import Sim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Job.State
