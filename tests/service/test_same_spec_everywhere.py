@@ -80,7 +80,7 @@ def slurm(teams: Any) -> Cluster:
 def test_one_spec_runs_on_local_slurm_and_kubernetes(
     people: Any, local_cluster: Cluster, slurm: Cluster, k8s: tuple[Cluster, Sim]
 ) -> None:
-    k8s_cluster, sim = k8s
+    _, sim = k8s
     Quota.objects.create(
         team=people["alice"].memberships.get().team,
         gpu_model="*",
