@@ -184,7 +184,7 @@ class Policy:
     # False for the baselines: plain submit order, priority classes ignored.
     priorities: bool = True
     # Bounds the victim searches of one cycle; jobs beyond it try again next cycle.
-    max_preemption_searches: int = 32
+    max_preemption_searches: int = 16
 
 
 @dataclass(frozen=True)

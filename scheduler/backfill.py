@@ -1,0 +1,145 @@
+"""Time: when running jobs end, EASY reservations, and estimated starts.
+
+Ends come from time limits (a job without one never ends as far as planning knows) and
+from preemption grace periods. A reservation is the earliest instant the first blocked job
+fits, with the nodes it will use; the GPUs it needs that are free now are held so that a
+later job may take them only if its time limit ends before the reservation starts.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .capacity import FreeIndex, Group
+from .types import NodeAlloc, RunningJob
+
+
+def end_time(job: RunningJob, now: float, grace_s: float) -> float | None:
+    ends = []
+    if job.request.time_limit_s is not None:
+        ends.append(job.start_time + job.request.time_limit_s)
+    if job.preempting_since is not None:
+        ends.append(job.preempting_since + grace_s)
+    # An overdue job is about to be stopped by its backend: it ends "now" for planning.
+    return max(now, min(ends)) if ends else None
+
+
+@dataclass(frozen=True)
+class Release:
+    at: float
+    node: str
+    gpus: tuple[int, ...]
+
+
+def releases(allocations: Iterable[tuple[float | None, Sequence[NodeAlloc]]]) -> list[Release]:
+    out = [
+        Release(at, a.node, a.gpus) for at, allocs in allocations if at is not None for a in allocs
+    ]
+    out.sort(key=lambda r: (r.at, r.node))
+    return out
+
+
+@dataclass(frozen=True)
+class Reservation:
+    job_id: str
+    start: float
+    models: frozenset[str]
+    nodes: tuple[str, ...]
+
+
+def reserve(
+    index: FreeIndex,
+    groups: Sequence[Group],
+    g: int,
+    n: int,
+    events: Sequence[Release],
+    job_id: str,
+) -> Reservation | None:
+    """The earliest start of an n x g job given the release events, holding the free GPUs
+    it will need on the nodes it will use; None when no known release makes it fit."""
+    keys = {grp.key: grp for grp in groups}
+    avail: dict[str, int] = {}
+    released: dict[str, list[int]] = {}
+    fitting = {key: grp.count_at_least(g) for key, grp in keys.items()}
+    i = 0
+    while i < len(events):
+        at = events[i].at
+        while i < len(events) and events[i].at == at:
+            ev = events[i]
+            i += 1
+            st = index.nodes.get(ev.node)
+            if st is None or st.group not in keys:
+                continue
+            before = avail.get(ev.node, len(st.free))
+            avail[ev.node] = before + len(ev.gpus)
+            released.setdefault(ev.node, []).extend(ev.gpus)
+            if before < g <= avail[ev.node]:
+                fitting[st.group] += 1
+        for key, grp in keys.items():
+            if fitting[key] >= n:
+                return _hold(index, grp, g, n, avail, released, at, job_id)
+    return None
+
+
+def _hold(
+    index: FreeIndex,
+    group: Group,
+    g: int,
+    n: int,
+    avail: dict[str, int],
+    released: dict[str, list[int]],
+    at: float,
+    job_id: str,
+) -> Reservation:
+    candidates = [
+        (avail.get(name, len(st.free)), name)
+        for name, st in index.nodes.items()
+        if st.group == group.key and avail.get(name, len(st.free)) >= g
+    ]
+    candidates.sort()
+    chosen = tuple(name for _, name in candidates[:n])
+    for name in chosen:
+        # Use GPUs that will be released first: those are not free now anyway.
+        need = g - len(released.get(name, ()))
+        if need > 0:
+            index.hold(name, index.nodes[name].free[:need])
+    return Reservation(job_id, at, frozenset({group.key[0]}), chosen)
+
+
+class Fluid:
+    """A model's GPUs as a fluid for estimated starts: waiting jobs take GPUs in order as
+    running jobs release them. It ignores node boundaries, so it is an estimate."""
+
+    def __init__(self, free: int, releases: Iterable[tuple[float, int]], now: float) -> None:
+        self.free = free
+        self.clock = now
+        self.heap = list(releases)
+        heapq.heapify(self.heap)
+        self._undo: list[tuple[float, int]] = []
+        self._saved = (free, now)
+
+    def earliest(self, gpus: int) -> float | None:
+        """Advance to the first instant with `gpus` free; undo() puts it back."""
+        self._saved = (self.free, self.clock)
+        self._undo = []
+        while self.free < gpus and self.heap:
+            at, count = heapq.heappop(self.heap)
+            self._undo.append((at, count))
+            self.free += count
+            self.clock = max(self.clock, at)
+        return self.clock if self.free >= gpus else None
+
+    def undo(self) -> None:
+        for item in self._undo:
+            heapq.heappush(self.heap, item)
+        self.free, self.clock = self._saved
+        self._undo = []
+
+    def take(self, gpus: int, limit_s: float | None, at: float | None = None) -> None:
+        """Hold `gpus` from the clock (or from `at`, for a job that starts now) for limit_s."""
+        self.free -= gpus
+        self._undo = []
+        if limit_s is not None:
+            heapq.heappush(self.heap, ((self.clock if at is None else at) + limit_s, gpus))

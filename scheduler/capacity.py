@@ -1,0 +1,167 @@
+"""Free whole-GPU capacity, indexed by (model, pool) and by free count.
+
+One FreeIndex is built per cycle from the nodes and the running jobs, then mutated as the
+cycle starts jobs and holds GPUs for reservations. Each group keeps one bucket per free
+count, so best fit ("the node with the fewest free GPUs that still fits") is a scan of at
+most gpus-per-node buckets instead of all nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .types import Node, NodeAlloc, RunningJob
+
+GroupKey = tuple[str, str]  # (gpu model, pool or "")
+
+
+@dataclass
+class NodeState:
+    name: str
+    group: GroupKey
+    total: int
+    free: list[int]  # free GPU indices, ascending
+    held: list[int]  # free GPUs held for a reservation or a preemptor
+
+
+class Group:
+    """The up, whole-GPU nodes of one (model, pool)."""
+
+    def __init__(self, key: GroupKey, width: int) -> None:
+        self.key = key
+        self.width = width  # the largest node's GPU count
+        self.sizes: dict[int, int] = {}  # node size -> how many nodes have it
+        # buckets[k] = nodes with exactly k free GPUs (dict as an insertion-ordered set).
+        self.buckets: list[dict[str, None]] = [{} for _ in range(width + 1)]
+
+    def count_at_least(self, g: int) -> int:
+        return sum(len(b) for b in self.buckets[g:])
+
+    def max_fitting_nodes(self, g: int) -> int:
+        """How many nodes could ever hold g GPUs (idle capacity, ignoring what runs)."""
+        return sum(n for size, n in self.sizes.items() if size >= g)
+
+
+class FreeIndex:
+    def __init__(self, nodes: Iterable[Node], running: Iterable[RunningJob]) -> None:
+        self.nodes: dict[str, NodeState] = {}
+        self.groups: dict[GroupKey, Group] = {}
+        width: dict[GroupKey, int] = {}
+        ups = sorted((n for n in nodes if n.state == "up" and not n.mig), key=lambda n: n.name)
+        for n in ups:
+            key = (n.gpu_model, n.pool or "")
+            width[key] = max(width.get(key, 0), n.gpus)
+            self.nodes[n.name] = NodeState(n.name, key, n.gpus, list(range(n.gpus)), [])
+        for key in sorted(width):
+            self.groups[key] = Group(key, width[key])
+        for job in running:
+            for alloc in job.placement.allocs:
+                st = self.nodes.get(alloc.node)
+                if st is not None and alloc.gpus:
+                    used = set(alloc.gpus)
+                    st.free = [g for g in st.free if g not in used]
+        for st in self.nodes.values():
+            group = self.groups[st.group]
+            group.sizes[st.total] = group.sizes.get(st.total, 0) + 1
+            group.buckets[len(st.free)][st.name] = None
+
+    def models(self) -> list[str]:
+        return sorted({k[0] for k in self.groups})
+
+    def groups_for(self, model: str | None, pool: str | None) -> list[Group]:
+        return [
+            g
+            for k, g in self.groups.items()
+            if (model is None or k[0] == model) and (pool is None or k[1] == pool)
+        ]
+
+    def _move(self, st: NodeState, before: int) -> None:
+        buckets = self.groups[st.group].buckets
+        del buckets[before][st.name]
+        buckets[len(st.free)][st.name] = None
+
+    def take(self, name: str, count: int, from_held: bool = False) -> tuple[int, ...]:
+        """Allocate `count` GPUs on a node: free ones first, then (if allowed) held ones."""
+        st = self.nodes[name]
+        before = len(st.free)
+        got = st.free[:count]
+        del st.free[:count]
+        if from_held and len(got) < count:
+            extra = st.held[: count - len(got)]
+            del st.held[: len(extra)]
+            got = sorted(got + extra)
+        self._move(st, before)
+        return tuple(got)
+
+    def hold(self, name: str, gpus: Sequence[int]) -> None:
+        st = self.nodes[name]
+        before = len(st.free)
+        wanted = set(gpus)
+        st.held.extend(g for g in st.free if g in wanted)
+        st.free = [g for g in st.free if g not in wanted]
+        self._move(st, before)
+
+    def held_counts(self, names: Iterable[str]) -> dict[str, int]:
+        return {n: len(self.nodes[n].held) for n in names if self.nodes[n].held}
+
+
+def pick_nodes(
+    index: FreeIndex, group: Group, g: int, n: int, extra: Mapping[str, int]
+) -> list[str] | None:
+    """Best fit: the n nodes of a group with the fewest available GPUs that still hold g.
+
+    `extra` adds GPUs some nodes would have available beyond their free ones (held GPUs a
+    short job may borrow, or GPUs that victims would release).
+    """
+    boosted: list[tuple[int, str]] = []
+    for name, more in extra.items():
+        st = index.nodes.get(name)
+        if st is not None and st.group == group.key and len(st.free) + more >= g:
+            boosted.append((len(st.free) + more, name))
+    if group.count_at_least(g) + len(boosted) < n:
+        return None
+    # Past the largest boosted count, more bucket nodes cannot displace the ones picked.
+    enough_at = max((b[0] for b in boosted), default=0)
+    picked: list[tuple[int, str]] = []
+    for count in range(g, group.width + 1):
+        if len(picked) >= n and count > enough_at:
+            break
+        for name in group.buckets[count]:
+            if name not in extra:
+                picked.append((count, name))
+                if len(picked) >= n and count >= enough_at:
+                    break
+    picked.extend(boosted)
+    picked.sort(key=lambda p: p[0])
+    return [p[1] for p in picked[:n]] if len(picked) >= n else None
+
+
+@dataclass(frozen=True)
+class Fit:
+    group: Group
+    nodes: list[str]
+    leftover: int
+
+
+def best_fit(
+    index: FreeIndex, groups: Sequence[Group], g: int, n: int, extra: Mapping[str, int]
+) -> Fit | None:
+    """The group whose best-fit nodes leave the fewest GPUs idle; ties go to group order."""
+    best: Fit | None = None
+    for group in groups:
+        if g > group.width:
+            continue
+        names = pick_nodes(index, group, g, n, extra)
+        if names is None:
+            continue
+        leftover = sum(len(index.nodes[m].free) + extra.get(m, 0) - g for m in names)
+        if best is None or leftover < best.leftover:
+            best = Fit(group, names, leftover)
+            if leftover == 0:
+                break
+    return best
+
+
+def allocate(index: FreeIndex, fit: Fit, g: int, from_held: bool) -> tuple[NodeAlloc, ...]:
+    return tuple(NodeAlloc(name, index.take(name, g, from_held)) for name in fit.nodes)

@@ -1,0 +1,658 @@
+"""One scheduling cycle: schedule(snapshot, policy, now) -> Decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, replace
+
+from . import mig, reasons
+from .backfill import Fluid, Release, Reservation, end_time, releases, reserve
+from .capacity import Fit, FreeIndex, Group, allocate, best_fit
+from .order import Room, order_keys, standings
+from .preempt import Candidate, Plan, Preemptor
+from .preempt import plan as plan_preemption
+from .quota import Ledger
+from .types import (
+    Decisions,
+    JobRequest,
+    MigRelayout,
+    NodeAlloc,
+    PendingJob,
+    Placement,
+    Policy,
+    Preemption,
+    Reason,
+    RunningJob,
+    Snapshot,
+    Start,
+    Wait,
+)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """Why a group of equivalent jobs failed this cycle; later members share the verdict."""
+
+    reason: Reason
+    capacity: bool  # blocked by capacity: members count as "ahead" and get estimates
+    # A reservation blocked it: a member whose time limit ends by then may still fit.
+    short_before: float | None = None
+    best_nodes: int = 0  # nodes that could take one share of the job now
+    shared: bool = True  # False: it concerns this job only (it is preempting for itself)
+    estimate: float | None = None
+
+
+def running_gpus(job: RunningJob) -> float:
+    """GPUs a running job counts for quota and shares; a MIG slice by its GPU fraction."""
+    total = 0.0
+    for a in job.placement.allocs:
+        total += len(a.gpus)
+        if a.mig is not None:
+            total += _fraction(job.gpu_model, a.mig.profile) or 0.0
+    return total
+
+
+def _fraction(model: str | None, profile: str) -> float | None:
+    try:
+        return mig.gpu_fraction(model or "", profile)
+    except ValueError:
+        return None
+
+
+def request_gpus(r: JobRequest, mig_models: Sequence[str]) -> float | None:
+    """GPUs a pending job asks for (None: a MIG profile that does not parse)."""
+    if r.mig_profile:
+        return _fraction(r.gpu_model or (mig_models[0] if mig_models else None), r.mig_profile)
+    return float(r.nodes * r.gpus_per_node)
+
+
+def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
+    """Decide one cycle: which pending jobs start where, what is preempted, why others wait.
+
+    1. Index capacity: free whole GPUs per (GPU model, pool) bucketed by free count, and the
+       MIG instances (mig.MigIndex).
+    2. Order: priority-class value, then fair share by progressive filling, then FIFO within
+       a team, ties by id (order.py). Baselines use submit order alone.
+    3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py),
+       then best-fit placement; a gang starts all-or-nothing on n nodes of one group
+       (capacity.py). A group of equivalent jobs (team, class, shape) that failed is not
+       tried again this cycle: capacity and quota only shrink while a cycle runs.
+    4. Backfill (EASY): the first job per GPU model that does not fit gets a reservation
+       (backfill.py) holding the free GPUs it will need; a later job may take held GPUs only
+       if its time limit ends before the reservation starts. Without backfill (fifo) the
+       first job that does not fit stops everything behind it.
+    5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
+       from teams running on borrowed quota; a higher class preempts lower preemptible ones
+       (preempt.py). The minimal victims get the grace period; the job starts after.
+    6. Reasons: every job that does not start gets a Wait with a structured reason, its
+       position among the waiting jobs and an estimated start where one can be computed.
+    7. MIG: jobs with no free slice of their profile ask mig.MigIndex.plan for relayouts of
+       idle GPUs; nothing starts on a new instance before inventory reports it.
+    """
+    return _Cycle(snapshot, policy, now).run()
+
+
+class _Cycle:
+    def __init__(self, snapshot: Snapshot, policy: Policy, now: float) -> None:
+        self.s = snapshot
+        self.policy = policy
+        self.now = now
+        self.classes = {c.name: c for c in snapshot.priority_classes}
+        # Step 1: capacity.
+        self.index = FreeIndex(snapshot.nodes, snapshot.running)
+        self.models = self.index.models()
+        self.mig_models = sorted({n.gpu_model for n in snapshot.nodes if n.mig and n.state == "up"})
+        self.mig_index: mig.MigIndex | None = None
+        self.capacity: dict[str, int] = {}
+        for n in snapshot.nodes:
+            if n.state != "down":
+                self.capacity[n.gpu_model] = self.capacity.get(n.gpu_model, 0) + n.gpus
+        self.total_capacity = sum(self.capacity.values())
+        self.running = [(j, running_gpus(j)) for j in snapshot.running]
+        self.ledger: Ledger
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.waits: list[Wait] = []
+        self.fluids: dict[str, Fluid] | None = None
+        self.reservations: list[Reservation] = []
+        self.reserved_for: dict[str, Reservation] = {}
+        self.claimed: set[str] = set()
+        self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
+        self.searches = 0
+        self.groups_cache: dict[tuple[str | None, str | None], list[Group]] = {}
+        self._candidates: dict[str, list[Candidate]] | None = None
+        self._own: dict[str, list[Candidate]] | None = None
+        # Per pending job: 0 when it fits its team's nominal quota in the team's own order.
+        self.tiers: list[int] = []
+        self._events: list[Release] | None = None
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def value(self, r: JobRequest) -> int:
+        c = self.classes.get(r.priority)
+        return c.value if c is not None else 0
+
+    def preemptible(self, r: JobRequest) -> bool:
+        c = self.classes.get(r.priority)
+        return c.preemptible if c is not None else True
+
+    def groups(self, model: str | None, pool: str | None) -> list[Group]:
+        key = (model, pool)
+        found = self.groups_cache.get(key)
+        if found is None:
+            found = self.groups_cache[key] = self.index.groups_for(model, pool)
+        return found
+
+    def best_nodes_now(self, groups: Sequence[Group], g: int) -> int:
+        return max((grp.count_at_least(g) for grp in groups), default=0)
+
+    # -- the cycle ---------------------------------------------------------------------
+
+    def run(self) -> Decisions:
+        s, policy = self.s, self.policy
+        pending = s.pending
+        demands = [request_gpus(p.request, self.mig_models) for p in pending]
+        self.ledger = Ledger(
+            s.teams,
+            [(j, gpus, self.preemptible(j.request)) for j, gpus in self.running],
+            (
+                (p.request.team, p.request.gpu_model, d)
+                for p, d in zip(pending, demands, strict=True)
+                if d is not None
+            ),
+            policy.quotas,
+            float(self.total_capacity),
+        )
+        order = self.order(pending, demands)
+        failed: dict[tuple[object, ...], _Failure] = {}
+        ahead_jobs: dict[str | None, int] = {}
+        ahead_gpus: dict[str | None, float] = {}
+        fifo_blocked: Reason | None = None
+        mig_waits: list[tuple[int, JobRequest]] = []
+        mig_requests: list[mig.MigRequest] = []
+        waits = self.waits
+        for i in order:
+            r = pending[i].request
+            gpus = demands[i]
+            if gpus is None:
+                bad = reasons.bad_request(f"unknown MIG profile {r.mig_profile!r}")
+                waits.append(Wait(r.id, bad, len(waits) + 1))
+                continue
+            if fifo_blocked is not None:
+                waits.append(Wait(r.id, fifo_blocked, len(waits) + 1))
+                continue
+            key = (r.team, r.priority, r.nodes, r.gpus_per_node, r.gpu_model, r.mig_profile, r.pool)
+            fail = failed.get(key)
+            if fail is not None and not (
+                fail.short_before is not None
+                and r.time_limit_s is not None
+                and self.now + r.time_limit_s <= fail.short_before
+            ):
+                if fail.capacity:
+                    self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
+                    continue
+                if fail.reason.code == "mig_unavailable":
+                    mig_waits.append((len(waits), r))
+                    mig_requests.append(self.mig_request(r))
+                waits.append(Wait(r.id, fail.reason, len(waits) + 1))
+                continue
+            if r.mig_profile:
+                result = self.try_mig(r, gpus)
+                if result is not None:
+                    failed[key] = _Failure(result, capacity=False)
+                    if result.code == "mig_unavailable":
+                        mig_waits.append((len(waits), r))
+                        mig_requests.append(self.mig_request(r))
+                        if not policy.backfill:
+                            fifo_blocked = reasons.fifo_blocked(r.id)
+                    waits.append(Wait(r.id, result, len(waits) + 1))
+                continue
+            outcome = self.try_whole(r, gpus, self.tiers[i] == 0)
+            if outcome is not None:
+                if outcome.shared:
+                    failed[key] = outcome
+                if outcome.capacity:
+                    self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
+                    if not policy.backfill:
+                        fifo_blocked = reasons.fifo_blocked(r.id)
+                else:
+                    waits.append(Wait(r.id, outcome.reason, len(waits) + 1, outcome.estimate))
+        relayouts = self.mig_plan(mig_waits, mig_requests)
+        stats = (
+            ("pending", float(len(pending))),
+            ("started", float(len(self.starts))),
+            ("groups_failed", float(len(failed))),
+            ("preemption_searches", float(self.searches)),
+            ("reservations", float(len(self.reservations))),
+        )
+        return Decisions(
+            starts=tuple(self.starts),
+            preemptions=tuple(self.preemptions),
+            waits=tuple(waits),
+            relayouts=tuple(relayouts),
+            stats=stats,
+        )
+
+    def order(self, pending: Sequence[PendingJob], demands: Sequence[float | None]) -> list[int]:
+        policy = self.policy
+        reqs = [p.request for p in pending]
+        values = [self.value(r) if policy.priorities else 0 for r in reqs]
+        standing = None
+        increments: list[float] = []
+        if policy.fair_share:
+            names = {t.name for t in self.s.teams}
+            standing = standings(
+                self.s.teams,
+                sorted({r.team for r in reqs} - names),
+                self.running,
+                self.capacity,
+                self.now,
+                policy.fair_share_half_life_s,
+            )
+            cap, total = self.capacity, self.total_capacity or 1
+            increments = [
+                (d or 0.0) / (cap.get(r.gpu_model, 0) or total)
+                if r.gpu_model
+                else (d or 0.0) / total
+                for r, d in zip(reqs, demands, strict=True)
+            ]
+        order, self.tiers = order_keys(
+            [r.team for r in reqs],
+            values,
+            [r.submit_time for r in reqs],
+            [r.id for r in reqs],
+            increments,
+            standing,
+            self.room(reqs, demands) if policy.quotas else None,
+        )
+        return order
+
+    def room(self, reqs: Sequence[JobRequest], demands: Sequence[float | None]) -> Room:
+        """Nominal quota left per team and quota key; a job for any model draws on the
+        team's total (its `(team, None)` key)."""
+        left: dict[Hashable, float] = {}
+        for (team, model), acc in self.ledger.accounts.items():
+            rest = acc.quota.nominal - acc.used
+            left[(team, model)] = rest
+            left[(team, None)] = left.get((team, None), 0.0) + rest
+        keys: list[Hashable] = [
+            self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in reqs
+        ]
+        return Room(left, keys, [d or 0.0 for d in demands])
+
+    def capacity_wait(
+        self,
+        r: JobRequest,
+        fail: _Failure,
+        ahead_jobs: dict[str | None, int],
+        ahead_gpus: dict[str | None, float],
+    ) -> None:
+        """A wait for capacity: how much waits ahead for the same GPUs, and an estimate."""
+        gpus = r.nodes * r.gpus_per_node
+        model = r.gpu_model
+        if model is None:
+            jobs, need = sum(ahead_jobs.values()), sum(ahead_gpus.values())
+        else:
+            jobs = ahead_jobs.get(model, 0) + ahead_jobs.get(None, 0)
+            need = ahead_gpus.get(model, 0.0) + ahead_gpus.get(None, 0.0)
+        reason = fail.reason
+        if jobs and reason.code == "no_capacity":
+            reason = reasons.behind(r, jobs, need, fail.best_nodes)
+        ahead_jobs[model] = ahead_jobs.get(model, 0) + 1
+        ahead_gpus[model] = ahead_gpus.get(model, 0.0) + gpus
+        estimate = self.estimate((model,) if model else self.models, gpus, r.time_limit_s)
+        held = self.reserved_for.get(r.id)
+        if held is not None:
+            estimate = held.start
+        self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
+
+    # -- whole GPUs --------------------------------------------------------------------
+
+    def try_whole(self, r: JobRequest, gpus: float, first_tier: bool) -> _Failure | None:
+        """Start r, or say why not (placing it on hold or preempting for it on the way)."""
+        models = [r.gpu_model] if r.gpu_model else self.models
+        if r.gpu_model and r.gpu_model not in self.capacity:
+            return _Failure(reasons.unsatisfiable(r, 0), capacity=False)
+        preemptible = self.preemptible(r)
+        allowed: list[tuple[str, bool]] = []
+        refusal: Reason | None = None
+        for m in models:
+            verdict = self.ledger.check(r.team, m, gpus, preemptible)
+            if verdict.ok:
+                allowed.append((m, verdict.borrowed))
+            elif refusal is None:
+                refusal = verdict.reason
+        if not allowed:
+            waiting = self.preempt_for_quota(r, gpus, models)
+            if waiting is not None:
+                ready = self.now + self.policy.preemption_grace_s
+                return _Failure(waiting, capacity=False, shared=False, estimate=ready)
+            return _Failure(refusal or reasons.unsatisfiable(r, 0), capacity=False)
+        groups = [grp for m, _ in allowed for grp in self.groups(m, r.pool)]
+        g, n = r.gpus_per_node, r.nodes
+        fit = best_fit(self.index, groups, g, n, {})
+        from_held = False
+        if fit is None and self.reservations:
+            held_fit, holder = self.fit_with_held(groups, g, n)
+            if held_fit is not None and holder is not None:
+                ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+                if ends is not None and ends <= holder.start:
+                    fit, from_held = held_fit, True
+                else:
+                    return _Failure(
+                        reasons.reserved(r, holder.job_id, holder.start, self.now),
+                        capacity=True,
+                        short_before=holder.start,
+                    )
+        if fit is not None:
+            model = fit.group.key[0]
+            # What a team borrows is held by its preemptible jobs (quota.py).
+            borrowed = dict(allowed)[model] and preemptible
+            allocs = allocate(self.index, fit, g, from_held)
+            self.ledger.commit(r.team, model, gpus, preemptible)
+            self.starts.append(Start(r.id, Placement(allocs), model, borrowed))
+            ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+            self.cycle_releases.append((ends, model, allocs))
+            self._events = None
+            if self.fluids is not None:
+                self.fluids[model].take(g * n, r.time_limit_s, at=self.now)
+            return None
+        max_nodes = max((grp.max_fitting_nodes(g) for grp in groups), default=0)
+        if max_nodes < n:
+            return _Failure(reasons.unsatisfiable(r, max_nodes), capacity=False)
+        best = self.best_nodes_now(groups, g)  # before holds change the picture
+        waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier)
+        if waiting is not None:
+            ready = self.now + self.policy.preemption_grace_s
+            return _Failure(waiting, capacity=False, shared=False, estimate=ready)
+        if self.policy.backfill and not any(
+            m in res.models for res in self.reservations for m, _ in allowed
+        ):
+            res = reserve(self.index, groups, g, n, self.events(), r.id)
+            if res is not None:
+                self.reservations.append(res)
+                self.reserved_for[r.id] = res
+        return _Failure(reasons.no_capacity(r, best), capacity=True, best_nodes=best)
+
+    def fit_with_held(
+        self, groups: Sequence[Group], g: int, n: int
+    ) -> tuple[Fit | None, Reservation | None]:
+        keys = {grp.key[0] for grp in groups}
+        relevant = [res for res in self.reservations if res.models & keys]
+        if not relevant:
+            return None, None
+        extra = self.index.held_counts(name for res in relevant for name in res.nodes)
+        fit = best_fit(self.index, groups, g, n, extra) if extra else None
+        if fit is None:
+            return None, None
+        holders = [res for res in relevant if set(res.nodes) & set(fit.nodes)]
+        return fit, min(holders or relevant, key=lambda res: res.start)
+
+    def events(self) -> list[Release]:
+        if self._events is None:
+            grace = self.policy.preemption_grace_s
+            self._events = releases(
+                [(end_time(j, self.now, grace), j.placement.allocs) for j in self.s.running]
+                + [(ends, allocs) for ends, _, allocs in self.cycle_releases]
+            )
+        return self._events
+
+    # -- preemption --------------------------------------------------------------------
+
+    def candidates(self) -> dict[str, list[Candidate]]:
+        """Preemptible running jobs per node, in victim preference order."""
+        if self._candidates is None:
+            borrowed = self.borrowed_jobs()
+            on_node: dict[str, list[Candidate]] = {}
+            for job in self.s.running:
+                r = job.request
+                if not self.preemptible(r) and job.preempting_since is None:
+                    continue
+                per_node = {a.node: len(a.gpus) for a in job.placement.allocs if a.gpus}
+                c = Candidate(
+                    job, self.value(r), r.id in borrowed, job.preempting_since is not None, per_node
+                )
+                for node in per_node:
+                    on_node.setdefault(node, []).append(c)
+            for lst in on_node.values():
+                lst.sort(key=lambda c: c.preference)
+            self._candidates = on_node
+        return self._candidates
+
+    def borrowed_jobs(self) -> set[str]:
+        """The jobs that hold a team's GPUs above nominal: its most recently started ones."""
+        over = self.ledger.borrowed_by_team()
+        by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
+        for job, gpus in self.running:
+            k = self.ledger.key(job.request.team, job.gpu_model)
+            if k is not None and k in over and self.preemptible(job.request):
+                by_key.setdefault(k, []).append((job, gpus))
+        result: set[str] = set()
+        for k, jobs in by_key.items():
+            jobs.sort(key=lambda jg: (-jg[0].start_time, jg[0].request.id))
+            covered = 0.0
+            for job, gpus in jobs:
+                if covered >= over[k] - 1e-9:
+                    break
+                result.add(job.request.id)
+                covered += gpus
+        return result
+
+    def preempt_for(
+        self,
+        r: JobRequest,
+        gpus: float,
+        groups: Sequence[Group],
+        models: Sequence[str],
+        first_tier: bool,
+    ) -> Reason | None:
+        """Victims for a job that does not fit. It reclaims only when it comes before every
+        borrower in the order (first tier), so the GPUs it frees are not taken back."""
+        policy = self.policy
+        if not policy.preemption or self.searches >= policy.max_preemption_searches:
+            return None
+        if not self.s.running:
+            return None
+        self.searches += 1
+        p = Preemptor(
+            r.team,
+            self.value(r),
+            policy.quotas
+            and first_tier
+            and any(self.ledger.within_nominal(r.team, m, gpus) for m in models),
+            policy.quotas,
+            policy.min_runtime_s,
+            self.now,
+        )
+        found = self.victims(r, groups, p)
+        if found is None:
+            return None
+        self.apply_preemption(r, gpus, found)
+        leaving = [c for c, _ in found.victims]
+        freed = sum(sum(c.gpus.values()) for c in leaving)
+        return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
+
+    def preempt_for_quota(self, r: JobRequest, gpus: float, models: Sequence[str]) -> Reason | None:
+        """A job over its team's quota may displace its own team's lower classes on that
+        quota: enough of them to fit the quota, and to fit on nodes."""
+        policy = self.policy
+        if not policy.preemption or not policy.quotas or not self.s.running:
+            return None
+        value = self.value(r)
+        own_all = self.own_candidates().get(r.team, [])
+        if not own_all or not (own_all[0].leaving or own_all[0].value < value):
+            return None
+        for m in models:
+            if self.searches >= policy.max_preemption_searches:
+                return None
+            key = self.ledger.key(r.team, m)
+            acc = self.ledger.account(r.team, m)
+            if key is None or acc is None:
+                continue
+            if not self.preemptible(r) and gpus > self.ledger.fixed_room(r.team, m) + 1e-9:
+                continue  # only non-preemptible jobs hold that quota: none can be displaced
+            shortfall = acc.used + gpus - self.ledger.headroom(r.team, m)
+            own = [
+                c
+                for c in own_all
+                if (c.leaving or (c.value < value and self.now - c.start >= policy.min_runtime_s))
+                and c.id not in self.claimed
+                and self.ledger.key(c.team, c.job.gpu_model) == key
+            ]
+            if sum(sum(c.gpus.values()) for c in own) < shortfall - 1e-9:
+                continue
+            self.searches += 1
+            p = Preemptor(r.team, value, False, True, policy.min_runtime_s, self.now, True)
+            groups = self.groups(m, r.pool)
+            found = self.victims(r, groups, p)
+            if found is None:
+                continue
+            victims = list(found.victims)
+            chosen = {c.id for c, _ in victims}
+            freed = sum(sum(c.gpus.values()) for c, _ in victims if c.team == r.team)
+            for c in own:
+                if freed >= shortfall - 1e-9:
+                    break
+                if c.id not in chosen:
+                    victims.append((c, "leaving" if c.leaving else "priority"))
+                    freed += sum(c.gpus.values())
+            if freed < shortfall - 1e-9:
+                continue
+            found = replace(found, victims=tuple(victims))
+            self.apply_preemption(r, gpus, found)
+            return reasons.preempting(len(victims), int(freed), policy.preemption_grace_s)
+        return None
+
+    def own_candidates(self) -> dict[str, list[Candidate]]:
+        """Each team's running jobs that may leave: those already leaving first (their quota
+        is coming back), then preemptible ones, lowest class first."""
+        if self._own is None:
+            seen = {c.id: c for lst in self.candidates().values() for c in lst}
+            self._own = {}
+            order = sorted(seen.values(), key=lambda c: (not c.leaving, c.value, -c.start, c.id))
+            for c in order:
+                self._own.setdefault(c.team, []).append(c)
+        return self._own
+
+    def victims(self, r: JobRequest, groups: Sequence[Group], p: Preemptor) -> Plan | None:
+        # Nodes reserved for a job ahead are off limits: their GPUs are promised.
+        reserved = frozenset(n for res in self.reservations for n in res.nodes)
+        return plan_preemption(
+            self.index,
+            groups,
+            r.gpus_per_node,
+            r.nodes,
+            self.candidates(),
+            p,
+            self.claimed,
+            reserved,
+        )
+
+    def apply_preemption(self, r: JobRequest, gpus: float, found: Plan) -> None:
+        model = found.group.key[0]
+        # The preemptor's quota is its own from now on: otherwise its team's lower jobs
+        # restart on it while the victims leave, and are preempted again.
+        self.ledger.commit(r.team, model, gpus, self.preemptible(r))
+        for c, kind in found.victims:
+            self.claimed.add(c.job.request.id)
+            if kind == "leaving":
+                continue
+            v = c.job.request
+            if kind == "reclaim":
+                why = f"team {r.team} reclaimed its nominal {model} quota"
+            else:
+                why = (
+                    f"priority {r.priority} ({self.value(r)}) outranks"
+                    f" {v.priority} ({self.value(v)})"
+                )
+            self.preemptions.append(Preemption(v.id, r.id, kind, f"preempted by job {r.id}: {why}"))
+        for name in found.nodes:
+            st = self.index.nodes[name]
+            self.index.hold(name, st.free[: r.gpus_per_node])
+
+    # -- MIG ---------------------------------------------------------------------------
+
+    def mig_request(self, r: JobRequest) -> mig.MigRequest:
+        return mig.MigRequest(r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind)
+
+    def try_mig(self, r: JobRequest, gpus: float) -> Reason | None:
+        if self.mig_index is None:
+            self.mig_index = mig.MigIndex(self.s.nodes)
+        profile = r.mig_profile or ""
+        refusal: Reason | None = None
+        admitted: list[str] = []
+        for m in [r.gpu_model] if r.gpu_model else self.mig_models:
+            share = _fraction(m, profile) or gpus
+            verdict = self.ledger.check(r.team, m, share, self.preemptible(r))
+            if not verdict.ok:
+                refusal = refusal or verdict.reason
+                continue
+            admitted.append(m)
+            took = self.mig_index.take(profile, m, r.pool, r.id)
+            if took is not None:
+                node, slot = took
+                self.ledger.commit(r.team, m, share, self.preemptible(r))
+                alloc = NodeAlloc(node, (), slot)
+                self.starts.append(Start(r.id, Placement((alloc,)), m, verdict.borrowed))
+                return None
+        if not admitted and refusal is not None:
+            return refusal
+        free = sum(self.mig_index.free_count(profile, m, r.pool) for m in admitted)
+        return reasons.mig_unavailable(r, free)
+
+    def mig_plan(
+        self, waits: Sequence[tuple[int, JobRequest]], requests: Sequence[mig.MigRequest]
+    ) -> list[MigRelayout]:
+        if not requests or not self.policy.mig_repartition or self.mig_index is None:
+            return []
+        relayouts = self.mig_index.plan(requests)
+        for at, r in waits:
+            target = self.mig_index.planned_for(r.id)
+            if target is not None and self.waits[at].reason.code == "mig_unavailable":
+                self.waits[at] = replace(self.waits[at], reason=reasons.mig_relayout(r, *target))
+        return relayouts
+
+    # -- waits -------------------------------------------------------------------------
+
+    def fluid_state(self) -> dict[str, Fluid]:
+        """Per model: the GPUs free now and when running jobs (and this cycle's) release
+        theirs, for estimated starts. Built at the first wait for capacity."""
+        if self.fluids is None:
+            free = dict.fromkeys(self.models, 0)
+            for st in self.index.nodes.values():
+                free[st.group[0]] += len(st.free) + len(st.held)
+            ends: dict[str, list[tuple[float, int]]] = {m: [] for m in self.models}
+            grace = self.policy.preemption_grace_s
+            for job in self.s.running:
+                at = end_time(job, self.now, grace)
+                count = sum(len(a.gpus) for a in job.placement.allocs)
+                if at is not None and count and job.gpu_model in ends:
+                    ends[job.gpu_model].append((at, count))
+            for at_opt, model, allocs in self.cycle_releases:
+                if at_opt is not None:
+                    ends[model].append((at_opt, sum(len(a.gpus) for a in allocs)))
+            self.fluids = {m: Fluid(free[m], ends[m], self.now) for m in self.models}
+        return self.fluids
+
+    def estimate(self, models: Sequence[str], gpus: int, limit_s: float | None) -> float | None:
+        """The earliest start over the models, taking the GPUs from the chosen model's fluid
+        so that the jobs behind see them gone."""
+        fluids = self.fluid_state()
+        if len(models) == 1:
+            f = fluids.get(models[0])
+            at = f.earliest(gpus) if f is not None else None
+            if f is not None and at is not None:
+                f.take(gpus, limit_s)
+            return at
+        best: tuple[float, Fluid] | None = None
+        for m in models:
+            f = fluids[m]
+            at = f.earliest(gpus)
+            f.undo()
+            if at is not None and (best is None or at < best[0]):
+                best = (at, f)
+        if best is None:
+            return None
+        best[1].earliest(gpus)
+        best[1].take(gpus, limit_s)
+        return best[0]

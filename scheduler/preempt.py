@@ -1,0 +1,134 @@
+"""Victim selection for reclaim and priority preemption.
+
+Reclaim: a team whose job fits within its nominal quota takes GPUs back from other teams'
+jobs that run on borrowed quota. Priority: a job preempts lower, preemptible classes of its
+own team, or of other teams where those run on borrowed quota (so no team's guarantee is
+taken by another team's priority). Non-preemptible classes are never victims. A job already
+in its grace period is a free victim: its GPUs are coming back anyway.
+
+Per node, the victims are taken in preference order (already leaving, borrowed, lowest
+class, most recently started) until the job fits; the cheapest nodes win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .capacity import FreeIndex, Group
+from .types import RunningJob
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    job: RunningJob
+    value: int  # priority-class value
+    borrowed: bool
+    leaving: bool  # already in its grace period
+    gpus: Mapping[str, int]  # GPUs it holds per node
+    # Copied out of the job: victim searches read them in their inner loop.
+    id: str = field(init=False)
+    team: str = field(init=False)
+    start: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", self.job.request.id)
+        object.__setattr__(self, "team", self.job.request.team)
+        object.__setattr__(self, "start", self.job.start_time)
+
+    @property
+    def preference(self) -> tuple[bool, bool, int, float, str]:
+        return (not self.leaving, not self.borrowed, self.value, -self.start, self.id)
+
+
+@dataclass(frozen=True)
+class Preemptor:
+    team: str
+    value: int
+    reclaims: bool  # fits within its team's nominal quota
+    quotas: bool  # False: no borrowing exists, any lower class is fair game
+    min_runtime_s: float
+    now: float
+    own_team_only: bool = False  # making room in its own team's quota
+
+
+def kind_for(c: Candidate, p: Preemptor) -> str | None:
+    """ "reclaim", "priority", "leaving" or None when c may not be taken for p."""
+    if c.leaving:
+        return "leaving"
+    if p.own_team_only and c.team != p.team:
+        return None
+    if p.reclaims and c.borrowed and c.team != p.team:
+        return "reclaim"
+    outranked = c.value < p.value and p.now - c.start >= p.min_runtime_s
+    if outranked and (not p.quotas or c.borrowed or c.team == p.team):
+        return "priority"
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    group: Group
+    nodes: tuple[str, ...]
+    victims: tuple[tuple[Candidate, str], ...]  # (candidate, kind)
+
+
+def plan(
+    index: FreeIndex,
+    groups: Sequence[Group],
+    g: int,
+    n: int,
+    on_node: Mapping[str, Sequence[Candidate]],
+    p: Preemptor,
+    claimed: set[str],
+    reserved: frozenset[str] = frozenset(),
+) -> Plan | None:
+    """The cheapest n nodes of one group on which victims make room for g GPUs each.
+
+    Nodes in `reserved` are left alone: their GPUs are promised to a job ahead."""
+    best: tuple[tuple[int, int], Plan] | None = None
+    for group in groups:
+        if g > group.width:
+            continue
+        # Nodes that already have room cost nothing; others need victims.
+        nobody: tuple[tuple[Candidate, str], ...] = ()
+        costs: list[tuple[tuple[int, int, int], str, tuple[tuple[Candidate, str], ...]]] = [
+            ((0, 0, 0), name, nobody)
+            for count in range(g, group.width + 1)
+            for name in group.buckets[count]
+            if name not in reserved
+        ][:n]
+        for name, cands in on_node.items():
+            st = index.nodes.get(name)
+            if st is None or st.group != group.key or st.total < g or len(st.free) >= g:
+                continue
+            if name in reserved:
+                continue
+            have = len(st.free)
+            taken: list[tuple[Candidate, str]] = []
+            for c in cands:
+                if c.id in claimed:
+                    continue
+                kind = kind_for(c, p)
+                if kind is not None:
+                    taken.append((c, kind))
+                    have += c.gpus[name]
+                    if have >= g:
+                        break
+            if have >= g:
+                worst = max(0 if c.leaving else 1 + int(not c.borrowed) for c, _ in taken)
+                new = sum(1 for c, _ in taken if not c.leaving)
+                costs.append(((worst, new, g - len(st.free)), name, tuple(taken)))
+        if len(costs) < n:
+            continue
+        costs.sort(key=lambda c: (c[0], c[1]))
+        chosen = costs[:n]
+        victims: dict[str, tuple[Candidate, str]] = {}
+        for _, _, on_this_node in chosen:
+            for c, kind in on_this_node:
+                victims.setdefault(c.id, (c, kind))
+        score = (max(c[0][0] for c in chosen), sum(1 for c, _ in victims.values() if not c.leaving))
+        candidate_plan = Plan(group, tuple(c[1] for c in chosen), tuple(victims.values()))
+        if best is None or score < best[0]:
+            best = (score, candidate_plan)
+    return None if best is None else best[1]

@@ -1,0 +1,100 @@
+"""Why a job does not start: structured reasons with numbers a person can check."""
+
+from __future__ import annotations
+
+from .types import JobRequest, Reason
+
+
+def shape_text(r: JobRequest) -> str:
+    model = r.gpu_model or "GPU"
+    if r.mig_profile:
+        return f"one {r.mig_profile} MIG slice" + (f" on {r.gpu_model}" if r.gpu_model else "")
+    nodes = "1 node" if r.nodes == 1 else f"{r.nodes} nodes"
+    pool = f" in pool {r.pool}" if r.pool else ""
+    return f"{nodes} x {r.gpus_per_node} free {model}{pool}"
+
+
+def no_capacity(r: JobRequest, best_nodes: int) -> Reason:
+    best = "1 node" if best_nodes == 1 else f"{best_nodes} nodes"
+    return Reason(
+        "no_capacity",
+        f"needs {shape_text(r)}; the best now is {best}",
+        (
+            ("nodes", r.nodes),
+            ("gpus_per_node", r.gpus_per_node),
+            ("gpu_model", r.gpu_model),
+            ("best_nodes_now", best_nodes),
+        ),
+    )
+
+
+def unsatisfiable(r: JobRequest, max_nodes: int) -> Reason:
+    return Reason(
+        "unsatisfiable",
+        f"needs {shape_text(r)}, but only {max_nodes} up node(s) of that kind exist in the cluster",
+        (("nodes", r.nodes), ("gpus_per_node", r.gpus_per_node), ("max_nodes", max_nodes)),
+    )
+
+
+def behind(r: JobRequest, jobs_ahead: int, gpus_ahead: float, best_nodes: int) -> Reason:
+    return Reason(
+        "behind_higher_priority",
+        f"{jobs_ahead} job(s) ahead need {gpus_ahead:g} GPUs; this job needs {shape_text(r)}"
+        f" and the best now is {best_nodes} node(s)",
+        (
+            ("jobs_ahead", jobs_ahead),
+            ("gpus_ahead", round(gpus_ahead, 4)),
+            ("best_nodes_now", best_nodes),
+        ),
+    )
+
+
+def reserved(r: JobRequest, holder: str, start: float, now: float) -> Reason:
+    limit = "no time limit" if r.time_limit_s is None else f"a {r.time_limit_s:g} s limit"
+    return Reason(
+        "behind_higher_priority",
+        f"the free GPUs it could use are reserved for job {holder}, which starts in"
+        f" {max(0.0, start - now):.0f} s; with {limit} this job would delay it",
+        (("reserved_for", holder), ("reservation_start", start), ("time_limit_s", r.time_limit_s)),
+    )
+
+
+def fifo_blocked(blocker: str) -> Reason:
+    return Reason(
+        "behind_higher_priority",
+        f"strict FIFO: job {blocker} ahead does not fit yet, and nothing passes it",
+        (("blocked_by", blocker),),
+    )
+
+
+def preempting(victims: int, gpus: int, grace_s: float) -> Reason:
+    return Reason(
+        "preempting",
+        f"{victims} job(s) are being preempted to free {gpus} GPU(s); they have"
+        f" {grace_s:g} s to checkpoint",
+        (("victims", victims), ("gpus", gpus), ("grace_s", grace_s)),
+    )
+
+
+def mig_unavailable(r: JobRequest, free: int) -> Reason:
+    return Reason(
+        "mig_unavailable",
+        f"no free {r.mig_profile} MIG instance"
+        + (f" on {r.gpu_model}" if r.gpu_model else "")
+        + (f" in pool {r.pool}" if r.pool else "")
+        + f" ({free} free, all taken by jobs ahead), and no idle MIG GPU can be re-laid out",
+        (("mig_profile", r.mig_profile), ("gpu_model", r.gpu_model), ("free_instances", free)),
+    )
+
+
+def mig_relayout(r: JobRequest, node: str, gpu: int) -> Reason:
+    return Reason(
+        "mig_relayout",
+        f"GPU {gpu} on node {node} is being re-laid out to create a {r.mig_profile} instance"
+        " for this job",
+        (("node", node), ("gpu", gpu), ("mig_profile", r.mig_profile)),
+    )
+
+
+def bad_request(message: str) -> Reason:
+    return Reason("invalid_request", message)

@@ -1,0 +1,252 @@
+"""The simulator's input files (CLUSTER.json, JOBS.csv) parsed from text.
+
+Parsing is pure: the caller reads the files. Every error names the file, the line and the
+field, in one line, for the command's exit-2 message.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from . import mig
+from .types import DEFAULT_PRIORITY_CLASSES, JobRequest, Node, PriorityClass, Quota, Team
+
+
+class InputError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[Node, ...]
+    teams: tuple[Team, ...]
+    priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+
+
+@dataclass(frozen=True)
+class SimJob:
+    request: JobRequest
+    duration_s: float
+    checkpoint_s: float | None = None
+
+
+def _line_of(text: str, needle: str) -> int:
+    """The line where a JSON value first appears (1 when it cannot be found)."""
+    at = text.find(needle)
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
+
+
+class _JsonReader:
+    def __init__(self, text: str, source: str) -> None:
+        self.text = text
+        self.source = source
+
+    def fail(self, path: str, message: str, near: str = "") -> InputError:
+        line = _line_of(self.text, near) if near else 1
+        return InputError(f"{self.source}: line {line}, field {path}: {message}")
+
+    def number(
+        self, obj: dict[str, Any], key: str, path: str, near: str, *, minimum: float = 0
+    ) -> float:
+        v = obj.get(key)
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or v < minimum
+            or not math.isfinite(v)
+        ):
+            raise self.fail(f"{path}.{key}", f"expected a number >= {minimum:g}, got {v!r}", near)
+        return float(v)
+
+
+def parse_cluster(text: str, source: str) -> Cluster:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}: line {e.lineno}, field -: invalid JSON ({e.msg})") from e
+    r = _JsonReader(text, source)
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        raise r.fail("nodes", "expected an object with a list of nodes")
+    nodes: list[Node] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data["nodes"]):
+        path = f"nodes[{i}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+            raise r.fail(f"{path}.name", "expected a non-empty string", '"nodes"')
+        name = raw["name"]
+        near = f'"{name}"'
+        if name in seen:
+            raise r.fail(f"{path}.name", f"duplicate node {name!r}", near)
+        seen.add(name)
+        model = raw.get("gpu_model")
+        if not isinstance(model, str) or not model:
+            raise r.fail(f"{path}.gpu_model", "expected a non-empty string", near)
+        gpus = raw.get("gpus")
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            raise r.fail(f"{path}.gpus", f"expected an integer >= 0, got {gpus!r}", near)
+        pool = raw.get("pool")
+        if pool is not None and not isinstance(pool, str):
+            raise r.fail(f"{path}.pool", "expected a string", near)
+        is_mig = raw.get("mig", False)
+        if not isinstance(is_mig, bool):
+            raise r.fail(f"{path}.mig", "expected true or false", near)
+        if is_mig and mig.geometry(model) is None:
+            raise r.fail(f"{path}.mig", f"{model} has no MIG profile table", near)
+        nodes.append(Node(name, model, gpus, pool, is_mig))
+    teams: list[Team] = []
+    for i, raw in enumerate(data.get("teams", [])):
+        path = f"teams[{i}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
+            raise r.fail(f"{path}.name", "expected a non-empty string", '"teams"')
+        near = f'"{raw["name"]}"'
+        weight = r.number(raw, "weight", path, near) if "weight" in raw else 1.0
+        quotas = []
+        quota = raw.get("quota", {})
+        if not isinstance(quota, dict):
+            raise r.fail(f"{path}.quota", "expected an object keyed by GPU model", near)
+        for model, q in quota.items():
+            qpath = f"{path}.quota.{model}"
+            if not isinstance(q, dict):
+                raise r.fail(qpath, "expected an object with nominal", near)
+            nominal = r.number(q, "nominal", qpath, near)
+            limits: list[float | None] = []
+            for key, default in (("borrowing_limit", 0.0), ("lending_limit", None)):
+                if key not in q:
+                    limits.append(default)
+                elif q[key] is None:
+                    limits.append(None)
+                else:
+                    limits.append(r.number(q, key, qpath, near))
+            max_jobs = q.get("max_running_jobs")
+            if max_jobs is not None and (
+                isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
+            ):
+                raise r.fail(f"{qpath}.max_running_jobs", "expected an integer", near)
+            quotas.append(Quota(model, nominal, limits[0], limits[1], max_jobs))
+        teams.append(Team(raw["name"], weight, tuple(quotas)))
+    classes = DEFAULT_PRIORITY_CLASSES
+    if "priority_classes" in data:
+        parsed = []
+        for i, raw in enumerate(data["priority_classes"]):
+            path = f"priority_classes[{i}]"
+            ok = (
+                isinstance(raw, dict)
+                and isinstance(raw.get("name"), str)
+                and isinstance(raw.get("value"), int)
+                and isinstance(raw.get("preemptible", True), bool)
+            )
+            if not ok:
+                raise r.fail(
+                    path,
+                    "expected {name: str, value: int, preemptible: bool}",
+                    '"priority_classes"',
+                )
+            parsed.append(PriorityClass(raw["name"], raw["value"], raw.get("preemptible", True)))
+        classes = tuple(parsed)
+    return Cluster(tuple(nodes), tuple(teams), classes)
+
+
+_REQUIRED = ("job_id", "team", "submit_s", "duration_s")
+
+
+def default_time_limit(duration_s: float) -> float:
+    """`duration_s` rounded up to the next minute (at least one minute)."""
+    return max(60.0, math.ceil(duration_s / 60.0) * 60.0)
+
+
+class _CsvRow:
+    def __init__(self, row: dict[str, str | None], line: int, source: str) -> None:
+        self.row = row
+        self.line = line
+        self.source = source
+
+    def fail(self, field: str, message: str) -> InputError:
+        return InputError(f"{self.source}: line {self.line}, field {field}: {message}")
+
+    def text(self, field: str) -> str:
+        return (self.row.get(field) or "").strip()
+
+    def required(self, field: str) -> str:
+        value = self.text(field)
+        if not value:
+            raise self.fail(field, "a value is required")
+        return value
+
+    def number(self, field: str, default: float | None, minimum: float = 0.0) -> float | None:
+        raw = self.text(field)
+        if not raw:
+            return default
+        try:
+            v = float(raw)
+        except ValueError:
+            raise self.fail(field, f"expected a number, got {raw!r}") from None
+        if not math.isfinite(v) or v < minimum:
+            raise self.fail(field, f"expected a number >= {minimum:g}, got {raw!r}")
+        return v
+
+    def required_number(self, field: str) -> float:
+        self.required(field)
+        v = self.number(field, None)
+        return 0.0 if v is None else v
+
+    def integer(self, field: str, default: int, minimum: int) -> int:
+        raw = self.text(field)
+        if not raw:
+            return default
+        if not raw.isdigit() or int(raw) < minimum:
+            raise self.fail(field, f"expected an integer >= {minimum}, got {raw!r}")
+        return int(raw)
+
+
+def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> list[SimJob]:
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    for col in _REQUIRED:
+        if col not in header:
+            raise InputError(f"{source}: line 1, field {col}: required column is missing")
+    names = {c.name for c in classes}
+    jobs: list[SimJob] = []
+    seen: set[str] = set()
+    for raw in reader:
+        row = _CsvRow(raw, reader.line_num, source)
+        job_id = row.required("job_id")
+        if job_id in seen:
+            raise row.fail("job_id", f"duplicate job id {job_id!r}")
+        seen.add(job_id)
+        team = row.required("team")
+        submit = row.required_number("submit_s")
+        duration = row.required_number("duration_s")
+        nodes = row.integer("nodes", 1, 1)
+        gpus_per_node = row.integer("gpus_per_node", 1, 0)
+        profile = row.text("mig_profile") or None
+        if profile is not None:
+            try:
+                mig.parse_profile(profile)
+            except ValueError as e:
+                raise row.fail("mig_profile", str(e)) from None
+            if nodes != 1:
+                raise row.fail("nodes", "a MIG job runs on exactly 1 node")
+            gpus_per_node = 0
+        priority = row.text("priority") or "normal"
+        if priority not in names:
+            known = ", ".join(sorted(names))
+            raise row.fail("priority", f"unknown priority class {priority!r} (known: {known})")
+        request = JobRequest(
+            id=job_id,
+            team=team,
+            priority=priority,
+            submit_time=submit,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
+            gpu_model=row.text("gpu_model") or None,
+            mig_profile=profile,
+            time_limit_s=row.number("time_limit_s", default_time_limit(duration), minimum=1e-9),
+            kind="agent" if profile else "training",
+        )
+        jobs.append(SimJob(request, duration, row.number("checkpoint_s", None, minimum=1e-9)))
+    return jobs

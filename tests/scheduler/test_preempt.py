@@ -1,0 +1,156 @@
+"""Preemption: reclaim of nominal quota, priority, minimal victims, no ping-pong."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.types import Policy
+
+from .builders import A100, NOW, decide, job, nodes, running, snap, team, waits
+
+
+def borrowed_cluster(b_jobs: int = 8, started_step: float = 10.0):  # type: ignore[no-untyped-def]
+    """One 8-GPU node; team b (nominal 4) runs 8 one-GPU jobs: 4 of them on a's idle quota."""
+    teams = [team("a", 4, model=A100), team("b", 4, borrow=4, model=A100)]
+    busy = [
+        running(f"b{i}", {"n1": [i]}, team="b", started=NOW - 1000 + i * started_step)
+        for i in range(b_jobs)
+    ]
+    return teams, busy
+
+
+def test_team_below_nominal_reclaims_borrowed_gpus() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job("a1", team="a", gpus=2)], busy))
+    assert {p.job_id for p in d.preemptions} == {"b7", "b6"}  # the most recently started
+    assert all(p.kind == "reclaim" and p.by_job_id == "a1" for p in d.preemptions)
+    assert (
+        d.preemptions[0].message
+        == f"preempted by job a1: team a reclaimed its nominal {A100} quota"
+    )
+    w = waits(d)["a1"]
+    assert w.reason.code == "preempting" and w.estimated_start == NOW + 30
+
+
+def test_reclaim_never_takes_more_than_the_borrowed_part() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(
+        snap(
+            nodes(1),
+            teams,
+            [job("a1", team="a", gpus=4), job("a2", team="a", gpus=4, submit=NOW)],
+            busy,
+        )
+    )
+    assert len(d.preemptions) == 4  # b keeps its nominal 4
+
+
+def test_team_above_nominal_does_not_reclaim() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job("b9", team="b")], busy))
+    assert not d.preemptions
+
+
+def test_higher_class_preempts_lower_preemptible_class_of_its_own_team() -> None:
+    busy = [
+        running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - 100 * i) for i in range(8)
+    ]
+    d = decide(snap(nodes(1), [team("a", 8)], [job("hi", priority="normal", gpus=2)], busy))
+    assert {p.job_id for p in d.preemptions} == {"low0", "low1"}
+    assert d.preemptions[0].kind == "priority"
+    assert "outranks low (10)" in d.preemptions[0].message
+
+
+def test_priority_does_not_take_another_teams_guaranteed_gpus() -> None:
+    busy = [running(f"b{i}", {"n1": [i]}, team="b", priority="low") for i in range(4)]
+    busy += [running(f"a{i}", {"n1": [4 + i]}, team="a") for i in range(4)]
+    d = decide(
+        snap(
+            nodes(1),
+            [team("a", 4, borrow=4), team("b", 4)],
+            [job("x", team="a", priority="high")],
+            busy,
+        )
+    )
+    # b's low jobs run within b's nominal quota: x displaces a job of its own team instead.
+    assert [p.job_id for p in d.preemptions] == ["a0"]
+
+
+def test_non_preemptible_jobs_are_never_victims() -> None:
+    busy = [running(f"h{i}", {"n1": [i]}, team="b", priority="high") for i in range(8)]
+    d = decide(snap(nodes(1), [team("a", 4), team("b", 8)], [job("a1", team="a")], busy))
+    assert not d.preemptions
+
+
+def test_victims_are_borrowed_first_then_lowest_class_then_most_recent() -> None:
+    teams = [team("a", 4), team("b", 4, borrow=4)]
+    busy = [
+        running(f"b-normal{i}", {"n1": [i]}, team="b", started=NOW - 5000 + i) for i in range(4)
+    ]
+    busy += [
+        running(f"b-low{i}", {"n1": [4 + i]}, team="b", priority="low", started=NOW - 9000 + i)
+        for i in range(4)
+    ]
+    d = decide(snap(nodes(1), teams, [job("a1", team="a")], busy))
+    # b's 4 borrowed GPUs are its 4 most recent jobs (the normal ones); among them the newest.
+    assert [p.job_id for p in d.preemptions] == ["b-normal3"]
+
+
+@pytest.mark.parametrize(("age_s", "preempted"), [(100.0, False), (4000.0, True)])
+def test_min_runtime_protects_from_priority_preemption(age_s: float, preempted: bool) -> None:
+    busy = [running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - age_s) for i in range(8)]
+    d = decide(snap(nodes(1), [team("a", 8)], [job("hi")], busy), Policy(min_runtime_s=3600))
+    assert bool(d.preemptions) is preempted
+
+
+def test_min_runtime_does_not_protect_from_reclaim() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job("a1", team="a")], busy), Policy(min_runtime_s=1e9))
+    assert [p.kind for p in d.preemptions] == ["reclaim"]
+
+
+def test_jobs_already_leaving_are_counted_and_not_preempted_again() -> None:
+    teams, busy = borrowed_cluster()
+    busy[7] = running("b7", {"n1": [7]}, team="b", leaving_since=NOW - 10)
+    d = decide(snap(nodes(1), teams, [job("a1", team="a")], busy))
+    assert not d.preemptions
+    assert waits(d)["a1"].reason.code == "preempting"
+
+
+def test_each_victim_is_claimed_by_one_preemptor_per_cycle() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job(f"a{i}", team="a", submit=i) for i in range(3)], busy))
+    assert sorted(p.job_id for p in d.preemptions) == ["b5", "b6", "b7"]
+    assert len({p.by_job_id for p in d.preemptions}) == 3
+
+
+def test_preemption_can_be_switched_off() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job("a1", team="a")], busy), Policy(preemption=False))
+    assert not d.preemptions and waits(d)["a1"].reason.code in {
+        "no_capacity",
+        "behind_higher_priority",
+    }
+
+
+def test_non_preemptible_job_runs_within_nominal_while_its_team_borrows_with_others() -> None:
+    # a holds 6 GPUs (2 borrowed) in preemptible jobs; its high job fits a's nominal for
+    # non-preemptible work, starts, and is not counted as borrowed: the borrowed part stays
+    # on the preemptible jobs, which b can reclaim.
+    busy = [running(f"a{i}", {"n1": [i]}, team="a") for i in range(6)]
+    s = snap(
+        nodes(1),
+        [team("a", 4, borrow=4), team("b", 4)],
+        [job("urgent", team="a", priority="high")],
+        busy,
+    )
+    d = decide(s)
+    assert [(x.job_id, x.borrowed) for x in d.starts] == [("urgent", False)]
+    later = snap(
+        nodes(1),
+        s.teams,
+        [job("b1", team="b", gpus=2)],
+        [*busy, running("urgent", {"n1": [6]}, team="a", priority="high")],
+    )
+    victims = {p.job_id for p in decide(later).preemptions}
+    assert victims and victims <= {f"a{i}" for i in range(6)}

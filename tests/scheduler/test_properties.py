@@ -1,0 +1,247 @@
+"""Properties of schedule() on random snapshots (hypothesis, derandomized: fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler import schedule
+from scheduler.types import (
+    DEFAULT_PRIORITY_CLASSES,
+    Decisions,
+    JobRequest,
+    Node,
+    NodeAlloc,
+    PendingJob,
+    Placement,
+    Policy,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+)
+
+from .builders import A100, H100, NOW
+
+PREEMPTIBLE = {c.name: c.preemptible for c in DEFAULT_PRIORITY_CLASSES}
+POLICIES = [
+    Policy(),
+    Policy(min_runtime_s=600),
+    Policy(name="backfill", quotas=False, fair_share=False, priorities=False, preemption=False),
+]
+FAST = settings(max_examples=120, deadline=None, derandomize=True)
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> Snapshot:
+    node_count = draw(st.integers(1, 5))
+    nodes = tuple(
+        Node(
+            f"n{i}",
+            draw(st.sampled_from([A100, H100])),
+            draw(st.sampled_from([4, 8])),
+            pool=draw(st.sampled_from([None, "train", "infer"])),
+            state=draw(st.sampled_from(["up", "up", "up", "drain"])),
+        )
+        for i in range(node_count)
+    )
+    team_names = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    teams = tuple(
+        Team(
+            t,
+            draw(st.sampled_from([1.0, 2.0])),
+            (
+                Quota(
+                    draw(st.sampled_from(["*", A100])),
+                    draw(st.integers(0, 16)),
+                    draw(st.sampled_from([0.0, 4.0, None])),
+                ),
+            ),
+        )
+        for t in team_names
+    )
+    running: list[RunningJob] = []
+    for n in nodes:
+        gpu = 0
+        while gpu < n.gpus and draw(st.booleans()):
+            width = draw(st.integers(1, n.gpus - gpu))
+            r = JobRequest(
+                f"r{len(running)}",
+                draw(st.sampled_from(team_names)),
+                draw(st.sampled_from(["high", "normal", "low"])),
+                NOW - 5000,
+                1,
+                width,
+                time_limit_s=draw(st.sampled_from([None, 1000.0, 4000.0])),
+            )
+            leaving = NOW - 5 if draw(st.integers(0, 9)) == 0 else None
+            placement = Placement((NodeAlloc(n.name, tuple(range(gpu, gpu + width))),))
+            running.append(
+                RunningJob(r, NOW - draw(st.integers(0, 3000)), placement, n.gpu_model, leaving)
+            )
+            gpu += width
+    pending = tuple(
+        PendingJob(
+            JobRequest(
+                f"p{i}",
+                draw(st.sampled_from([*team_names, "stranger"])),
+                draw(st.sampled_from(["high", "normal", "normal", "low"])),
+                NOW - draw(st.integers(0, 1000)),
+                nodes=draw(st.sampled_from([1, 1, 1, 2])),
+                gpus_per_node=draw(st.sampled_from([1, 2, 4, 8])),
+                gpu_model=draw(st.sampled_from([None, None, A100, H100])),
+                time_limit_s=draw(st.sampled_from([None, 500.0, 3000.0])),
+                pool=draw(st.sampled_from([None, None, "train"])),
+            )
+        )
+        for i in range(draw(st.integers(0, 12)))
+    )
+    return Snapshot(nodes, teams, pending, tuple(running))
+
+
+def used_gpus(s: Snapshot, d: Decisions) -> Counter[tuple[str, int]]:
+    use: Counter[tuple[str, int]] = Counter()
+    for job in s.running:
+        for a in job.placement.allocs:
+            use.update((a.node, g) for g in a.gpus)
+    for start in d.starts:
+        for a in start.placement.allocs:
+            use.update((a.node, g) for g in a.gpus)
+    return use
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES))
+def test_capacity_is_never_exceeded(s: Snapshot, policy: Policy) -> None:
+    d = schedule(s, policy, NOW)
+    by_name = {n.name: n for n in s.nodes}
+    use = used_gpus(s, d)
+    assert all(count == 1 for count in use.values())
+    for start in d.starts:
+        for a in start.placement.allocs:
+            node = by_name[a.node]
+            assert node.state == "up" and all(0 <= g < node.gpus for g in a.gpus)
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES))
+def test_gangs_are_all_or_nothing_with_their_shape(s: Snapshot, policy: Policy) -> None:
+    d = schedule(s, policy, NOW)
+    requests = {p.request.id: p.request for p in s.pending}
+    by_name = {n.name: n for n in s.nodes}
+    for start in d.starts:
+        r = requests[start.job_id]
+        allocs = start.placement.allocs
+        assert len({a.node for a in allocs}) == len(allocs) == r.nodes
+        assert all(len(a.gpus) == r.gpus_per_node for a in allocs)
+        assert {by_name[a.node].gpu_model for a in allocs} == {start.gpu_model}
+        assert r.gpu_model in (None, start.gpu_model)
+        assert r.pool is None or {by_name[a.node].pool for a in allocs} == {r.pool}
+
+
+@FAST
+@given(snapshots())
+def test_no_team_goes_above_nominal_plus_borrowing_limit(s: Snapshot) -> None:
+    d = schedule(s, Policy(), NOW)
+    quota = {t.name: t.quotas[0] for t in s.teams}
+    used: dict[str, float] = defaultdict(float)
+    for job in s.running:
+        q = quota.get(job.request.team)
+        if q is not None and q.gpu_model in ("*", job.gpu_model):
+            used[job.request.team] += sum(len(a.gpus) for a in job.placement.allocs)
+    for start in d.starts:
+        team = next(p.request.team for p in s.pending if p.request.id == start.job_id)
+        q = quota[team]  # a team without quota never starts
+        assert q.gpu_model in ("*", start.gpu_model)
+        used[team] += sum(len(a.gpus) for a in start.placement.allocs)
+    for team in {
+        next(p.request.team for p in s.pending if p.request.id == x.job_id) for x in d.starts
+    }:
+        limit = math.inf if quota[team].borrowing_limit is None else quota[team].borrowing_limit
+        assert used[team] <= quota[team].nominal + limit + 1e-9
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES), st.randoms(use_true_random=False))
+def test_same_input_gives_same_decisions_whatever_the_input_order(
+    s: Snapshot, policy: Policy, rnd
+) -> None:  # type: ignore[no-untyped-def]
+    first = schedule(s, policy, NOW)
+    assert schedule(s, policy, NOW) == first
+    pending, running = list(s.pending), list(s.running)
+    rnd.shuffle(pending)
+    rnd.shuffle(running)
+    shuffled = Snapshot(s.nodes, s.teams, tuple(pending), tuple(running))
+    assert schedule(shuffled, policy, NOW) == first
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES))
+def test_every_pending_job_either_starts_or_waits_once_with_a_reason(
+    s: Snapshot, policy: Policy
+) -> None:
+    d = schedule(s, policy, NOW)
+    ids = [x.job_id for x in d.starts] + [w.job_id for w in d.waits]
+    assert sorted(ids) == sorted(p.request.id for p in s.pending)
+    assert [w.position for w in d.waits] == list(range(1, len(d.waits) + 1))
+    assert all(w.reason.code and w.reason.message for w in d.waits)
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES))
+def test_a_reserved_job_is_never_delayed_by_backfill(s: Snapshot, policy: Policy) -> None:
+    d = schedule(s, policy, NOW)
+    held = [w for w in d.waits if w.reserved]
+    if not held:
+        return
+    (w,) = [x for x in held if x.position == min(h.position for h in held)]
+    r = next(p.request for p in s.pending if p.request.id == w.job_id)
+    at = w.estimated_start
+    assert at is not None
+    busy: Counter[str] = Counter()
+    grace = policy.preemption_grace_s
+    for job in s.running:
+        ends = (
+            [job.start_time + job.request.time_limit_s]
+            if job.request.time_limit_s is not None
+            else []
+        )
+        if job.preempting_since is not None:
+            ends.append(job.preempting_since + grace)
+        if not ends or max(NOW, min(ends)) > at:
+            for a in job.placement.allocs:
+                busy[a.node] += len(a.gpus)
+    requests = {p.request.id: p.request for p in s.pending}
+    for start in d.starts:
+        limit = requests[start.job_id].time_limit_s
+        if limit is None or NOW + limit > at:
+            for a in start.placement.allocs:
+                busy[a.node] += len(a.gpus)
+    fits = [
+        n
+        for n in s.nodes
+        if n.state == "up"
+        and r.gpu_model in (None, n.gpu_model)
+        and r.pool in (None, n.pool)
+        and n.gpus - busy[n.name] >= r.gpus_per_node
+    ]
+    by_group = Counter((n.gpu_model, n.pool) for n in fits)
+    assert max(by_group.values(), default=0) >= r.nodes
+
+
+@FAST
+@given(snapshots(), st.sampled_from(POLICIES[:2]))
+def test_non_preemptible_jobs_are_never_victims_and_victims_are_running(
+    s: Snapshot, policy: Policy
+) -> None:
+    d = schedule(s, policy, NOW)
+    running = {j.request.id: j for j in s.running}
+    for p in d.preemptions:
+        victim = running[p.job_id]
+        assert PREEMPTIBLE[victim.request.priority]
+        assert victim.preempting_since is None
+        assert p.message.startswith(f"preempted by job {p.by_job_id}: ")
+    assert len({p.job_id for p in d.preemptions}) == len(d.preemptions)

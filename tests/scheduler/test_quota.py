@@ -1,0 +1,128 @@
+"""Quotas: nominal is guaranteed; borrowing uses other teams' idle nominal quota."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.types import Policy, PriorityClass, Quota, Team
+
+from .builders import A100, H100, decide, job, nodes, running, snap, team, waits
+
+
+def test_team_runs_up_to_its_nominal_quota() -> None:
+    s = snap(
+        nodes(1),
+        [team("a", 2), team("b", 6)],
+        [job(f"a{i}", team="a", submit=i) for i in range(4)] + [job("b1", team="b")],
+    )
+    d = decide(s)
+    assert sorted(x.job_id for x in d.starts if x.job_id.startswith("a")) == ["a0", "a1"]
+
+
+@pytest.mark.parametrize(("borrow", "expected_starts"), [(0.0, 2), (2.0, 4), (None, 8)])
+def test_team_borrows_idle_quota_up_to_its_borrowing_limit(
+    borrow: float | None, expected_starts: int
+) -> None:
+    s = snap(
+        nodes(1),
+        [team("a", 2, borrow=borrow), team("b", 6)],
+        [job(f"a{i}", team="a", submit=i) for i in range(10)],
+    )
+    d = decide(s)
+    assert len(d.starts) == expected_starts
+    assert [x.borrowed for x in sorted(d.starts, key=lambda x: x.job_id)] == [False] * 2 + [
+        True
+    ] * (expected_starts - 2)
+
+
+def test_quota_wanted_by_its_owner_is_not_lent() -> None:
+    # b's gang waits for room (c holds 2 GPUs of n1): b's nominal is wanted, not idle, so a
+    # does not borrow it only to have it reclaimed when the gang fits.
+    pending = [job(f"a{i}", team="a", submit=i) for i in range(6)] + [
+        job("b-gang", team="b", gpus=8, nodes=2)
+    ]
+    c_runs = running("c1", {"n1": [0, 1]}, team="c")
+    s = snap(nodes(2), [team("a", 2, borrow=None), team("b", 16), team("c", 2)], pending, [c_runs])
+    d = decide(s)
+    assert sorted(x.job_id for x in d.starts) == ["a0", "a1"]
+    assert waits(d)["a2"].reason.code == "quota_exhausted"
+    assert dict(waits(d)["a2"].reason.details)["lendable"] == 0
+
+
+def test_lending_limit_caps_what_a_team_lends() -> None:
+    s = snap(
+        nodes(1),
+        [team("a", 2, borrow=None), team("b", 6, lending=1)],
+        [job(f"a{i}", team="a", submit=i) for i in range(8)],
+    )
+    assert len(decide(s).starts) == 3
+
+
+def test_non_preemptible_class_never_borrows() -> None:
+    s = snap(
+        nodes(1),
+        [team("a", 1, borrow=None), team("b", 7)],
+        [job("h1", priority="high", submit=1), job("h2", priority="high", submit=2)],
+    )
+    d = decide(s)
+    assert [x.job_id for x in d.starts] == ["h1"]
+    reason = waits(d)["h2"].reason
+    assert reason.code == "quota_exhausted"
+    assert "cannot be preempted" in reason.message
+
+
+def test_team_without_quota_never_starts_and_says_so() -> None:
+    d = decide(snap(nodes(1), [team("a", 8)], [job("x", team="nobody")]))
+    assert not d.starts
+    assert waits(d)["x"].reason.code == "no_quota"
+    assert "nobody" in waits(d)["x"].reason.message
+
+
+def test_quota_reason_gives_the_numbers() -> None:
+    run = [running(f"r{i}", {"n1": [i]}, team="vision") for i in range(2)]
+    d = decide(
+        snap(
+            nodes(1), [team("vision", 2, model=A100), team("b", 6)], [job("v", team="vision")], run
+        )
+    )
+    reason = waits(d)["v"].reason
+    assert reason.message.startswith(f"team vision uses 2 of 2 {A100} GPUs; borrowing limit 0")
+    assert dict(reason.details)["used"] == 2 and dict(reason.details)["nominal"] == 2
+
+
+def test_model_quota_applies_to_its_model_and_star_quota_to_the_rest() -> None:
+    t = Team("a", quotas=(Quota(A100, 1), Quota("*", 2)))
+    pending = [job(f"x{i}", team="a", submit=i) for i in range(5)]
+    cluster = nodes(1, model=A100) + nodes(1, model=H100, prefix="h")
+    d = decide(snap(cluster, [t], pending))
+    assert sorted(x.gpu_model for x in d.starts) == [A100, H100, H100]
+
+
+def test_capacity_no_team_owns_is_lent() -> None:
+    s = snap(
+        nodes(1), [team("a", 2, borrow=None)], [job(f"a{i}", team="a", submit=i) for i in range(8)]
+    )
+    assert len(decide(s).starts) == 8
+
+
+def test_max_running_jobs_is_enforced() -> None:
+    s = snap(
+        nodes(1), [team("a", 8, max_jobs=3)], [job(f"a{i}", team="a", submit=i) for i in range(5)]
+    )
+    d = decide(s)
+    assert len(d.starts) == 3 and waits(d)["a3"].reason.code == "quota_exhausted"
+
+
+def test_quotas_off_ignore_teams() -> None:
+    d = decide(snap(nodes(1), [], [job("x", team="nobody")]), Policy(quotas=False))
+    assert [x.job_id for x in d.starts] == ["x"]
+
+
+def test_unknown_priority_class_counts_as_lowest() -> None:
+    s = snap(
+        nodes(1, gpus=1),
+        [team("a", 1)],
+        [job("odd", priority="weird", submit=1), job("low", priority="low", submit=2)],
+    )
+    s = s.__class__(s.nodes, s.teams, s.pending, s.running, (PriorityClass("low", 10, True),))
+    assert [x.job_id for x in decide(s).starts] == ["low"]
