@@ -1,4 +1,4 @@
-"""Free whole-GPU capacity, indexed by (model, pool) and by free count.
+"""Free whole-GPU capacity, indexed by (model, pool, cluster) and by free count.
 
 One FreeIndex is built per cycle from the nodes and the running jobs, then mutated as the
 cycle starts jobs and holds GPUs for reservations. Each group keeps one bucket per free
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from .types import Node, NodeAlloc, RunningJob
 
-GroupKey = tuple[str, str]  # (gpu model, pool or "")
+# (gpu model, pool or "", cluster or ""): a gang never spans pools or clusters.
+GroupKey = tuple[str, str, str]
 
 
 @dataclass
@@ -26,7 +27,7 @@ class NodeState:
 
 
 class Group:
-    """The up, whole-GPU nodes of one (model, pool)."""
+    """The up, whole-GPU nodes of one (model, pool, cluster)."""
 
     def __init__(self, key: GroupKey, width: int) -> None:
         self.key = key
@@ -50,7 +51,7 @@ class FreeIndex:
         width: dict[GroupKey, int] = {}
         ups = sorted((n for n in nodes if n.state == "up" and not n.mig), key=lambda n: n.name)
         for n in ups:
-            key = (n.gpu_model, n.pool or "")
+            key = (n.gpu_model, n.pool or "", n.cluster or "")
             width[key] = max(width.get(key, 0), n.gpus)
             self.nodes[n.name] = NodeState(n.name, key, n.gpus, list(range(n.gpus)), [])
         for key in sorted(width):
@@ -69,11 +70,15 @@ class FreeIndex:
     def models(self) -> list[str]:
         return sorted({k[0] for k in self.groups})
 
-    def groups_for(self, model: str | None, pool: str | None) -> list[Group]:
+    def groups_for(
+        self, model: str | None, pool: str | None, cluster: str | None = None
+    ) -> list[Group]:
         return [
             g
             for k, g in self.groups.items()
-            if (model is None or k[0] == model) and (pool is None or k[1] == pool)
+            if (model is None or k[0] == model)
+            and (pool is None or k[1] == pool)
+            and (cluster is None or k[2] == cluster)
         ]
 
     def _move(self, st: NodeState, before: int) -> None:

@@ -119,7 +119,7 @@ class _Cycle:
         self.claimed: set[str] = set()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
-        self.groups_cache: dict[tuple[str | None, str | None], list[Group]] = {}
+        self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
         self._candidates: dict[str, list[Candidate]] | None = None
         self._own: dict[str, list[Candidate]] | None = None
         # Per pending job: 0 when it fits its team's nominal quota in the team's own order.
@@ -136,11 +136,12 @@ class _Cycle:
         c = self.classes.get(r.priority)
         return c.preemptible if c is not None else True
 
-    def groups(self, model: str | None, pool: str | None) -> list[Group]:
-        key = (model, pool)
+    def groups(self, model: str | None, r: JobRequest) -> list[Group]:
+        """The capacity groups a job may use: of that model, its pool and its cluster."""
+        key = (model, r.pool, r.cluster)
         found = self.groups_cache.get(key)
         if found is None:
-            found = self.groups_cache[key] = self.index.groups_for(model, pool)
+            found = self.groups_cache[key] = self.index.groups_for(model, r.pool, r.cluster)
         return found
 
     def best_nodes_now(self, groups: Sequence[Group], g: int) -> int:
@@ -168,8 +169,7 @@ class _Cycle:
         ahead_jobs: dict[str | None, int] = {}
         ahead_gpus: dict[str | None, float] = {}
         fifo_blocked: Reason | None = None
-        mig_waits: list[tuple[int, JobRequest]] = []
-        mig_requests: list[mig.MigRequest] = []
+        relayouts = self.plan_mig(pending, demands, order)
         waits = self.waits
         for i in order:
             r = pending[i].request
@@ -181,7 +181,16 @@ class _Cycle:
             if fifo_blocked is not None:
                 waits.append(Wait(r.id, fifo_blocked, len(waits) + 1))
                 continue
-            key = (r.team, r.priority, r.nodes, r.gpus_per_node, r.gpu_model, r.mig_profile, r.pool)
+            key = (
+                r.team,
+                r.priority,
+                r.nodes,
+                r.gpus_per_node,
+                r.gpu_model,
+                r.mig_profile,
+                r.pool,
+                r.cluster,
+            )
             fail = failed.get(key)
             if fail is not None and not (
                 fail.short_before is not None
@@ -191,20 +200,15 @@ class _Cycle:
                 if fail.capacity:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
                     continue
-                if fail.reason.code == "mig_unavailable":
-                    mig_waits.append((len(waits), r))
-                    mig_requests.append(self.mig_request(r))
                 waits.append(Wait(r.id, fail.reason, len(waits) + 1))
                 continue
             if r.mig_profile:
                 result = self.try_mig(r, gpus)
                 if result is not None:
-                    failed[key] = _Failure(result, capacity=False)
-                    if result.code == "mig_unavailable":
-                        mig_waits.append((len(waits), r))
-                        mig_requests.append(self.mig_request(r))
-                        if not policy.backfill:
-                            fifo_blocked = reasons.fifo_blocked(r.id)
+                    if result.code != "mig_relayout":  # that one is about this job's GPU only
+                        failed[key] = _Failure(result, capacity=False)
+                    if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
+                        fifo_blocked = reasons.fifo_blocked(r.id)
                     waits.append(Wait(r.id, result, len(waits) + 1))
                 continue
             outcome = self.try_whole(r, gpus, self.tiers[i] == 0)
@@ -217,7 +221,6 @@ class _Cycle:
                         fifo_blocked = reasons.fifo_blocked(r.id)
                 else:
                     waits.append(Wait(r.id, outcome.reason, len(waits) + 1, outcome.estimate))
-        relayouts = self.mig_plan(mig_waits, mig_requests)
         stats = (
             ("pending", float(len(pending))),
             ("started", float(len(self.starts))),
@@ -328,7 +331,7 @@ class _Cycle:
                 ready = self.now + self.policy.preemption_grace_s
                 return _Failure(waiting, capacity=False, shared=False, estimate=ready)
             return _Failure(refusal or reasons.unsatisfiable(r, 0), capacity=False)
-        groups = [grp for m, _ in allowed for grp in self.groups(m, r.pool)]
+        groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
         fit = best_fit(self.index, groups, g, n, {})
         from_held = False
@@ -503,7 +506,7 @@ class _Cycle:
                 continue
             self.searches += 1
             p = Preemptor(r.team, value, False, True, policy.min_runtime_s, self.now, True)
-            groups = self.groups(m, r.pool)
+            groups = self.groups(m, r)
             found = self.victims(r, groups, p)
             if found is None:
                 continue
@@ -573,7 +576,9 @@ class _Cycle:
     # -- MIG ---------------------------------------------------------------------------
 
     def mig_request(self, r: JobRequest) -> mig.MigRequest:
-        return mig.MigRequest(r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind)
+        return mig.MigRequest(
+            r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind, r.cluster
+        )
 
     def try_mig(self, r: JobRequest, gpus: float) -> Reason | None:
         if self.mig_index is None:
@@ -588,7 +593,10 @@ class _Cycle:
                 refusal = refusal or verdict.reason
                 continue
             admitted.append(m)
-            took = self.mig_index.take(profile, m, r.pool, r.id)
+            # Instances a relayout creates exist only once the backend has applied it.
+            took = self.mig_index.take(
+                profile, m, r.pool, r.id, include_relaid=False, cluster=r.cluster
+            )
             if took is not None:
                 node, slot = took
                 self.ledger.commit(r.team, m, share, self.preemptible(r))
@@ -597,20 +605,37 @@ class _Cycle:
                 return None
         if not admitted and refusal is not None:
             return refusal
-        free = sum(self.mig_index.free_count(profile, m, r.pool) for m in admitted)
+        if self.mig_index.relayout_for(r.id) is not None:
+            target = self.mig_index.planned_for(r.id)
+            assert target is not None
+            return reasons.mig_relayout(r, *target)
+        free = sum(self.mig_index.free_count(profile, m, r.pool, r.cluster) for m in admitted)
         return reasons.mig_unavailable(r, free)
 
-    def mig_plan(
-        self, waits: Sequence[tuple[int, JobRequest]], requests: Sequence[mig.MigRequest]
+    def plan_mig(
+        self, pending: Sequence[PendingJob], demands: Sequence[float | None], order: list[int]
     ) -> list[MigRelayout]:
-        if not requests or not self.policy.mig_repartition or self.mig_index is None:
+        """Plan first, then take: idle MIG GPUs are re-laid out for the whole queue's slice
+        requests (in scheduling order) before any job takes an instance, so a take cannot
+        spoil a GPU a later request needed re-laid out (bench/mig_quality.py: take-first
+        served about 96% of the optimum, plan-first 100%). Requests whose team has no quota
+        room now are left out, so no GPU is re-laid out for a job that cannot start."""
+        if not self.policy.mig_repartition:
             return []
-        relayouts = self.mig_index.plan(requests)
-        for at, r in waits:
-            target = self.mig_index.planned_for(r.id)
-            if target is not None and self.waits[at].reason.code == "mig_unavailable":
-                self.waits[at] = replace(self.waits[at], reason=reasons.mig_relayout(r, *target))
-        return relayouts
+        requests = []
+        for i in order:
+            r = pending[i].request
+            gpus = demands[i]
+            if not r.mig_profile or gpus is None:
+                continue
+            models = [r.gpu_model] if r.gpu_model else self.mig_models
+            if any(self.ledger.check(r.team, m, gpus, self.preemptible(r)).ok for m in models):
+                requests.append(self.mig_request(r))
+        if not requests:
+            return []
+        if self.mig_index is None:
+            self.mig_index = mig.MigIndex(self.s.nodes)
+        return self.mig_index.plan(requests)
 
     # -- waits -------------------------------------------------------------------------
 

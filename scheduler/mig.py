@@ -325,6 +325,7 @@ class MigRequest:
     pool: str | None = None
     priority: int = 0
     kind: str = ""  # "agent", "training": only used to word the relayout message
+    cluster: str | None = None  # when set, only GPUs of nodes in that cluster qualify
 
 
 @dataclass(eq=False)
@@ -345,9 +346,17 @@ class _Gpu:
     """One MIG GPU of the index. Counters follow every change so that choices cost O(1)."""
 
     def __init__(
-        self, node: str, index: int, model: str, pool: str | None, table: ModelTable | None
+        self,
+        node: str,
+        index: int,
+        model: str,
+        pool: str | None,
+        table: ModelTable | None,
+        cluster: str | None = None,
     ) -> None:
         self.node, self.index, self.model, self.pool, self.table = node, index, model, pool, table
+        self.cluster = cluster
+        self.place = (pool, cluster)  # what requests select GPUs by, besides the model
         self.order = (node, index)
         self.instances: list[_Instance] = []
         self.held = 0
@@ -371,8 +380,12 @@ class _Gpu:
         """Compute slices of free instances plus slices no instance holds."""
         return (self.table.compute_slices if self.table else 0) - self.held_compute
 
-    def accepts(self, gpu_model: str | None, pool: str | None) -> bool:
-        return _model_matches(gpu_model, self.model) and pool in (None, self.pool)
+    def accepts(self, gpu_model: str | None, pool: str | None, cluster: str | None = None) -> bool:
+        return (
+            _model_matches(gpu_model, self.model)
+            and pool in (None, self.pool)
+            and cluster in (None, self.cluster)
+        )
 
     def holds(self, specs: Iterable[ProfileSpec]) -> bool:
         """True when the current instances already include this multiset."""
@@ -421,7 +434,7 @@ class MigIndex:
                 state = reported.get(index)
                 if state is not None and not state.usable:
                     continue
-                gpu = _Gpu(node.name, index, node.gpu_model, node.pool, table)
+                gpu = _Gpu(node.name, index, node.gpu_model, node.pool, table, node.cluster)
                 self._set_instances(
                     gpu,
                     [
@@ -463,6 +476,7 @@ class MigIndex:
         gpu_model: str | None,
         pool: str | None,
         within: Iterable[_Gpu] | None = None,
+        cluster: str | None = None,
     ) -> Iterator[tuple[_Gpu, _Instance]]:
         """Free instances a request for `profile` may use, GPU by GPU (of `within` if given)."""
         if within is None:
@@ -471,13 +485,15 @@ class MigIndex:
                 gpus.update(self._free_gpus.get(key, {}))
             within = gpus
         for gpu in within:
-            if gpu.accepts(gpu_model, pool):
+            if gpu.accepts(gpu_model, pool, cluster):
                 for inst in gpu.instances:
                     if inst.job_id is None and _names(gpu, inst, profile):
                         yield gpu, inst
 
-    def free_count(self, profile: str, gpu_model: str | None, pool: str | None) -> int:
-        return sum(1 for _ in self._free(profile, gpu_model, pool))
+    def free_count(
+        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
+    ) -> int:
+        return sum(1 for _ in self._free(profile, gpu_model, pool, cluster=cluster))
 
     def take(
         self,
@@ -487,6 +503,7 @@ class MigIndex:
         job_id: str,
         *,
         include_relaid: bool = True,
+        cluster: str | None = None,
     ) -> tuple[str, MigSlot] | None:
         """Hold a free existing instance of `profile` for job_id; None if there is none.
 
@@ -501,7 +518,7 @@ class MigIndex:
             best = min(
                 (
                     (gpu, inst)
-                    for gpu, inst in self._free(profile, gpu_model, pool, within)
+                    for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
                     if include_relaid or gpu.order not in self._relaid
                 ),
                 key=lambda c: (c[0].idle, c[0].free_compute(), c[0].order, -c[1].start),
@@ -551,12 +568,18 @@ class MigIndex:
         idle = [g for g in self._gpus if g.idle and g.table is not None]
         capacity = sum(g.table.compute_slices for g in idle if g.table)
         packing = _Packing(idle)
-        hopeless: set[tuple[int, str, str | None, str | None]] = set()
+        hopeless: set[tuple[int, str, str | None, str | None, str | None]] = set()
         for i in order:
             request = requests[i]
             if spare.claim(request):
                 continue
-            signature = (request.priority, request.profile, request.gpu_model, request.pool)
+            signature = (
+                request.priority,
+                request.profile,
+                request.gpu_model,
+                request.pool,
+                request.cluster,
+            )
             if signature in hopeless or packing.add(request):
                 continue
             # Repacking everything largest first finds room that the small-first order of
@@ -634,7 +657,7 @@ class _Packing:
             self._file(gpu, ())
 
     def _file(self, gpu: _Gpu, planned: tuple[ProfileSpec, ...]) -> None:
-        key = (gpu.model, gpu.pool, gpu.signature, planned)
+        key = (gpu.model, gpu.place, gpu.signature, planned)
         insort(self._groups.setdefault(key, []), gpu, key=lambda g: g.order)
 
     def members(self) -> list[MigRequest]:
@@ -655,7 +678,7 @@ class _Packing:
             if (
                 spec is None
                 or gpu.table is None
-                or not gpu.accepts(request.gpu_model, request.pool)
+                or not gpu.accepts(request.gpu_model, request.pool, request.cluster)
             ):
                 continue
             planned = key[3]
@@ -697,15 +720,17 @@ def _keep_layouts(
     as possible land on a GPU whose current layout already holds them: no relayout there.
     Only GPUs that are planned on take part; other idle layouts stay untouched."""
     result: dict[_Gpu, list[tuple[MigRequest, ProfileSpec]]] = {}
-    movable: dict[tuple[str, str | None], list[list[tuple[MigRequest, ProfileSpec]]]] = {}
+    movable: dict[
+        tuple[str, tuple[str | None, str | None]], list[list[tuple[MigRequest, ProfileSpec]]]
+    ] = {}
     # (model, pool) -> current layout -> GPUs, so a choice looks at layouts, not GPUs.
-    targets: dict[tuple[str, str | None], dict[tuple[str, ...], list[_Gpu]]] = {}
+    targets: dict[tuple[str, tuple[str | None, str | None]], dict[tuple[str, ...], list[_Gpu]]] = {}
     for gpu, wanted in sorted(bins.items(), key=lambda b: b[0].order):
         if gpu.holds(s for _, s in wanted):
             result[gpu] = wanted
         else:
-            movable.setdefault((gpu.model, gpu.pool), []).append(wanted)
-            layouts = targets.setdefault((gpu.model, gpu.pool), {})
+            movable.setdefault((gpu.model, gpu.place), []).append(wanted)
+            layouts = targets.setdefault((gpu.model, gpu.place), {})
             layouts.setdefault(gpu.signature, []).append(gpu)
     for group, sets in movable.items():
         layouts = targets[group]
@@ -739,7 +764,7 @@ class _Spare:
             for position, (gpu, inst) in enumerate(entries):
                 if (
                     id(inst) not in self._claimed
-                    and gpu.accepts(request.gpu_model, request.pool)
+                    and gpu.accepts(request.gpu_model, request.pool, request.cluster)
                     and _names(gpu, inst, request.profile)
                 ):
                     self._claimed.add(id(inst))

@@ -46,12 +46,21 @@ def nodes(
 
 
 def mig_node(
-    name: str, layouts: Iterable[Iterable[MigInstance]] = (), gpus: int = 1, model: str = A100
+    name: str,
+    layouts: Iterable[Iterable[MigInstance]] = (),
+    gpus: int = 1,
+    model: str = A100,
+    cluster: str | None = None,
 ) -> Node:
     given = [tuple(lay) for lay in layouts]
     given += [()] * (gpus - len(given))
     return Node(
-        name, model, gpus, mig=True, mig_gpus=tuple(Gpu(i, lay) for i, lay in enumerate(given))
+        name,
+        model,
+        gpus,
+        mig=True,
+        mig_gpus=tuple(Gpu(i, lay) for i, lay in enumerate(given)),
+        cluster=cluster,
     )
 
 
@@ -84,8 +93,11 @@ def request(
     model: str | None = None,
     pool: str | None = None,
     mig: str | None = None,
+    cluster: str | None = None,
 ) -> JobRequest:
-    return JobRequest(id, team, priority, submit, nodes, gpus, model, mig, limit, pool)
+    return JobRequest(
+        id, team, priority, submit, nodes, gpus, model, mig, limit, pool, cluster=cluster
+    )
 
 
 def job(id: str, **kw: object) -> PendingJob:

@@ -93,3 +93,31 @@ def test_a_failed_shape_is_not_retried_for_equivalent_jobs() -> None:
     d = decide(snap(nodes(1), [team("a", 8)], pending, busy))
     assert dict(d.stats)["groups_failed"] == 1
     assert len(d.waits) == 50
+
+
+def test_a_job_pinned_to_a_cluster_runs_only_there() -> None:
+    cluster = nodes(1, prefix="a", cluster="east") + nodes(1, prefix="b", cluster="west")
+    busy = [running("r1", {"a1": range(6)})]  # best fit alone would pick a1
+    d = decide(snap(cluster, [], [job("x", gpus=2, cluster="west")], busy), NO_QUOTA)
+    assert set(gpus_of(started(d)["x"])) == {"b1"}
+
+
+def test_a_gang_never_spans_clusters() -> None:
+    cluster = nodes(1, prefix="a", cluster="east") + nodes(1, prefix="b", cluster="west")
+    d = decide(snap(cluster, [], [job("gang", gpus=8, nodes=2)]), NO_QUOTA)
+    assert not d.starts
+    assert waits(d)["gang"].reason.code == "unsatisfiable"
+
+
+def test_a_mig_job_pinned_to_a_cluster_gets_a_slice_there() -> None:
+    from scheduler.types import MigInstance
+
+    from .builders import mig_node
+
+    slices = [[MigInstance("1g.10gb", 0, 1)]]
+    cluster = (
+        mig_node("m-east", slices, cluster="east"),
+        mig_node("m-west", slices, cluster="west"),
+    )
+    d = decide(snap(cluster, [], [job("agent", mig="1g.10gb", cluster="west")]), NO_QUOTA)
+    assert started(d)["agent"].placement.allocs[0].node == "m-west"

@@ -31,7 +31,6 @@ SLURM_LAB = Path("/var/lib/slurm-lab/client/cluster.json")
 SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "k8s-schemas"
 SPEC = {
     "name": "same everywhere",
-    "image": "docker.io/library/busybox:1.36",
     "command": ["/bin/sh", "-c", "echo hello from gpuq"],
     "gpus_per_node": 1,
     "time_limit": "10m",
@@ -60,7 +59,11 @@ def k8s(teams: Any) -> Iterator[tuple[Cluster, Sim]]:
         cluster = Cluster.objects.create(
             name="k8s",
             kind="kubernetes",
-            settings={"kubeconfig": kubeconfig, "request_timeout_s": 5},
+            settings={
+                "kubeconfig": kubeconfig,
+                "request_timeout_s": 5,
+                "image_default": "docker.io/library/busybox:1.36",
+            },
         )
         sync_cluster(cluster.pk)
         yield cluster, sim

@@ -36,6 +36,7 @@ class SlurmSettings:
     workdir: str = DEFAULT_WORKDIR
     connect_timeout_s: float = 10.0
     command_timeout_s: float = 60.0
+    containers: str = "pyxis"  # "pyxis", or "none": the cluster cannot run container images
     script: script.ScriptOptions = field(default_factory=script.ScriptOptions)
 
     @classmethod
@@ -44,6 +45,11 @@ class SlurmSettings:
         if missing:
             raise BackendError(f"Slurm cluster settings lack {', '.join(missing)}", permanent=True)
         mounts = settings.get("container_mounts") or ()
+        containers = str(settings.get("containers", "pyxis"))
+        if containers not in ("pyxis", "none"):
+            raise BackendError(
+                f"containers must be pyxis or none, not {containers!r}", permanent=True
+            )
         try:
             return cls(
                 host=str(settings["host"]),
@@ -53,6 +59,7 @@ class SlurmSettings:
                 workdir=str(settings.get("workdir") or DEFAULT_WORKDIR),
                 connect_timeout_s=float(settings.get("connect_timeout_s", 10.0)),
                 command_timeout_s=float(settings.get("command_timeout_s", 60.0)),
+                containers=containers,
                 script=script.ScriptOptions(
                     partition=settings.get("partition") or None,
                     account=settings.get("account") or None,
@@ -135,6 +142,12 @@ class SlurmBackend:
     def submit(self, job: DispatchRequest) -> SubmitResult:
         """Create the attempt's directory, then sbatch with the script on stdin. The mkdir is
         the guard: a repeat finds the directory and looks the job up instead of resubmitting."""
+        if job.image and self.settings.containers == "none":
+            raise BackendError(
+                "this Slurm cluster runs no containers (no Pyxis): submit without `image`, "
+                "or to a cluster that has them",
+                permanent=True,
+            )
         workdir = self.workdir()
         job_dir = script.job_dir(workdir, job)
         text = script.render(job, self.settings.script, workdir).encode()

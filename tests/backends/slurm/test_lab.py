@@ -195,6 +195,15 @@ def test_slurm_refusing_a_job_is_permanent(setting: str, value: str, words: str)
     assert raised.value.permanent
 
 
+def test_an_image_on_a_cluster_without_containers_is_refused_before_sbatch(
+    slurm_lab: None,
+) -> None:
+    backend = lab_backend(containers="none")
+    with pytest.raises(BackendError, match="runs no containers") as raised:
+        backend.submit(request(image="nvcr.io/nvidia/pytorch:24.08-py3"))
+    assert raised.value.permanent
+
+
 def test_poll_costs_one_squeue_and_one_sacct_for_all_jobs(backend: SlurmBackend) -> None:
     ids = [backend.submit(request(command=("sleep", "20"))).external_id for _ in range(3)]
     calls = backend.connection.calls
