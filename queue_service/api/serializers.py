@@ -122,6 +122,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "mig_enabled",
             "labels",
             "layout",
+            "mig_proposals",
         ]
         read_only_fields = fields
 

@@ -40,6 +40,10 @@ class Node(models.Model):
     mig_enabled = models.BooleanField(default=False)
     mig = models.JSONField(default=list, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    # gpuq's own MIG layout proposals per GPU ({gpu: {"layout": [...], "message": ...}}) for
+    # clusters where gpuq cannot apply them (Slurm, or no matching named layout); inventory
+    # syncs never overwrite it.
+    mig_proposals = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=8, choices=State.choices, default=State.UP)
     reason = models.CharField(max_length=256, blank=True, default="")
     updated_at = models.DateTimeField(auto_now=True)

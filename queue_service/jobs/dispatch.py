@@ -333,6 +333,22 @@ def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, A
     return True
 
 
+def apply_mig_layout(node_id: int, config: str) -> None:
+    """Ask a Kubernetes cluster's GPU Operator for a named MIG layout on one node. Following
+    it needs nothing more: inventory reports the node drained while the MIG manager works,
+    up with the new slices on success, drained with the reason on failure."""
+    node = Node.objects.select_related("cluster").get(pk=node_id)
+    try:
+        backend_for(node.cluster).apply_mig_layout(node.name, config)
+    except BackendError as exc:
+        Node.objects.filter(pk=node_id).update(
+            state=Node.State.DRAIN,
+            reason=f"MIG reconfiguration to {config!r} failed: {exc.message}"[:256],
+        )
+        if not exc.permanent:
+            raise
+
+
 def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
     if job.state not in (S.CANCELLING, S.PREEMPTING) or status is None:
         return False

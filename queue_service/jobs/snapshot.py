@@ -160,9 +160,8 @@ def _node(node: Node, holders: dict[tuple[str, str, int, int], str]) -> st.Node:
             per_gpu[inst["gpu"]].append(
                 st.MigInstance(inst["profile"], inst["start"], inst["size"], holder)
             )
-        unusable = set(node.labels.get("gpuq.io/unusable-gpus", []) or [])
         mig_gpus = tuple(
-            st.Gpu(i, tuple(sorted(per_gpu.get(i, []), key=lambda m: m.start)), i not in unusable)
+            st.Gpu(i, tuple(sorted(per_gpu.get(i, []), key=lambda m: m.start)))
             for i in range(node.gpus)
         )
     return st.Node(
@@ -334,30 +333,80 @@ def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
 
 
 def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, Cluster]) -> int:
-    """The local backend's GPUs are simulated: a relayout is applied to inventory at once.
-    Other kinds record it as a proposal on the node for admins (and the backend, later)."""
-    count = 0
+    """Carry out the scheduler's MIG relayouts, per kind of cluster:
+    local - simulated GPUs: applied at once, by the backend and in inventory;
+    kubernetes - the node's new layout, if a named layout of the cluster's `mig_configs`
+      catalogue matches it, is requested from the GPU Operator after commit (the node drains
+      until the MIG manager reports success; a failure keeps it drained with the reason);
+    otherwise (Slurm, or no matching named layout) - stored as a proposal for admins."""
+    by_node: dict[str, list[st.MigRelayout]] = defaultdict(list)
     for r in relayouts:
-        cluster_name, node_name = r.node.split(SEP, 1)
-        node = Node.objects.filter(cluster__name=cluster_name, name=node_name).first()
+        by_node[r.node].append(r)
+    for qualified, changes in by_node.items():
+        cluster_name, node_name = qualified.split(SEP, 1)
+        cluster = clusters[cluster_name]
+        node = Node.objects.filter(cluster=cluster, name=node_name).first()
         if node is None:
             continue
-        layout = [
-            {"gpu": r.gpu, "profile": i.profile, "start": i.start, "size": i.size}
-            for i in r.instances
-        ]
-        if clusters[cluster_name].kind == Cluster.Kind.LOCAL:
+        new = {
+            r.gpu: [
+                {"gpu": r.gpu, "profile": i.profile, "start": i.start, "size": i.size}
+                for i in r.instances
+            ]
+            for r in changes
+        }
+        if cluster.kind == Cluster.Kind.LOCAL:
             from .dispatch import backend_for
 
-            backend_for(clusters[cluster_name]).apply_mig_layout(node_name, r.gpu, layout)
-            node.mig = [m for m in node.mig if m["gpu"] != r.gpu] + layout
+            for gpu, layout in new.items():
+                backend_for(cluster).apply_mig_layout(node_name, gpu, layout)
+            node.mig = [m for m in node.mig if m["gpu"] not in new] + [
+                i for layout in new.values() for i in layout
+            ]
+            node.save(update_fields=["mig", "updated_at"])
+            continue
+        config = _named_layout(cluster, node, new) if cluster.kind == "kubernetes" else None
+        message = "; ".join(r.message for r in changes)
+        if config is not None:
+            node.state = Node.State.DRAIN
+            node.reason = f"MIG reconfiguration to {config!r} requested: {message}"[:256]
+            node.save(update_fields=["state", "reason", "updated_at"])
+            _apply_named_layout_on_commit(node.pk, config)
         else:
-            proposals = dict(node.labels.get("gpuq.io/mig-proposals", {}) or {})
-            proposals[str(r.gpu)] = {"layout": layout, "message": r.message}
-            node.labels = {**node.labels, "gpuq.io/mig-proposals": proposals}
-        node.save(update_fields=["mig", "labels", "updated_at"])
-        count += 1
-    return count
+            node.mig_proposals = {
+                **node.mig_proposals,
+                **{str(g): {"layout": layout, "message": message} for g, layout in new.items()},
+            }
+            node.save(update_fields=["mig_proposals", "updated_at"])
+    return len(relayouts)
+
+
+def _named_layout(cluster: Cluster, node: Node, new: dict[int, list[dict[str, Any]]]) -> str | None:
+    """The catalogue entry whose per-GPU profiles equal the node's layout after `new`."""
+    per_gpu: dict[int, list[str]] = defaultdict(list)
+    for m in node.mig:
+        if m["gpu"] not in new:
+            per_gpu[m["gpu"]].append(m["profile"])
+    for gpu, layout in new.items():
+        per_gpu[gpu] = [i["profile"] for i in layout]
+    wanted = [sorted(per_gpu.get(g, [])) for g in range(node.gpus)]
+    for name, layouts in (cluster.settings.get("mig_configs") or {}).items():
+        if layouts and all(isinstance(p, str) for p in layouts):
+            layouts = [layouts] * node.gpus  # one list: the same layout on every GPU
+        if [sorted(g) for g in layouts] == wanted:
+            return str(name)
+    return None
+
+
+def _apply_named_layout_on_commit(node_id: int, config: str) -> None:
+    if settings.CELERY_BROKER_URL:
+        from .tasks import apply_mig_layout
+
+        transaction.on_commit(lambda: apply_mig_layout.delay(node_id, config))
+    else:
+        from .dispatch import apply_mig_layout as apply_now
+
+        transaction.on_commit(lambda: apply_now(node_id, config))
 
 
 def _after_commit(admitted: list[str], victims: list[Job]) -> None:

@@ -52,3 +52,15 @@ def sync_all_clusters() -> int:
 def cancel_job(job_id: str) -> None:
     """Stops a cancelling or preempting job on its backend."""
     dispatch.stop_job(job_id)
+
+
+@shared_task(
+    name="gpuq.apply_mig_layout",
+    time_limit=60,
+    soft_time_limit=50,
+    autoretry_for=(BackendError,),
+    retry_backoff=2,
+    max_retries=5,
+)
+def apply_mig_layout(node_id: int, config: str) -> None:
+    dispatch.apply_mig_layout(node_id, config)

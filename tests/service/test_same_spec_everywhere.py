@@ -5,14 +5,12 @@ with its simulated kubelet moving the pods)."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from queue_service.clusters.models import Cluster
 from queue_service.jobs.dispatch import read_logs, run_once, sync_cluster
@@ -21,14 +19,9 @@ from queue_service.jobs.services import submit_job
 from queue_service.tenancy.models import Quota
 from tests.conftest import lab_missing
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "kubernetes"))
-from k8s_fakeapi import FakeApiServer
-from k8s_sim import Sim
-
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Job.State
 SLURM_LAB = Path("/var/lib/slurm-lab/client/cluster.json")
-SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "k8s-schemas"
 SPEC = {
     "name": "same everywhere",
     "command": ["/bin/sh", "-c", "echo hello from gpuq"],
@@ -38,35 +31,12 @@ SPEC = {
 
 
 @pytest.fixture
-def k8s(teams: Any) -> Iterator[tuple[Cluster, Sim]]:
-    if not SCHEMAS.is_dir():
-        lab_missing(f"the Volcano CRD schemas ({SCHEMAS})")
-    with FakeApiServer(crd_dir=SCHEMAS) as api:
-        sim = Sim(api)
-        sim.namespace("gpuq-vision")
-        sim.queue("vision")
+def k8s(fake_k8s: Any) -> Iterator[tuple[Cluster, Any]]:
+    def setup(sim: Any) -> None:
         sim.node("h100-01")
-        kubeconfig = yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [{"name": "fake", "cluster": {"server": api.url}}],
-                "users": [{"name": "gpuq", "user": {"token": "t"}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpuq"}}],
-            }
-        )
-        cluster = Cluster.objects.create(
-            name="k8s",
-            kind="kubernetes",
-            settings={
-                "kubeconfig": kubeconfig,
-                "request_timeout_s": 5,
-                "image_default": "docker.io/library/busybox:1.36",
-            },
-        )
-        sync_cluster(cluster.pk)
-        yield cluster, sim
+
+    with fake_k8s(setup=setup, image_default="docker.io/library/busybox:1.36") as made:
+        yield made
 
 
 @pytest.fixture
@@ -81,7 +51,7 @@ def slurm(teams: Any) -> Cluster:
 
 
 def test_one_spec_runs_on_local_slurm_and_kubernetes(
-    people: Any, local_cluster: Cluster, slurm: Cluster, k8s: tuple[Cluster, Sim]
+    people: Any, local_cluster: Cluster, slurm: Cluster, k8s: tuple[Cluster, Any]
 ) -> None:
     _, sim = k8s
     Quota.objects.create(
