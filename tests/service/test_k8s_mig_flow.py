@@ -105,4 +105,15 @@ def test_without_a_matching_named_layout_the_relayout_is_only_proposed(
         assert node_label(sim, "h100-mig") == "all-7g.80gb"
         node = Node.objects.get(name="h100-mig")
         assert node.state == Node.State.UP
-        assert node.mig_proposals["0"]["message"].startswith("GPU 0 on node")
+        assert node.mig_proposals["0"]["message"].startswith("GPU 0 on node k8s/h100-mig")
+
+
+def test_admins_see_proposals_on_the_clusters_page(
+    fake_k8s: Any, agent_job: Callable[[], Job], client: Any, people: Any
+) -> None:
+    with fake_k8s(setup=one_idle_h100, mig_configs={}, image_default="busybox"):
+        agent_job()
+        run_once()
+        client.force_login(people["alice"])
+        page = client.get("/clusters/").content.decode()
+        assert "Proposed MIG layout" in page and "GPU 0 on node k8s/h100-mig" in page
