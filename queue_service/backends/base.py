@@ -95,6 +95,22 @@ class DispatchRequest:
     placement: tuple[AllocatedNode, ...] = ()
 
 
+def job_env(job: DispatchRequest) -> dict[str, str]:
+    """The GPUQ_* variables every job sees on every backend (the backend adds placement:
+    node rank, GPUs, MIG slice)."""
+    env = {
+        "GPUQ_JOB_ID": job.job_id,
+        "GPUQ_JOB_NAME": job.name,
+        "GPUQ_TEAM": job.team,
+        "GPUQ_ATTEMPT": str(job.attempt),
+    }
+    if job.checkpoint_dir:
+        env["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
+    if job.checkpoint_interval_s:
+        env["GPUQ_CHECKPOINT_INTERVAL_S"] = str(job.checkpoint_interval_s)
+    return env
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     external_id: str

@@ -29,6 +29,7 @@ from .base import (
     NodeInfo,
     RemoteState,
     SubmitResult,
+    job_env,
 )
 
 DEFAULT_WORKDIR = Path("var/local-jobs")
@@ -132,10 +133,9 @@ class LocalBackend:
             "name": job.name,
             "attempt": job.attempt,
             "command": job.command if isinstance(job.command, str) else list(job.command),
-            "env": dict(job.env),
+            "env": {**job_env(job), **job.env},
             "time_limit_s": job.time_limit_s,
             "grace_s": self.grace_s,
-            "checkpoint_dir": job.checkpoint_dir,
             "placement": [asdict(a) for a in job.placement],
         }
         tmp = job_dir / "request.tmp"

@@ -39,9 +39,6 @@ def rank_env(req: dict[str, Any], rank: int, port: int) -> dict[str, str]:
     env.update(req["env"])
     nnodes = len(req["placement"])
     env.update(
-        GPUQ_JOB_ID=req["job_id"],
-        GPUQ_JOB_NAME=req["name"],
-        GPUQ_ATTEMPT=str(req["attempt"]),
         GPUQ_NODE=alloc["node"],
         GPUQ_NODE_RANK=str(rank),
         GPUQ_NNODES=str(nnodes),
@@ -62,8 +59,6 @@ def rank_env(req: dict[str, Any], rank: int, port: int) -> dict[str, str]:
         )
     else:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in alloc["gpus"])
-    if req.get("checkpoint_dir"):
-        env["GPUQ_CHECKPOINT_DIR"] = req["checkpoint_dir"]
     return env
 
 

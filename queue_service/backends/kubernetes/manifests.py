@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import DispatchRequest
+from ..base import DispatchRequest, job_env
 from .config import K8sSettings
 
 JOB_ID_LABEL = "gpuq.io/job-id"
@@ -148,16 +148,7 @@ def container_command(job: DispatchRequest) -> list[str]:
 
 
 def _env(job: DispatchRequest, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    values: dict[str, str] = {
-        "GPUQ_JOB_ID": job.job_id,
-        "GPUQ_JOB_NAME": job.name,
-        "GPUQ_TEAM": job.team,
-        "GPUQ_ATTEMPT": str(job.attempt),
-    }
-    if job.checkpoint_dir:
-        values["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
-    if job.checkpoint_interval_s:
-        values["GPUQ_CHECKPOINT_INTERVAL_S"] = str(job.checkpoint_interval_s)
+    values = job_env(job)
     values.update(job.env)
     if job.nccl_debug:
         values["NCCL_DEBUG"] = "INFO"

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from queue_service.backends.base import BackendError, DispatchRequest
+from queue_service.backends.base import BackendError, DispatchRequest, job_env
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Values that go into #SBATCH lines: sbatch splits those itself, so no blanks or quotes.
@@ -185,16 +185,7 @@ def environment(job: DispatchRequest) -> list[str]:
         lines += [f'export {key}="${{{key}:-{value}}}"' for key, value in NCCL_DEFAULTS]
         if job.nccl_debug:
             lines += [f"export {key}={value}" for key, value in NCCL_DEBUG_ON]
-    gpuq_env = {
-        "GPUQ_JOB_ID": job.job_id,
-        "GPUQ_JOB_NAME": job.name,
-        "GPUQ_ATTEMPT": str(job.attempt),
-    }
-    if job.checkpoint_dir:
-        gpuq_env["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
-    if job.checkpoint_interval_s:
-        gpuq_env["GPUQ_CHECKPOINT_INTERVAL_S"] = str(job.checkpoint_interval_s)
-    for key, value in gpuq_env.items():
+    for key, value in job_env(job).items():
         lines.append(f"export {key}={sh_quote(value)}")
     for key, value in job.env.items():
         if not _ENV_NAME.fullmatch(key):
