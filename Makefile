@@ -2,18 +2,25 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+HASH   := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpuq
 
-.PHONY: run test install lint labs clean
+.PHONY: run test install install-dev lint labs clean
 
-install: $(STAMP)
+# The service alone (make run), or with the test and lint tools (make test).
+install: $(VENV)/.runtime-$(HASH)
+install-dev: $(VENV)/.dev-$(HASH)
 
-$(STAMP): pyproject.toml
+$(VENV)/.runtime-$(HASH): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	rm -f $(VENV)/.runtime-*
+	touch $@
+
+$(VENV)/.dev-$(HASH): $(VENV)/.runtime-$(HASH)
 	$(BIN)/pip install --quiet -e '.[dev]'
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.dev-*
 	touch $@
 
 ## The embedded default: SQLite, local backend, scheduler loop; no Docker, Redis or PostgreSQL.
@@ -21,11 +28,11 @@ run: install
 	deploy/run-embedded
 
 ## Every check CI runs, against the real PostgreSQL, Redis, Slurm lab and Chromium.
-test: install labs lint
+test: install-dev labs lint
 	DATABASE_URL=$(TEST_DATABASE_URL) SECRET_KEY=ci-only $(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
