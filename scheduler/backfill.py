@@ -11,6 +11,8 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import NamedTuple
 
 from .capacity import FreeIndex, Group
 from .types import NodeAlloc, RunningJob
@@ -26,8 +28,7 @@ def end_time(job: RunningJob, now: float, grace_s: float) -> float | None:
     return max(now, min(ends)) if ends else None
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):  # a tuple: one per running allocation, built in bulk
     at: float
     node: str
     gpus: tuple[int, ...]
@@ -37,7 +38,7 @@ def releases(allocations: Iterable[tuple[float | None, Sequence[NodeAlloc]]]) ->
     out = [
         Release(at, a.node, a.gpus) for at, allocs in allocations if at is not None for a in allocs
     ]
-    out.sort(key=lambda r: (r.at, r.node))
+    out.sort(key=itemgetter(0, 1))
     return out
 
 

@@ -56,12 +56,14 @@ class FreeIndex:
             self.nodes[n.name] = NodeState(n.name, key, n.gpus, list(range(n.gpus)), [])
         for key in sorted(width):
             self.groups[key] = Group(key, width[key])
+        used: dict[str, set[int]] = {}
         for job in running:
             for alloc in job.placement.allocs:
-                st = self.nodes.get(alloc.node)
-                if st is not None and alloc.gpus:
-                    used = set(alloc.gpus)
-                    st.free = [g for g in st.free if g not in used]
+                if alloc.gpus and alloc.node in self.nodes:
+                    used.setdefault(alloc.node, set()).update(alloc.gpus)
+        for name, gpus in used.items():
+            st = self.nodes[name]
+            st.free = [g for g in st.free if g not in gpus]
         for st in self.nodes.values():
             group = self.groups[st.group]
             group.sizes[st.total] = group.sizes.get(st.total, 0) + 1

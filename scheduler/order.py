@@ -16,8 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
+from operator import sub
+from typing import TypeVar
 
 from .types import RunningJob, Team
+
+K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -95,30 +100,58 @@ def order_keys(
     restart on them, and the reclaim would repeat.
     """
     n = len(ids)
-    # Sorting tuples compares in C; a key function per element would not.
-    fifo = [i for _, _, i in sorted(zip(submits, ids, range(n), strict=True))]
+    fifo = _fifo(submits, ids)
     neg = [-v for v in values]
     by_class = sorted(fifo, key=neg.__getitem__)  # stable: FIFO within a class
     tiers = [0] * n
     if room is not None:
-        left = dict(room.left)
         keys, demands = room.keys, room.demands
-        for i in by_class:
-            rest = left.get(keys[i], 0.0) - demands[i]
-            tiers[i] = 0 if rest >= -1e-9 else 1
-            left[keys[i]] = rest
+        for key, members in _grouped(by_class, keys).items():
+            # The same subtractions in the same order as one running total per key.
+            rests = accumulate([demands[i] for i in members], sub, initial=room.left.get(key, 0.0))
+            next(rests)
+            for i, rest in zip(members, rests, strict=True):
+                tiers[i] = 0 if rest >= -1e-9 else 1
     if standing is None and room is None:
         return by_class, tiers
     before = [0.0] * n
     if standing is not None:
-        progress: dict[tuple[str, int], float] = {}
-        for i in fifo:
-            k = (teams[i], values[i])
-            done = progress.get(k)
-            st = standing[teams[i]]
-            if done is None:
-                done = st.base
-            before[i] = done
-            progress[k] = done + increments[i] / st.share
-    rank = list(zip(tiers, neg, before, strict=True))
-    return sorted(by_class, key=rank.__getitem__), tiers
+        for (team, _), members in _grouped(fifo, list(zip(teams, values, strict=True))).items():
+            st = standing[team]
+            steps = [increments[i] / st.share for i in members]
+            # A job's standing is the total before it: the last total is nobody's.
+            for i, done in zip(members, accumulate(steps, initial=st.base), strict=False):
+                before[i] = done
+    # Sorting by_class stably by (tier, -value, before), as a few float sorts: one per
+    # (tier, -value) pair, which C sorts fastest.
+    parts = _grouped(by_class, list(zip(tiers, neg, strict=True)))
+    result: list[int] = []
+    for part in sorted(parts):
+        result += sorted(parts[part], key=before.__getitem__)
+    return result, tiers
+
+
+def _fifo(submits: Sequence[float], ids: Sequence[str]) -> list[int]:
+    """Indices by (submit time, id, index). A float key sorts in C's fast path; the runs of
+    equal submit times, if any, are then put in (id, index) order."""
+    fifo = sorted(range(len(ids)), key=submits.__getitem__)
+    if len(set(submits)) == len(fifo):
+        return fifo
+    start = 0
+    for end in range(1, len(fifo) + 1):
+        if end == len(fifo) or submits[fifo[end]] != submits[fifo[start]]:
+            if end - start > 1:
+                fifo[start:end] = sorted(fifo[start:end], key=lambda i: (ids[i], i))
+            start = end
+    return fifo
+
+
+def _grouped(indices: Iterable[int], keys: Sequence[K]) -> dict[K, list[int]]:
+    """The indices per key, each list in the order given. Keys are numbered in one pass in
+    index order: hashing them in a scattered order costs a cache miss each at 100k jobs."""
+    number: dict[K, int] = {}
+    ids = [number.setdefault(k, len(number)) for k in keys]
+    lists: list[list[int]] = [[] for _ in number]
+    for i in indices:
+        lists[ids[i]].append(i)
+    return {k: lists[j] for k, j in number.items() if lists[j]}

@@ -19,7 +19,8 @@ from .capacity import FreeIndex, Group
 from .types import RunningJob
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a cycle builds one per running job, and frozen fields cost a setattr call each.
+@dataclass(slots=True)
 class Candidate:
     job: RunningJob
     value: int  # priority-class value
@@ -32,9 +33,9 @@ class Candidate:
     start: float = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "id", self.job.request.id)
-        object.__setattr__(self, "team", self.job.request.team)
-        object.__setattr__(self, "start", self.job.start_time)
+        self.id = self.job.request.id
+        self.team = self.job.request.team
+        self.start = self.job.start_time
 
     @property
     def preference(self) -> tuple[bool, bool, int, float, str]:
@@ -106,18 +107,20 @@ def plan(
                 continue
             have = len(st.free)
             taken: list[tuple[Candidate, str]] = []
+            worst = new = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other); new victims
             for c in cands:
                 if c.id in claimed:
                     continue
                 kind = kind_for(c, p)
                 if kind is not None:
                     taken.append((c, kind))
+                    if not c.leaving:
+                        new += 1
+                        worst = max(worst, 1 if c.borrowed else 2)
                     have += c.gpus[name]
                     if have >= g:
                         break
             if have >= g:
-                worst = max(0 if c.leaving else 1 + int(not c.borrowed) for c, _ in taken)
-                new = sum(1 for c, _ in taken if not c.leaving)
                 costs.append(((worst, new, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:
             continue

@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .reasons import gpus_text
 from .types import ANY_MODEL, Quota, Reason, RunningJob, Team
 
 # What a job asks of a quota: (team, GPU model or None for any, GPUs).
@@ -41,7 +42,7 @@ class Account:
 
     def limit_text(self) -> str:
         bl = self.quota.borrowing_limit
-        return "unlimited" if bl is None else f"{bl:g}"
+        return "unlimited" if bl is None else gpus_text(bl)
 
 
 @dataclass(frozen=True)
@@ -155,9 +156,10 @@ class Ledger:
                 False,
                 reason=Reason(
                     "quota_exhausted",
-                    f"team {team} runs {acc.fixed:g} of {q.nominal:g} {q.gpu_model} GPUs in"
+                    f"team {team} runs {gpus_text(acc.fixed)} of {gpus_text(q.nominal)}"
+                    f" {q.gpu_model} GPUs in"
                     " classes that cannot be preempted, which run only within nominal quota"
-                    f" (needs {gpus:g})",
+                    f" (needs {gpus_text(gpus)})",
                     (
                         ("team", team),
                         ("gpu_model", q.gpu_model),
@@ -179,7 +181,9 @@ class Ledger:
             ("requested", round(gpus, 4)),
             ("lendable", round(self.lendable(q.gpu_model), 4)),
         )
-        usage = f"team {team} uses {acc.used:g} of {q.nominal:g} {q.gpu_model} GPUs"
+        usage = (
+            f"team {team} uses {gpus_text(acc.used)} of {gpus_text(q.nominal)} {q.gpu_model} GPUs"
+        )
         limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
         new_borrow = after - q.nominal
         if new_borrow > limit + 1e-9:
@@ -187,7 +191,7 @@ class Ledger:
                 False,
                 reason=Reason(
                     "quota_exhausted",
-                    f"{usage}; borrowing limit {acc.limit_text()} (needs {gpus:g} more)",
+                    f"{usage}; borrowing limit {acc.limit_text()} (needs {gpus_text(gpus)} more)",
                     details,
                 ),
             )
@@ -197,8 +201,8 @@ class Ledger:
                 reason=Reason(
                     "quota_exhausted",
                     f"{usage}; borrowing limit {acc.limit_text()}, but only "
-                    f"{self.lendable(q.gpu_model):g} idle GPUs of other teams can be lent "
-                    f"(needs {gpus:g})",
+                    f"{gpus_text(self.lendable(q.gpu_model))} idle GPUs of other teams can be lent "
+                    f"(needs {gpus_text(gpus)})",
                     details,
                 ),
             )

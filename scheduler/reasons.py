@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .types import JobRequest, Reason
 
 
+def gpus_text(x: float) -> str:
+    """A GPU count for people: slices make fractions, and 4.14 reads better than 4.142857."""
+    return f"{round(x, 2):g}"
+
+
 def shape_text(r: JobRequest) -> str:
-    model = r.gpu_model or "GPU"
-    if r.mig_profile:
-        return f"one {r.mig_profile} MIG slice" + (f" on {r.gpu_model}" if r.gpu_model else "")
-    nodes = "1 node" if r.nodes == 1 else f"{r.nodes} nodes"
-    pool = f" in pool {r.pool}" if r.pool else ""
-    return f"{nodes} x {r.gpus_per_node} free {model}{pool}"
+    return _shape(r.mig_profile, r.gpu_model, r.nodes, r.gpus_per_node, r.pool)
+
+
+# Deep queues repeat a few shapes: every job waiting for capacity gets its text.
+@lru_cache(maxsize=1024)
+def _shape(
+    mig_profile: str | None, gpu_model: str | None, nodes: int, gpus_per_node: int, pool: str | None
+) -> str:
+    if mig_profile:
+        return f"one {mig_profile} MIG slice" + (f" on {gpu_model}" if gpu_model else "")
+    count = "1 node" if nodes == 1 else f"{nodes} nodes"
+    in_pool = f" in pool {pool}" if pool else ""
+    return f"{count} x {gpus_per_node} free {gpu_model or 'GPU'}{in_pool}"
 
 
 def no_capacity(r: JobRequest, best_nodes: int) -> Reason:
@@ -39,7 +53,8 @@ def unsatisfiable(r: JobRequest, max_nodes: int) -> Reason:
 def behind(r: JobRequest, jobs_ahead: int, gpus_ahead: float, best_nodes: int) -> Reason:
     return Reason(
         "behind_higher_priority",
-        f"{jobs_ahead} job(s) ahead need {gpus_ahead:g} GPUs; this job needs {shape_text(r)}"
+        f"{jobs_ahead} job(s) ahead need {gpus_text(gpus_ahead)} GPUs;"
+        f" this job needs {shape_text(r)}"
         f" and the best now is {best_nodes} node(s)",
         (
             ("jobs_ahead", jobs_ahead),
