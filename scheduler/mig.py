@@ -9,7 +9,7 @@ for the MIG jobs allowed to start, in scheduling order; then per job, `index.rel
 (wait for it: its instances exist only once inventory reports them) or
 `index.take(..., include_relaid=False)`. Calling take() first and plan() with its failures
 also works, but serves fewer: about 96% of an exhaustive optimum against 100% on the
-streams of bench/mig_quality.py (docs/bench/mig.md).
+streams of bench/mig_quality.py (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
