@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from operator import attrgetter
 
@@ -44,27 +44,32 @@ class _Failure:
     estimate: float | None = None
 
 
-def running_gpus(job: RunningJob) -> float:
+def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
     """GPUs a running job counts for quota and shares; a MIG slice by its GPU fraction."""
     total = 0.0
     for a in job.placement.allocs:
         total += len(a.gpus)
         if a.mig is not None:
-            total += _fraction(job.gpu_model, a.mig.profile) or 0.0
+            total += _fraction(job.gpu_model, a.mig.profile, overrides) or 0.0
     return total
 
 
-def _fraction(model: str | None, profile: str) -> float | None:
+def _fraction(
+    model: str | None, profile: str, overrides: Mapping[str, mig.ModelTable] | None = None
+) -> float | None:
     try:
-        return mig.gpu_fraction(model or "", profile)
+        return mig.gpu_fraction(model or "", profile, overrides)
     except ValueError:
         return None
 
 
-def request_gpus(r: JobRequest, mig_models: Sequence[str]) -> float | None:
+def request_gpus(
+    r: JobRequest, mig_models: Sequence[str], overrides: Mapping[str, mig.ModelTable] | None = None
+) -> float | None:
     """GPUs a pending job asks for (None: a MIG profile that does not parse)."""
     if r.mig_profile:
-        return _fraction(r.gpu_model or (mig_models[0] if mig_models else None), r.mig_profile)
+        model = r.gpu_model or (mig_models[0] if mig_models else None)
+        return _fraction(model, r.mig_profile, overrides)
     return float(r.nodes * r.gpus_per_node)
 
 
@@ -113,7 +118,9 @@ class _Cycle:
             if n.state != "down":
                 self.capacity[n.gpu_model] = self.capacity.get(n.gpu_model, 0) + n.gpus
         self.total_capacity = sum(self.capacity.values())
-        self.running = [(j, running_gpus(j)) for j in snapshot.running]
+        # Site-supplied MIG tables replace the built-in ones for their models.
+        self.mig_tables = mig.overrides_from(snapshot.mig_tables) or None
+        self.running = [(j, running_gpus(j, self.mig_tables)) for j in snapshot.running]
         self.ledger: Ledger
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -161,7 +168,9 @@ class _Cycle:
         reqs = [p.request for p in pending]
         # request_gpus inline for whole GPUs: a call per job shows at 100k jobs.
         demands = [
-            request_gpus(r, self.mig_models) if r.mig_profile else float(r.nodes * r.gpus_per_node)
+            request_gpus(r, self.mig_models, self.mig_tables)
+            if r.mig_profile
+            else float(r.nodes * r.gpus_per_node)
             for r in reqs
         ]
         group_keys = [
@@ -602,12 +611,12 @@ class _Cycle:
 
     def try_mig(self, r: JobRequest, gpus: float) -> Reason | None:
         if self.mig_index is None:
-            self.mig_index = mig.MigIndex(self.s.nodes)
+            self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
         profile = r.mig_profile or ""
         refusal: Reason | None = None
         admitted: list[str] = []
         for m in [r.gpu_model] if r.gpu_model else self.mig_models:
-            share = _fraction(m, profile) or gpus
+            share = _fraction(m, profile, self.mig_tables) or gpus
             verdict = self.ledger.check(r.team, m, share, self.preemptible(r))
             if not verdict.ok:
                 refusal = refusal or verdict.reason
@@ -657,7 +666,7 @@ class _Cycle:
         if not requests:
             return []
         if self.mig_index is None:
-            self.mig_index = mig.MigIndex(self.s.nodes)
+            self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
         return self.mig_index.plan(requests)
 
     # -- waits -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from scheduler.mig_profiles import MODELS, ModelData
-from scheduler.types import ANY_MODEL, MigInstance, MigRelayout, MigSlot, Node
+from scheduler.types import ANY_MODEL, MigInstance, MigModelTable, MigRelayout, MigSlot, Node
 
 _PROFILE_RE = re.compile(r"([0-9]+)g\.([0-9]+)gb(\+me)?")
 # Drivers report memory sizes that differ slightly from the marketing size (7g.79gb vs
@@ -128,6 +128,25 @@ def table_from_data(model: str, data: ModelData) -> ModelTable:
 
 
 _BUILTIN: tuple[ModelTable, ...] = tuple(table_from_data(m, d) for m, d in MODELS.items())
+
+
+def overrides_from(tables: Iterable[MigModelTable]) -> dict[str, ModelTable]:
+    """The `overrides` mapping for a snapshot's site-supplied tables."""
+    return {
+        t.model: table_from_data(
+            t.model,
+            {
+                "compute_slices": t.compute_slices,
+                "memory_slices": t.memory_slices,
+                "profiles": t.profiles,
+                "aliases": t.aliases,
+                "confidence": "site",
+            },
+        )
+        for t in tables
+    }
+
+
 _FAMILY_RE = re.compile(r"[A-Z]+[0-9]+[A-Z]?")
 _MEMORY_RE = re.compile(r"(?<![A-Z0-9])([0-9]+)\s*G(?:I?B)?(?![A-Z0-9])")
 

@@ -160,12 +160,26 @@ class RunningJob:
 
 
 @dataclass(frozen=True)
+class MigModelTable:
+    """A site's MIG profile table for one GPU model, overriding the built-in one (e.g. from
+    what `nvidia-smi mig -lgip` reports on its nodes). Rows: (name, compute slices, memory
+    slices, max instances, placement starts, placement size)."""
+
+    model: str
+    compute_slices: int
+    memory_slices: int
+    profiles: tuple[tuple[str, int, int, int, tuple[int, ...], int], ...]
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Snapshot:
     nodes: tuple[Node, ...]
     teams: tuple[Team, ...]
     pending: tuple[PendingJob, ...]
     running: tuple[RunningJob, ...] = ()
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
+    mig_tables: tuple[MigModelTable, ...] = ()
 
 
 @dataclass(frozen=True)

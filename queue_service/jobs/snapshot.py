@@ -3,6 +3,7 @@ scheduler's Decisions, in one transaction. The deciding is scheduler.schedule()'
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -99,8 +100,42 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
         priority_classes=tuple(
             st.PriorityClass(p.name, p.value, p.preemptible) for p in PriorityClass.objects.all()
         ),
+        mig_tables=_mig_tables(clusters.values()),
     )
     return snap, clusters
+
+
+def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
+    """Site MIG profile tables from each cluster's `mig_profiles` setting (model -> {
+    compute_slices, memory_slices, profiles: [[name, compute, memory, max, [starts], size]],
+    aliases}), e.g. transcribed from `nvidia-smi mig -lgip/-lgipp` on its nodes. A malformed
+    table is logged and left out: the built-in table then applies."""
+    tables = []
+    for cluster in clusters:
+        for model, data in (cluster.settings.get("mig_profiles") or {}).items():
+            try:
+                tables.append(
+                    st.MigModelTable(
+                        model=str(model),
+                        compute_slices=int(data["compute_slices"]),
+                        memory_slices=int(data["memory_slices"]),
+                        profiles=tuple(
+                            (
+                                str(n),
+                                int(c),
+                                int(m),
+                                int(x),
+                                tuple(int(i) for i in starts),
+                                int(size),
+                            )
+                            for n, c, m, x, starts, size in data["profiles"]
+                        ),
+                        aliases=tuple(str(a) for a in data.get("aliases", ())),
+                    )
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                log.warning("cluster %s: ignoring mig_profiles[%r]: %s", cluster.name, model, exc)
+    return tuple(tables)
 
 
 def _request(job: Job) -> st.JobRequest:
@@ -463,13 +498,7 @@ def preview_job(
         kind=spec.get("kind", "training"),
         cluster=pinned_cluster,
     )
-    snap = st.Snapshot(
-        nodes=snap.nodes,
-        teams=snap.teams,
-        pending=(*snap.pending, st.PendingJob(request)),
-        running=snap.running,
-        priority_classes=snap.priority_classes,
-    )
+    snap = dataclasses.replace(snap, pending=(*snap.pending, st.PendingJob(request)))
     decisions = scheduler.schedule(snap, policy(), now.timestamp())
     if any(s.job_id == PREVIEW_ID for s in decisions.starts):
         return {"starts_now": True, "reason": None, "position": None, "estimated_start": None}

@@ -58,3 +58,27 @@ def test_mig_model_constraint_is_respected() -> None:
     node = mig_node("m1", [[inst("3g.40gb", 4, 4)]], model=A100)
     d = decide(snap([node], [team("a", 1)], [job("x", mig="3g.40gb", model="H100-SXM5-80GB")]))
     assert not d.starts
+
+
+def test_a_site_supplied_mig_table_makes_an_unknown_model_usable() -> None:
+    from scheduler.mig import overrides_from, validate_layout
+    from scheduler.types import MigModelTable, Policy, Snapshot
+
+    from .builders import decide, job, mig_node
+
+    no_quota = Policy(quotas=False)
+
+    table = MigModelTable(
+        "X-GPU-48GB",
+        4,
+        4,
+        (("1g.12gb", 1, 1, 4, (0, 1, 2, 3), 1), ("2g.24gb", 2, 2, 2, (0, 2), 2)),
+    )
+    base = Snapshot((mig_node("x1", model="X-GPU-48GB"),), (), (job("agent", mig="2g.24gb"),))
+    without = decide(base, no_quota)
+    assert not without.relayouts
+    with_table = decide(Snapshot(base.nodes, (), base.pending, mig_tables=(table,)), no_quota)
+    (relayout,) = with_table.relayouts
+    assert {i.profile for i in relayout.instances} == {"2g.24gb"}
+    assert all(i.start in (0, 2) for i in relayout.instances)
+    assert validate_layout("X-GPU-48GB", relayout.instances, overrides_from([table])) == []

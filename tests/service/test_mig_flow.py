@@ -68,3 +68,37 @@ def test_slices_count_against_quota_as_a_fraction_of_a_gpu(
     assert job.gpus == pytest.approx(1 / 7)
     job = run_until(job, lambda j: j.state == S.RUNNING)
     assert job.gpu_model == MODEL
+
+
+def test_a_clusters_own_mig_table_is_used_and_a_bad_one_ignored(
+    teams: Any, tmp_path: Any, people: Any
+) -> None:
+    site_model = "X-GPU-48GB"
+    cluster = Cluster.objects.create(
+        name="site",
+        kind="local",
+        settings={
+            "workdir": str(tmp_path / "jobs"),
+            "nodes": [{"name": "x1", "gpus": 1, "gpu_model": site_model, "mig": True}],
+            "mig_profiles": {
+                site_model: {
+                    "compute_slices": 4,
+                    "memory_slices": 4,
+                    "profiles": [
+                        ["1g.12gb", 1, 1, 4, [0, 1, 2, 3], 1],
+                        ["2g.24gb", 2, 2, 2, [0, 2], 2],
+                    ],
+                },
+                "Broken-GPU": {"compute_slices": "many"},
+            },
+        },
+    )
+    sync_cluster(cluster.pk)
+    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=1)
+    body = spec(
+        kind="agent", mig_profile="2g.24gb", priority="high", cluster="site", command=["true"]
+    )
+    del body["gpus_per_node"]
+    job = run_until(submit_job(people["alice"], body).job, lambda j: j.is_terminal)
+    assert job.state == S.SUCCEEDED
+    assert job.placement[0]["mig"]["start"] in (0, 2)
