@@ -153,9 +153,7 @@ def submit_admitted(job: Job) -> None:
 def request_stop(job: Job) -> None:
     """Stop a cancelling or preempting job on its backend, after the surrounding commit."""
     if not job.external_id:
-        if job.state == S.CANCELLING and job.cluster is None:
-            _try(job, S.CANCELLED, code="cancelled", message="cancelled before dispatch")
-        return
+        return  # still dispatching: submit_admitted stops it once the backend names it
     if settings.CELERY_BROKER_URL:
         from .tasks import cancel_job
 
