@@ -12,32 +12,32 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import NamedTuple
 
 from .capacity import FreeIndex, Group
 from .types import NodeAlloc, RunningJob
 
 
 def end_time(job: RunningJob, now: float, grace_s: float) -> float | None:
-    ends = []
-    if job.request.time_limit_s is not None:
-        ends.append(job.start_time + job.request.time_limit_s)
-    if job.preempting_since is not None:
-        ends.append(job.preempting_since + grace_s)
+    limit, since = job.request.time_limit_s, job.preempting_since
+    if limit is not None:
+        end = job.start_time + limit
+        if since is not None:
+            end = min(end, since + grace_s)
+    elif since is not None:
+        end = since + grace_s
+    else:
+        return None
     # An overdue job is about to be stopped by its backend: it ends "now" for planning.
-    return max(now, min(ends)) if ends else None
+    return max(now, end)
 
 
-class Release(NamedTuple):  # a tuple: one per running allocation, built in bulk
-    at: float
-    node: str
-    gpus: tuple[int, ...]
+# (at, node, GPUs): a plain tuple, one per running allocation every cycle (a NamedTuple's
+# constructor is a Python call).
+Release = tuple[float, str, tuple[int, ...]]
 
 
 def releases(allocations: Iterable[tuple[float | None, Sequence[NodeAlloc]]]) -> list[Release]:
-    out = [
-        Release(at, a.node, a.gpus) for at, allocs in allocations if at is not None for a in allocs
-    ]
+    out = [(at, a.node, a.gpus) for at, allocs in allocations if at is not None for a in allocs]
     out.sort(key=itemgetter(0, 1))
     return out
 
@@ -66,17 +66,17 @@ def reserve(
     fitting = {key: grp.count_at_least(g) for key, grp in keys.items()}
     i = 0
     while i < len(events):
-        at = events[i].at
-        while i < len(events) and events[i].at == at:
-            ev = events[i]
+        at = events[i][0]
+        while i < len(events) and events[i][0] == at:
+            _, node, gpus = events[i]
             i += 1
-            st = index.nodes.get(ev.node)
+            st = index.nodes.get(node)
             if st is None or st.group not in keys:
                 continue
-            before = avail.get(ev.node, len(st.free))
-            avail[ev.node] = before + len(ev.gpus)
-            released.setdefault(ev.node, []).extend(ev.gpus)
-            if before < g <= avail[ev.node]:
+            before = avail.get(node, len(st.free))
+            avail[node] = before + len(gpus)
+            released.setdefault(node, []).extend(gpus)
+            if before < g <= avail[node]:
                 fitting[st.group] += 1
         for key, grp in keys.items():
             if fitting[key] >= n:
@@ -131,6 +131,21 @@ class Fluid:
             self.free += count
             self.clock = max(self.clock, at)
         return self.clock if self.free >= gpus else None
+
+    def start(self, gpus: int, limit_s: float | None) -> float | None:
+        """earliest() and, when the GPUs come free, take() there; nothing to undo."""
+        heap = self.heap
+        while self.free < gpus and heap:
+            at, count = heapq.heappop(heap)
+            self.free += count
+            if at > self.clock:
+                self.clock = at
+        if self.free < gpus:
+            return None
+        self.free -= gpus
+        if limit_s is not None:
+            heapq.heappush(heap, (self.clock + limit_s, gpus))
+        return self.clock
 
     def undo(self) -> None:
         for item in self._undo:

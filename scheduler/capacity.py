@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .types import Node, NodeAlloc, RunningJob
+
+_name = attrgetter("name")
 
 # (gpu model, pool or "", cluster or ""): a gang never spans pools or clusters.
 GroupKey = tuple[str, str, str]
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     name: str
     group: GroupKey
@@ -49,7 +52,7 @@ class FreeIndex:
         self.nodes: dict[str, NodeState] = {}
         self.groups: dict[GroupKey, Group] = {}
         width: dict[GroupKey, int] = {}
-        ups = sorted((n for n in nodes if n.state == "up" and not n.mig), key=lambda n: n.name)
+        ups = sorted((n for n in nodes if n.state == "up" and not n.mig), key=_name)
         for n in ups:
             key = (n.gpu_model, n.pool or "", n.cluster or "")
             width[key] = max(width.get(key, 0), n.gpus)
@@ -60,7 +63,11 @@ class FreeIndex:
         for job in running:
             for alloc in job.placement.allocs:
                 if alloc.gpus and alloc.node in self.nodes:
-                    used.setdefault(alloc.node, set()).update(alloc.gpus)
+                    taken = used.get(alloc.node)
+                    if taken is None:
+                        used[alloc.node] = set(alloc.gpus)
+                    else:
+                        taken.update(alloc.gpus)
         for name, gpus in used.items():
             st = self.nodes[name]
             st.free = [g for g in st.free if g not in gpus]

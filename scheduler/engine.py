@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
 from operator import attrgetter
 
 from . import mig, reasons
 from .backfill import Fluid, Release, Reservation, end_time, releases, reserve
 from .capacity import Fit, FreeIndex, Group, allocate, best_fit
-from .order import Room, order_keys, standings
+from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor
 from .preempt import plan as plan_preemption
-from .quota import Ledger
+from .quota import Demand, Ledger
 from .types import (
     Decisions,
     JobRequest,
@@ -120,7 +121,8 @@ class _Cycle:
         self.total_capacity = sum(self.capacity.values())
         # Site-supplied MIG tables replace the built-in ones for their models.
         self.mig_tables = mig.overrides_from(snapshot.mig_tables) or None
-        self.running = [(j, running_gpus(j, self.mig_tables)) for j in snapshot.running]
+        # GPUs per running job, in snapshot order.
+        self.running_gpus = [running_gpus(j, self.mig_tables) for j in snapshot.running]
         self.ledger: Ledger
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -134,10 +136,18 @@ class _Cycle:
         self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
         self._candidates: dict[str, list[Candidate]] | None = None
         self._own: dict[str, list[Candidate]] | None = None
-        # Per pending job: 0 when it fits its team's nominal quota in the team's own order.
-        self.tiers: list[int] = []
+        # The candidates again, by what may make them victims (within_reach).
+        self._leaving: list[Candidate] = []
+        self._borrowed: list[Candidate] = []
+        self._by_team: dict[str, list[Candidate]] = {}
+        self._displaceable: dict[
+            tuple[str, int, tuple[str, str]], tuple[int, list[Candidate], int]
+        ] = {}
+        # How many jobs lead the order in tier 0: they fit their team's nominal quota in the
+        # team's own order.
+        self.first_tier = 0
         self._events: list[Release] | None = None
-        self._ends: list[tuple[RunningJob, float | None]] | None = None
+        self._ends: list[float | None] | None = None
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -166,43 +176,62 @@ class _Cycle:
         # Per-job fields read in queue order, not scheduling order: the order is scattered
         # over memory, and at 100k jobs each scattered read misses the cache.
         reqs = [p.request for p in pending]
-        # request_gpus inline for whole GPUs: a call per job shows at 100k jobs.
-        demands = [
-            request_gpus(r, self.mig_models, self.mig_tables)
-            if r.mig_profile
-            else float(r.nodes * r.gpus_per_node)
-            for r in reqs
-        ]
-        group_keys = [
-            (
-                r.team,
-                r.priority,
-                r.nodes,
-                r.gpus_per_node,
-                r.gpu_model,
-                r.mig_profile,
-                r.pool,
-                r.cluster,
+        # Jobs of one kind (team, class, shape) are alike to the scheduler: what depends only
+        # on the kind is worked out once per kind, and each job carries its kind's number. A
+        # number per job, unlike a tuple, gives the garbage collector nothing to track.
+        numbers: dict[tuple[object, ...], int] = {}
+        kind_of = [
+            numbers.setdefault(
+                (
+                    r.team,
+                    r.priority,
+                    r.nodes,
+                    r.gpus_per_node,
+                    r.gpu_model,
+                    r.mig_profile,
+                    r.pool,
+                    r.cluster,
+                ),
+                len(numbers),
             )
             for r in reqs
         ]
+        first = dict(zip(reversed(kind_of), reversed(reqs), strict=True))
+        kinds = [first[k] for k in range(len(numbers))]  # each kind's first job
+        kind_demand = [request_gpus(r, self.mig_models, self.mig_tables) for r in kinds]
+        demands = [kind_demand[k] for k in kind_of]
+        # What each kind asks of its team's quota: one tuple per kind, not per job.
+        kind_wanted: list[Demand | None] = [
+            None if d is None else (r.team, r.gpu_model, d)
+            for r, d in zip(kinds, kind_demand, strict=True)
+        ]
         self.ledger = Ledger(
             s.teams,
-            [(j, gpus, self.preemptible(j.request)) for j, gpus in self.running],
-            ((r.team, r.gpu_model, d) for r, d in zip(reqs, demands, strict=True) if d is not None),
+            zip(
+                s.running,
+                self.running_gpus,
+                [self.preemptible(j.request) for j in s.running],
+                strict=True,
+            ),
+            # What the queue wants only decides what quota is lent: nothing when quotas are off.
+            (w for w in map(kind_wanted.__getitem__, kind_of) if w is not None)
+            if policy.quotas
+            else (),
             policy.quotas,
             float(self.total_capacity),
         )
-        order = self.order(reqs, demands)
-        failed: dict[tuple[object, ...], _Failure] = {}
+        order = self.order(reqs, kinds, kind_of, kind_demand)
+        # A kind that failed is not tried again this cycle: its later jobs share the verdict.
+        failed: list[_Failure | None] = [None] * len(kinds)
         ahead_jobs: dict[str | None, int] = {}
         ahead_gpus: dict[str | None, float] = {}
         fifo_blocked: Reason | None = None
         relayouts = self.plan_mig(reqs, demands, order)
         waits = self.waits
-        for i in order:
+        for rank, i in enumerate(order):
             r = reqs[i]
-            gpus = demands[i]
+            k = kind_of[i]
+            gpus = kind_demand[k]
             if gpus is None:
                 bad = reasons.bad_request(f"unknown MIG profile {r.mig_profile!r}")
                 waits.append(Wait(r.id, bad, len(waits) + 1))
@@ -210,8 +239,7 @@ class _Cycle:
             if fifo_blocked is not None:
                 waits.append(Wait(r.id, fifo_blocked, len(waits) + 1))
                 continue
-            key = group_keys[i]
-            fail = failed.get(key)
+            fail = failed[k]
             if fail is not None and not (
                 fail.short_before is not None
                 and r.time_limit_s is not None
@@ -226,15 +254,15 @@ class _Cycle:
                 result = self.try_mig(r, gpus)
                 if result is not None:
                     if result.code != "mig_relayout":  # that one is about this job's GPU only
-                        failed[key] = _Failure(result, capacity=False)
+                        failed[k] = _Failure(result, capacity=False)
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         fifo_blocked = reasons.fifo_blocked(r.id)
                     waits.append(Wait(r.id, result, len(waits) + 1))
                 continue
-            outcome = self.try_whole(r, gpus, self.tiers[i] == 0)
+            outcome = self.try_whole(r, gpus, rank < self.first_tier)
             if outcome is not None:
                 if outcome.shared:
-                    failed[key] = outcome
+                    failed[k] = outcome
                 if outcome.capacity:
                     self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
                     if not policy.backfill:
@@ -244,7 +272,7 @@ class _Cycle:
         stats = (
             ("pending", float(len(pending))),
             ("started", float(len(self.starts))),
-            ("groups_failed", float(len(failed))),
+            ("groups_failed", float(len(failed) - failed.count(None))),
             ("preemption_searches", float(self.searches)),
             ("reservations", float(len(self.reservations))),
         )
@@ -256,21 +284,27 @@ class _Cycle:
             stats=stats,
         )
 
-    def order(self, reqs: Sequence[JobRequest], demands: Sequence[float | None]) -> list[int]:
+    def order(
+        self,
+        reqs: Sequence[JobRequest],
+        kinds: Sequence[JobRequest],
+        kind_of: Sequence[int],
+        kind_demand: Sequence[float | None],
+    ) -> list[int]:
         policy = self.policy
         if policy.priorities:
             value = self.values
-            values = [value.get(r.priority, 0) for r in reqs]
+            values = [value.get(r.priority, 0) for r in kinds]
         else:
-            values = [0] * len(reqs)
+            values = [0] * len(kinds)
         standing = None
-        increments: list[float] = []
+        increments = [0.0] * len(kinds)
         if policy.fair_share:
             names = {t.name for t in self.s.teams}
             standing = standings(
                 self.s.teams,
-                sorted({r.team for r in reqs} - names),
-                self.running,
+                sorted({r.team for r in kinds} - names),
+                zip(self.s.running, self.running_gpus, strict=True),
                 self.capacity,
                 self.now,
                 policy.fair_share_half_life_s,
@@ -280,31 +314,32 @@ class _Cycle:
                 (d or 0.0) / (cap.get(r.gpu_model, 0) or total)
                 if r.gpu_model
                 else (d or 0.0) / total
-                for r, d in zip(reqs, demands, strict=True)
+                for r, d in zip(kinds, kind_demand, strict=True)
             ]
-        order, self.tiers = order_keys(
-            [r.team for r in reqs],
-            values,
+        order, self.first_tier = order_kinds(
+            kind_of,
             [r.submit_time for r in reqs],
             [r.id for r in reqs],
+            [r.team for r in kinds],
+            values,
             increments,
             standing,
-            self.room(reqs, demands) if policy.quotas else None,
+            self.room(kinds, kind_demand) if policy.quotas else None,
         )
         return order
 
-    def room(self, reqs: Sequence[JobRequest], demands: Sequence[float | None]) -> Room:
-        """Nominal quota left per team and quota key; a job for any model draws on the
-        team's total (its `(team, None)` key)."""
+    def room(self, kinds: Sequence[JobRequest], kind_demand: Sequence[float | None]) -> Room:
+        """Nominal quota left per team and quota key, and each kind's key and demand; a job
+        for any model draws on the team's total (its `(team, None)` key)."""
         left: dict[Hashable, float] = {}
         for (team, model), acc in self.ledger.accounts.items():
             rest = acc.quota.nominal - acc.used
             left[(team, model)] = rest
             left[(team, None)] = left.get((team, None), 0.0) + rest
         keys: list[Hashable] = [
-            self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in reqs
+            self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in kinds
         ]
-        return Room(left, keys, [d or 0.0 for d in demands])
+        return Room(left, keys, [d or 0.0 for d in kind_demand])
 
     def capacity_wait(
         self,
@@ -326,7 +361,11 @@ class _Cycle:
             reason = reasons.behind(r, jobs, need, fail.best_nodes)
         ahead_jobs[model] = ahead_jobs.get(model, 0) + 1
         ahead_gpus[model] = ahead_gpus.get(model, 0.0) + gpus
-        estimate = self.estimate((model,) if model else self.models, gpus, r.time_limit_s)
+        if model:
+            f = self.fluid_state().get(model)
+            estimate = None if f is None else f.start(gpus, r.time_limit_s)
+        else:
+            estimate = self.estimate(self.models, gpus, r.time_limit_s)
         held = self.reserved_for.get(r.id)
         if held is not None:
             estimate = held.start
@@ -414,18 +453,24 @@ class _Cycle:
         holders = [res for res in relevant if set(res.nodes) & set(fit.nodes)]
         return fit, min(holders or relevant, key=lambda res: res.start)
 
-    def running_ends(self) -> list[tuple[RunningJob, float | None]]:
-        """Each running job with the time it ends for planning (backfill.end_time)."""
+    def running_ends(self) -> list[float | None]:
+        """When each running job ends for planning (backfill.end_time), in snapshot order."""
         if self._ends is None:
             grace, now = self.policy.preemption_grace_s, self.now
-            self._ends = [(j, end_time(j, now, grace)) for j in self.s.running]
+            self._ends = [end_time(j, now, grace) for j in self.s.running]
         return self._ends
 
     def events(self) -> list[Release]:
         if self._events is None:
             self._events = releases(
-                [(at, j.placement.allocs) for j, at in self.running_ends()]
-                + [(ends, allocs) for ends, _, allocs in self.cycle_releases]
+                chain(
+                    zip(
+                        self.running_ends(),
+                        (j.placement.allocs for j in self.s.running),
+                        strict=True,
+                    ),
+                    ((ends, allocs) for ends, _, allocs in self.cycle_releases),
+                )
             )
         return self._events
 
@@ -435,17 +480,24 @@ class _Cycle:
         """Preemptible running jobs per node, in victim preference order."""
         if self._candidates is None:
             borrowed = self.borrowed_jobs()
+            values, preemptibles = self.values, self.preemptibles
             on_node: dict[str, list[Candidate]] = {}
             for job in self.s.running:
                 r = job.request
-                if not self.preemptible(r) and job.preempting_since is None:
+                leaving = job.preempting_since is not None
+                if not (leaving or preemptibles.get(r.priority, True)):
                     continue
                 per_node = {a.node: len(a.gpus) for a in job.placement.allocs if a.gpus}
-                c = Candidate(
-                    job, self.value(r), r.id in borrowed, job.preempting_since is not None, per_node
-                )
+                if not per_node:
+                    continue  # a MIG slice: victim searches free whole GPUs
+                c = Candidate(job, values.get(r.priority, 0), r.id in borrowed, leaving, per_node)
                 for node in per_node:
                     on_node.setdefault(node, []).append(c)
+                if leaving:
+                    self._leaving.append(c)
+                elif c.borrowed:
+                    self._borrowed.append(c)
+                self._by_team.setdefault(c.team, []).append(c)
             for lst in on_node.values():
                 lst.sort(key=_preference)
             self._candidates = on_node
@@ -454,10 +506,14 @@ class _Cycle:
     def borrowed_jobs(self) -> set[str]:
         """The jobs that hold a team's GPUs above nominal: its most recently started ones."""
         over = self.ledger.borrowed_by_team()
+        if not over:
+            return set()
+        key, preemptibles = self.ledger.key, self.preemptibles
         by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
-        for job, gpus in self.running:
-            k = self.ledger.key(job.request.team, job.gpu_model)
-            if k is not None and k in over and self.preemptible(job.request):
+        for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
+            r = job.request
+            k = key(r.team, job.gpu_model)
+            if k is not None and k in over and preemptibles.get(r.priority, True):
                 by_key.setdefault(k, []).append((job, gpus))
         result: set[str] = set()
         for k, jobs in by_key.items():
@@ -510,6 +566,8 @@ class _Cycle:
         policy = self.policy
         if not policy.preemption or not policy.quotas or not self.s.running:
             return None
+        if self.searches >= policy.max_preemption_searches:
+            return None  # as the loop below would, before the candidates are built
         value = self.value(r)
         own_all = self.own_candidates().get(r.team, [])
         if not own_all or not (own_all[0].leaving or own_all[0].value < value):
@@ -524,14 +582,8 @@ class _Cycle:
             if not self.preemptible(r) and gpus > self.ledger.fixed_room(r.team, m) + 1e-9:
                 continue  # only non-preemptible jobs hold that quota: none can be displaced
             shortfall = acc.used + gpus - self.ledger.headroom(r.team, m)
-            own = [
-                c
-                for c in own_all
-                if (c.leaving or (c.value < value and self.now - c.start >= policy.min_runtime_s))
-                and c.id not in self.claimed
-                and self.ledger.key(c.team, c.job.gpu_model) == key
-            ]
-            if sum(sum(c.gpus.values()) for c in own) < shortfall - 1e-9:
+            own, own_gpus = self.displaceable(r.team, value, key, own_all)
+            if own_gpus < shortfall - 1e-9:
                 continue
             self.searches += 1
             p = Preemptor(r.team, value, False, True, policy.min_runtime_s, self.now, True)
@@ -555,6 +607,27 @@ class _Cycle:
             return reasons.preempting(len(victims), int(freed), policy.preemption_grace_s)
         return None
 
+    def displaceable(
+        self, team: str, value: int, key: tuple[str, str], own_all: list[Candidate]
+    ) -> tuple[list[Candidate], int]:
+        """The team's running jobs on quota `key` that a job of class `value` may displace,
+        and their GPUs. Kept until a preemption claims more jobs: a team's deep queue asks
+        the same question job after job."""
+        version = len(self.claimed)  # claimed only grows
+        found = self._displaceable.get((team, value, key))
+        if found is None or found[0] != version:
+            min_runtime_s, now = self.policy.min_runtime_s, self.now
+            own = [
+                c
+                for c in own_all
+                if (c.leaving or (c.value < value and now - c.start >= min_runtime_s))
+                and c.id not in self.claimed
+                and self.ledger.key(c.team, c.job.gpu_model) == key
+            ]
+            found = (version, own, sum(sum(c.gpus.values()) for c in own))
+            self._displaceable[(team, value, key)] = found
+        return found[1], found[2]
+
     def own_candidates(self) -> dict[str, list[Candidate]]:
         """Each team's running jobs that may leave: those already leaving first (their quota
         is coming back), then preemptible ones, lowest class first."""
@@ -569,16 +642,33 @@ class _Cycle:
     def victims(self, r: JobRequest, groups: Sequence[Group], p: Preemptor) -> Plan | None:
         # Nodes reserved for a job ahead are off limits: their GPUs are promised.
         reserved = frozenset(n for res in self.reservations for n in res.nodes)
+        on_node = self.candidates()
         return plan_preemption(
             self.index,
             groups,
             r.gpus_per_node,
             r.nodes,
-            self.candidates(),
+            self.within_reach(p, on_node) if p.quotas else on_node,
             p,
             self.claimed,
             reserved,
         )
+
+    def within_reach(
+        self, p: Preemptor, on_node: dict[str, list[Candidate]]
+    ) -> dict[str, list[Candidate]]:
+        """The nodes of on_node with a job p may take. With quotas that is a job already
+        leaving, a borrowed one or one of p's own team (preempt.py); a node with none of
+        those cannot make room, so the search, which reads every candidate of every node
+        it is given, is spared it."""
+        team, value = p.team, p.value
+        reach = [*self._leaving, *(c for c in self._by_team.get(team, ()) if c.value < value)]
+        if not p.own_team_only:
+            reach += (
+                c for c in self._borrowed if c.value < value or (p.reclaims and c.team != team)
+            )
+        names = {name for c in reach for name in c.gpus}
+        return {name: cands for name, cands in on_node.items() if name in names}
 
     def apply_preemption(self, r: JobRequest, gpus: float, found: Plan) -> None:
         model = found.group.key[0]
@@ -679,9 +769,13 @@ class _Cycle:
             for st in self.index.nodes.values():
                 free[st.group[0]] += len(st.free) + len(st.held)
             ends: dict[str, list[tuple[float, int]]] = {m: [] for m in self.models}
-            for job, at in self.running_ends():
-                count = sum(len(a.gpus) for a in job.placement.allocs)
-                if at is not None and count and job.gpu_model in ends:
+            for job, at in zip(self.s.running, self.running_ends(), strict=True):
+                if at is None or job.gpu_model not in ends:
+                    continue
+                count = 0
+                for a in job.placement.allocs:
+                    count += len(a.gpus)
+                if count:
                     ends[job.gpu_model].append((at, count))
             for at_opt, model, allocs in self.cycle_releases:
                 if at_opt is not None:
@@ -695,10 +789,7 @@ class _Cycle:
         fluids = self.fluid_state()
         if len(models) == 1:
             f = fluids.get(models[0])
-            at = f.earliest(gpus) if f is not None else None
-            if f is not None and at is not None:
-                f.take(gpus, limit_s)
-            return at
+            return None if f is None else f.start(gpus, limit_s)
         best: tuple[float, Fluid] | None = None
         for m in models:
             f = fluids[m]

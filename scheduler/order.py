@@ -16,13 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from operator import sub
-from typing import TypeVar
+from itertools import groupby
 
 from .types import RunningJob, Team
-
-K = TypeVar("K", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -74,7 +70,8 @@ def standings(
 
 @dataclass(frozen=True)
 class Room:
-    """Nominal quota left per quota key, and each job's key and demand in GPUs."""
+    """Nominal quota left per quota key, and each job's key and demand in GPUs (each kind's,
+    for order_kinds)."""
 
     left: Mapping[Hashable, float]
     keys: Sequence[Hashable]
@@ -100,35 +97,97 @@ def order_keys(
     restart on them, and the reclaim would repeat.
     """
     n = len(ids)
-    fifo = _fifo(submits, ids)
-    neg = [-v for v in values]
-    by_class = sorted(fifo, key=neg.__getitem__)  # stable: FIFO within a class
-    tiers = [0] * n
+    keys: Sequence[Hashable] = room.keys if room is not None else [None] * n
+    demands = room.demands if room is not None else [0.0] * n
+    numbers: dict[tuple[str, int, float, Hashable, float], int] = {}
+    kind_of = [
+        numbers.setdefault(k, len(numbers))
+        for k in zip(teams, values, increments or [0.0] * n, keys, demands, strict=True)
+    ]
+    kinds = list(numbers)
+    kind_room = None
     if room is not None:
-        keys, demands = room.keys, room.demands
-        for key, members in _grouped(by_class, keys).items():
-            # The same subtractions in the same order as one running total per key.
-            rests = accumulate([demands[i] for i in members], sub, initial=room.left.get(key, 0.0))
-            next(rests)
-            for i, rest in zip(members, rests, strict=True):
-                tiers[i] = 0 if rest >= -1e-9 else 1
+        kind_room = Room(room.left, [k[3] for k in kinds], [k[4] for k in kinds])
+    order, first_tier = order_kinds(
+        kind_of,
+        submits,
+        ids,
+        [k[0] for k in kinds],
+        [k[1] for k in kinds],
+        [k[2] for k in kinds],
+        standing,
+        kind_room,
+    )
+    tiers = [0] * n
+    for i in order[first_tier:]:
+        tiers[i] = 1
+    return order, tiers
+
+
+def order_kinds(
+    kind_of: Sequence[int],
+    submits: Sequence[float],
+    ids: Sequence[str],
+    teams: Sequence[str],
+    values: Sequence[int],
+    increments: Sequence[float],
+    standing: Mapping[str, Standing] | None,
+    room: Room | None = None,
+) -> tuple[list[int], int]:
+    """order_keys for jobs numbered by kind: `kind_of` gives each job's kind, and the teams,
+    values, increments and the room's keys and demands are per kind. Returns the order and
+    how many jobs lead it in tier 0 (tier 0 comes first).
+
+    Jobs of one kind differ only in submit time and id, so after the FIFO sort the work reads
+    small per-kind tables, and it walks FIFO positions rather than job indices: in position
+    order memory is read in order, where job indices in another order miss the cache at
+    every step at 100k jobs.
+    """
+    n = len(ids)
+    fifo = _fifo(submits, ids)
+    kinds = [kind_of[i] for i in fifo]  # by FIFO position
+    kind_neg = [-v for v in values]
+    neg = [kind_neg[k] for k in kinds]
+    by_class = sorted(range(n), key=neg.__getitem__)  # stable: FIFO within a class
     if standing is None and room is None:
-        return by_class, tiers
+        return [fifo[p] for p in by_class], n
+    # In by_class order, the jobs of one (team, class) come in FIFO order and those of one
+    # quota key in the team's own order: one pass keeps a running total for each.
     before = [0.0] * n
+    tier_at = [0] * n
     if standing is not None:
-        for (team, _), members in _grouped(fifo, list(zip(teams, values, strict=True))).items():
-            st = standing[team]
-            steps = [increments[i] / st.share for i in members]
-            # A job's standing is the total before it: the last total is nobody's.
-            for i, done in zip(members, accumulate(steps, initial=st.base), strict=False):
-                before[i] = done
+        groups: dict[tuple[str, int], int] = {}
+        kind_group = [groups.setdefault(tv, len(groups)) for tv in zip(teams, values, strict=True)]
+        totals = [standing[team].base for team, _ in groups]
+        steps = [inc / standing[team].share for team, inc in zip(teams, increments, strict=True)]
+    if room is not None:
+        key_numbers: dict[Hashable, int] = {}
+        kind_key = [key_numbers.setdefault(key, len(key_numbers)) for key in room.keys]
+        rests = [room.left.get(key, 0.0) for key in key_numbers]
+        demands = room.demands
+    for p in by_class:
+        k = kinds[p]
+        if standing is not None:
+            # A job's standing is its (team, class)'s total before it, from the team's base.
+            g = kind_group[k]
+            done = totals[g]
+            before[p] = done
+            totals[g] = done + steps[k]
+        if room is not None:
+            # The nominal quota its key has left once it and the jobs before it are taken.
+            q = kind_key[k]
+            rest = rests[q] - demands[k]
+            rests[q] = rest
+            if not rest >= -1e-9:
+                tier_at[p] = 1
     # Sorting by_class stably by (tier, -value, before), as a few float sorts: one per
     # (tier, -value) pair, which C sorts fastest.
-    parts = _grouped(by_class, list(zip(tiers, neg, strict=True)))
+    first = [p for p in by_class if not tier_at[p]]
     result: list[int] = []
-    for part in sorted(parts):
-        result += sorted(parts[part], key=before.__getitem__)
-    return result, tiers
+    for part in (first, [p for p in by_class if tier_at[p]]):
+        for _, run in groupby(part, key=neg.__getitem__):
+            result += sorted(run, key=before.__getitem__)
+    return [fifo[p] for p in result], len(first)
 
 
 def _fifo(submits: Sequence[float], ids: Sequence[str]) -> list[int]:
@@ -144,14 +203,3 @@ def _fifo(submits: Sequence[float], ids: Sequence[str]) -> list[int]:
                 fifo[start:end] = sorted(fifo[start:end], key=lambda i: (ids[i], i))
             start = end
     return fifo
-
-
-def _grouped(indices: Iterable[int], keys: Sequence[K]) -> dict[K, list[int]]:
-    """The indices per key, each list in the order given. Keys are numbered in one pass in
-    index order: hashing them in a scattered order costs a cache miss each at 100k jobs."""
-    number: dict[K, int] = {}
-    ids = [number.setdefault(k, len(number)) for k in keys]
-    lists: list[list[int]] = [[] for _ in number]
-    for i in indices:
-        lists[ids[i]].append(i)
-    return {k: lists[j] for k, j in number.items() if lists[j]}

@@ -31,15 +31,14 @@ class Candidate:
     id: str = field(init=False)
     team: str = field(init=False)
     start: float = field(init=False)
+    # The victim order on a node: leaving, borrowed, lowest class, most recently started.
+    preference: tuple[bool, bool, int, float, str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.id = self.job.request.id
         self.team = self.job.request.team
         self.start = self.job.start_time
-
-    @property
-    def preference(self) -> tuple[bool, bool, int, float, str]:
-        return (not self.leaving, not self.borrowed, self.value, -self.start, self.id)
+        self.preference = (not self.leaving, not self.borrowed, self.value, -self.start, self.id)
 
 
 @dataclass(frozen=True)
@@ -51,20 +50,6 @@ class Preemptor:
     min_runtime_s: float
     now: float
     own_team_only: bool = False  # making room in its own team's quota
-
-
-def kind_for(c: Candidate, p: Preemptor) -> str | None:
-    """ "reclaim", "priority", "leaving" or None when c may not be taken for p."""
-    if c.leaving:
-        return "leaving"
-    if p.own_team_only and c.team != p.team:
-        return None
-    if p.reclaims and c.borrowed and c.team != p.team:
-        return "reclaim"
-    outranked = c.value < p.value and p.now - c.start >= p.min_runtime_s
-    if outranked and (not p.quotas or c.borrowed or c.team == p.team):
-        return "priority"
-    return None
 
 
 @dataclass(frozen=True)
@@ -88,6 +73,8 @@ def plan(
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead."""
     best: tuple[tuple[int, int], Plan] | None = None
+    team, value, reclaims, quotas = p.team, p.value, p.reclaims, p.quotas
+    now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
     for group in groups:
         if g > group.width:
             continue
@@ -111,15 +98,28 @@ def plan(
             for c in cands:
                 if c.id in claimed:
                     continue
-                kind = kind_for(c, p)
-                if kind is not None:
-                    taken.append((c, kind))
-                    if not c.leaving:
-                        new += 1
-                        worst = max(worst, 1 if c.borrowed else 2)
-                    have += c.gpus[name]
-                    if have >= g:
-                        break
+                if c.leaving:
+                    taken.append((c, "leaving"))
+                else:
+                    # Which kind of victim c may be for p, if any (inline: this loop runs for
+                    # every candidate of every search).
+                    if own_team_only and c.team != team:
+                        continue
+                    if reclaims and c.borrowed and c.team != team:
+                        taken.append((c, "reclaim"))
+                    elif (
+                        c.value < value
+                        and now - c.start >= min_runtime_s
+                        and (not quotas or c.borrowed or c.team == team)
+                    ):
+                        taken.append((c, "priority"))
+                    else:
+                        continue
+                    new += 1
+                    worst = max(worst, 1 if c.borrowed else 2)
+                have += c.gpus[name]
+                if have >= g:
+                    break
             if have >= g:
                 costs.append(((worst, new, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:

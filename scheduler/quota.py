@@ -72,8 +72,9 @@ class Ledger:
             for q in team.quotas:
                 self.accounts[(team.name, q.gpu_model)] = Account(q)
         self._key_cache: dict[tuple[str, str], tuple[str, str] | None] = {}
+        account = self.account
         for job, gpus, preemptible in running:
-            acc = self.account(job.request.team, job.gpu_model)
+            acc = account(job.request.team, job.gpu_model)
             if acc is not None:
                 acc.used += gpus
                 acc.fixed += 0.0 if preemptible else gpus
@@ -81,13 +82,17 @@ class Ledger:
         by_team: dict[str, list[Account]] = {}
         for (t, _), acc in self.accounts.items():
             by_team.setdefault(t, []).append(acc)
+        targets_of: dict[tuple[str, str | None], list[Account]] = {}
         for owner, model, gpus in wanted:
-            # Any model: the demand may land on any of the team's quotas; lend none of them.
-            targets = by_team.get(owner, []) if model is None else [self.account(owner, model)]
+            targets = targets_of.get((owner, model))
+            if targets is None:
+                # Any model: the demand may land on any of the team's quotas; lend none of them.
+                found = by_team.get(owner, []) if model is None else [self.account(owner, model)]
+                targets = targets_of[(owner, model)] = [acc for acc in found if acc is not None]
             for acc in targets:
                 # A job larger than the nominal quota needs to borrow anyway: if it held the
                 # nominal back, teams that all need to borrow would wait for each other forever.
-                if acc is not None and gpus <= acc.quota.nominal + 1e-9:
+                if gpus <= acc.quota.nominal + 1e-9:
                     acc.wanted += gpus
         # Lending pools by quota model ("*" lends to any model), net of current borrowing.
         nominal = sum(acc.quota.nominal for acc in self.accounts.values())
@@ -103,13 +108,16 @@ class Ledger:
 
     def key(self, team: str, model: str) -> tuple[str, str] | None:
         k = (team, model)
-        if k not in self._key_cache:
-            if k in self.accounts:
-                self._key_cache[k] = k
-            elif (team, ANY_MODEL) in self.accounts:
-                self._key_cache[k] = (team, ANY_MODEL)
-            else:
-                self._key_cache[k] = None
+        try:
+            return self._key_cache[k]  # the hot path (every running job): one lookup
+        except KeyError:
+            pass
+        if k in self.accounts:
+            self._key_cache[k] = k
+        elif (team, ANY_MODEL) in self.accounts:
+            self._key_cache[k] = (team, ANY_MODEL)
+        else:
+            self._key_cache[k] = None
         return self._key_cache[k]
 
     def account(self, team: str, model: str) -> Account | None:

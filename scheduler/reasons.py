@@ -9,7 +9,8 @@ from .types import JobRequest, Reason
 
 def gpus_text(x: float) -> str:
     """A GPU count for people: slices make fractions, and 4.14 reads better than 4.142857."""
-    return f"{round(x, 2):g}"
+    # Whole counts, the usual case, are their own rounding (and round() is slow on floats).
+    return f"{x:g}" if x % 1 == 0 else f"{round(x, 2):g}"
 
 
 def shape_text(r: JobRequest) -> str:
@@ -58,7 +59,7 @@ def behind(r: JobRequest, jobs_ahead: int, gpus_ahead: float, best_nodes: int) -
         f" and the best now is {best_nodes} node(s)",
         (
             ("jobs_ahead", jobs_ahead),
-            ("gpus_ahead", round(gpus_ahead, 4)),
+            ("gpus_ahead", gpus_ahead if gpus_ahead % 1 == 0 else round(gpus_ahead, 4)),
             ("best_nodes_now", best_nodes),
         ),
     )

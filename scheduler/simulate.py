@@ -140,8 +140,11 @@ def simulate(
     jobs: Sequence[SimJob],
     policy_name: str,
     timer: Callable[[], float] | None = None,
+    policy: Policy | None = None,
 ) -> Result:
-    policy = POLICIES[policy_name]
+    """Run the workload under the named policy, or under `policy` reported by that name
+    (bench/sim_ablation.py turns the production policy's parts off one at a time)."""
+    policy = POLICIES[policy_name] if policy is None else policy
     st = _State(cluster, policy, {n.name: n for n in cluster.nodes})
     for n in cluster.nodes:
         if n.mig:

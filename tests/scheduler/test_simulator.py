@@ -10,6 +10,7 @@ import json
 import math
 import subprocess
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from scheduler.simulate import (
     runs_rows,
     simulate,
 )
+from scheduler.simulate import POLICIES as POLICIES_BY_NAME
 from scheduler.workload import Cluster, InputError, SimJob, parse_cluster, parse_jobs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,6 +145,17 @@ def test_under_gpuq_no_team_holds_more_than_nominal_plus_borrowing() -> None:
     for _, _, team, delta in events:
         usage[team] += delta
         assert usage[team] <= limit[team] + 1e-9
+
+
+def test_a_policy_given_by_value_runs_under_its_own_flags() -> None:
+    # bench/sim_ablation.py: the production policy with one part turned off.
+    cluster, jobs = workload()
+    without = simulate(
+        cluster, jobs, "gpuq", policy=replace(POLICIES_BY_NAME["gpuq"], preemption=False)
+    )
+    assert run("gpuq").report["preemptions"] > 0
+    assert without.report["preemptions"] == 0 and without.policy == "gpuq"
+    assert without.report["completed"] == run("gpuq").report["completed"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
