@@ -28,6 +28,7 @@ VARIANTS = {
     "gpuq-no-quotas": replace(GPUQ, quotas=False),
     "gpuq-no-preemption": replace(GPUQ, preemption=False),
     "gpuq-no-fair-share": replace(GPUQ, fair_share=False),
+    "gpuq-no-priorities": replace(GPUQ, priorities=False),
     "gpuq-no-quotas-no-preemption": replace(GPUQ, quotas=False, preemption=False),
     # backfill plus fair share: the order alone differs from the baseline.
     "backfill+fair-share": replace(POLICIES["backfill"], fair_share=True),

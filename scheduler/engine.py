@@ -107,7 +107,9 @@ class _Cycle:
         self.policy = policy
         self.now = now
         classes = snapshot.priority_classes
-        self.values = {c.name: c.value for c in classes}
+        # Without the class order (the baselines) a class ranks nothing, not even for
+        # preemption: a victim would come back ahead of its preemptor and ping-pong.
+        self.values = {c.name: c.value for c in classes} if policy.priorities else {}
         self.preemptibles = {c.name: c.preemptible for c in classes}
         # Step 1: capacity.
         self.index = FreeIndex(snapshot.nodes, snapshot.running)

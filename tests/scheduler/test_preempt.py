@@ -133,6 +133,23 @@ def test_preemption_can_be_switched_off() -> None:
     }
 
 
+def test_without_the_class_order_a_class_preempts_nothing() -> None:
+    # The victim would be ordered ahead of its preemptor again, start on the GPUs it gave
+    # up, and be preempted again: a loop at every cycle.
+    busy = [
+        running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - 100 * i) for i in range(8)
+    ]
+    s = snap(nodes(1), [team("a", 8)], [job("hi", priority="high", gpus=2)], busy)
+    assert decide(s).preemptions
+    assert not decide(s, Policy(priorities=False)).preemptions
+
+
+def test_without_the_class_order_a_team_still_reclaims_its_nominal_quota() -> None:
+    teams, busy = borrowed_cluster()
+    d = decide(snap(nodes(1), teams, [job("a1", team="a", gpus=2)], busy), Policy(priorities=False))
+    assert {(p.job_id, p.kind) for p in d.preemptions} == {("b7", "reclaim"), ("b6", "reclaim")}
+
+
 def test_non_preemptible_job_runs_within_nominal_while_its_team_borrows_with_others() -> None:
     # a holds 6 GPUs (2 borrowed) in preemptible jobs; its high job fits a's nominal for
     # non-preemptible work, starts, and is not counted as borrowed: the borrowed part stays
