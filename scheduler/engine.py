@@ -203,9 +203,13 @@ class _Cycle:
         kind_demand = [request_gpus(r, self.mig_models, self.mig_tables) for r in kinds]
         demands = [kind_demand[k] for k in kind_of]
         # What each kind asks of its team's quota: one tuple per kind, not per job.
-        kind_wanted: list[Demand | None] = [
-            None if d is None else (r.team, r.gpu_model, d)
-            for r, d in zip(kinds, kind_demand, strict=True)
+        kind_count = [0] * len(kinds)
+        for k in kind_of:
+            kind_count[k] += 1
+        wanted: list[Demand] = [
+            (r.team, r.gpu_model, d, c)
+            for r, d, c in zip(kinds, kind_demand, kind_count, strict=True)
+            if d is not None
         ]
         self.ledger = Ledger(
             s.teams,
@@ -216,11 +220,10 @@ class _Cycle:
                 strict=True,
             ),
             # What the queue wants only decides what quota is lent: nothing when quotas are off.
-            (w for w in map(kind_wanted.__getitem__, kind_of) if w is not None)
-            if policy.quotas
-            else (),
+            wanted if policy.quotas else (),
             policy.quotas,
             float(self.total_capacity),
+            self.running_ends() if policy.quotas else (),
         )
         order = self.order(reqs, kinds, kind_of, kind_demand)
         # A kind that failed is not tried again this cycle: its later jobs share the verdict.
@@ -383,8 +386,9 @@ class _Cycle:
         preemptible = self.preemptible(r)
         allowed: list[tuple[str, bool]] = []
         refusal: Reason | None = None
+        ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         for m in models:
-            verdict = self.ledger.check(r.team, m, gpus, preemptible)
+            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends)
             if verdict.ok:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
@@ -394,7 +398,12 @@ class _Cycle:
             if waiting is not None:
                 ready = self.now + self.policy.preemption_grace_s
                 return _Failure(waiting, capacity=False, shared=False, estimate=ready)
-            return _Failure(refusal or reasons.unsatisfiable(r, 0), capacity=False)
+            # Quota lent until a time may still admit a job of this kind that ends sooner.
+            return _Failure(
+                refusal or reasons.unsatisfiable(r, 0),
+                capacity=False,
+                short_before=self.ledger.lent_until(models),
+            )
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
         fit = best_fit(self.index, groups, g, n, {})
@@ -402,7 +411,6 @@ class _Cycle:
         if fit is None and self.reservations:
             held_fit, holder = self.fit_with_held(groups, g, n)
             if held_fit is not None and holder is not None:
-                ends = None if r.time_limit_s is None else self.now + r.time_limit_s
                 if ends is not None and ends <= holder.start:
                     fit, from_held = held_fit, True
                 else:
@@ -416,9 +424,8 @@ class _Cycle:
             # What a team borrows is held by its preemptible jobs (quota.py).
             borrowed = dict(allowed)[model] and preemptible
             allocs = allocate(self.index, fit, g, from_held)
-            self.ledger.commit(r.team, model, gpus, preemptible)
+            self.ledger.commit(r.team, model, gpus, preemptible, ends)
             self.starts.append(Start(r.id, Placement(allocs), model, borrowed))
-            ends = None if r.time_limit_s is None else self.now + r.time_limit_s
             self.cycle_releases.append((ends, model, allocs))
             self._events = None
             if self.fluids is not None:
@@ -564,7 +571,8 @@ class _Cycle:
 
     def preempt_for_quota(self, r: JobRequest, gpus: float, models: Sequence[str]) -> Reason | None:
         """A job over its team's quota may displace its own team's lower classes on that
-        quota: enough of them to fit the quota, and to fit on nodes."""
+        quota: enough of them to fit the quota, and to fit on nodes, when without them it
+        would run within the team's nominal."""
         policy = self.policy
         if not policy.preemption or not policy.quotas or not self.s.running:
             return None
@@ -586,6 +594,10 @@ class _Cycle:
             shortfall = acc.used + gpus - self.ledger.headroom(r.team, m)
             own, own_gpus = self.displaceable(r.team, value, key, own_all)
             if own_gpus < shortfall - 1e-9:
+                continue
+            # A team's nominal is its higher classes' first: a job displaces lower ones to
+            # run within it, not to borrow more (the lost work buys no guarantee).
+            if acc.used - own_gpus + gpus > acc.quota.nominal + 1e-9:
                 continue
             self.searches += 1
             p = Preemptor(r.team, value, False, True, policy.min_runtime_s, self.now, True)
@@ -707,9 +719,10 @@ class _Cycle:
         profile = r.mig_profile or ""
         refusal: Reason | None = None
         admitted: list[str] = []
+        ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         for m in [r.gpu_model] if r.gpu_model else self.mig_models:
             share = _fraction(m, profile, self.mig_tables) or gpus
-            verdict = self.ledger.check(r.team, m, share, self.preemptible(r))
+            verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
             if not verdict.ok:
                 refusal = refusal or verdict.reason
                 continue
@@ -720,7 +733,7 @@ class _Cycle:
             )
             if took is not None:
                 node, slot = took
-                self.ledger.commit(r.team, m, share, self.preemptible(r))
+                self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
                 alloc = NodeAlloc(node, (), slot)
                 self.starts.append(Start(r.id, Placement((alloc,)), m, verdict.borrowed))
                 return None
@@ -753,7 +766,9 @@ class _Cycle:
                 continue
             r = reqs[i]
             models = [r.gpu_model] if r.gpu_model else self.mig_models
-            if any(self.ledger.check(r.team, m, gpus, self.preemptible(r)).ok for m in models):
+            ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+            preemptible = self.preemptible(r)
+            if any(self.ledger.check(r.team, m, gpus, preemptible, ends).ok for m in models):
                 requests.append(self.mig_request(r))
         if not requests:
             return []

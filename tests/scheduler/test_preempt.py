@@ -61,6 +61,20 @@ def test_higher_class_preempts_lower_preemptible_class_of_its_own_team() -> None
     assert "outranks low (10)" in d.preemptions[0].message
 
 
+def test_a_job_displaces_its_own_lower_classes_only_to_run_within_nominal() -> None:
+    # a holds its nominal 4 with normal jobs and borrows 4 with low ones. Another normal job
+    # would run on borrowed quota even with the low jobs gone: they keep running.
+    busy = [running(f"n{i}", {"n1": [i]}, team="a") for i in range(4)]
+    busy += [running(f"low{i}", {"n1": [4 + i]}, team="a", priority="low") for i in range(4)]
+    pending = [job("x", team="a", priority="normal")]
+    teams = [team("a", 4, borrow=4), team("b", 4)]
+    d = decide(snap(nodes(1), teams, pending, busy))
+    assert d.preemptions == ()
+    # A high job fits a's nominal once a lower class leaves: it displaces one.
+    d = decide(snap(nodes(1), teams, [job("h", team="a", priority="high")], busy))
+    assert [p.job_id for p in d.preemptions] == ["low0"]
+
+
 def test_priority_does_not_take_another_teams_guaranteed_gpus() -> None:
     busy = [running(f"b{i}", {"n1": [i]}, team="b", priority="low") for i in range(4)]
     busy += [running(f"a{i}", {"n1": [4 + i]}, team="a") for i in range(4)]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.types import Policy, PriorityClass, Quota, Team
+from scheduler.types import Decisions, PendingJob, Policy, PriorityClass, Quota, Team
 
-from .builders import A100, H100, decide, job, nodes, running, snap, team, waits
+from .builders import A100, H100, NOW, decide, job, nodes, running, snap, team, waits
 
 
 def test_team_runs_up_to_its_nominal_quota() -> None:
@@ -126,3 +126,72 @@ def test_unknown_priority_class_counts_as_lowest() -> None:
     )
     s = s.__class__(s.nodes, s.teams, s.pending, s.running, (PriorityClass("low", 10, True),))
     assert [x.job_id for x in decide(s).starts] == ["low"]
+
+
+def _loan(pending: list[PendingJob], owner_limit: float | None = 1600.0) -> Decisions:
+    """a (nominal 8) runs 4 GPUs, until NOW + 1000 with the default limit, and waits with a
+    job that fits its nominal only once those end; b runs its nominal 8 and may borrow 8."""
+    a_run = running("a-run", {"n1": [0, 1, 2, 3]}, team="a", started=NOW - 600, limit=owner_limit)
+    b_runs = [running(f"b{i}", {"n2": [i]}, team="b") for i in range(8)]
+    teams = [team("a", 8), team("b", 8, borrow=8)]
+    return decide(snap(nodes(2), teams, pending, [a_run, *b_runs]))
+
+
+def test_nominal_wanted_by_a_blocked_job_is_lent_until_that_job_could_start() -> None:
+    d = _loan(
+        [
+            job("a-big", team="a", gpus=8, submit=NOW - 900),
+            job("b-short", team="b", limit=300.0, submit=NOW - 50),
+            job("b-long", team="b", limit=3600.0, submit=NOW - 40),
+        ]
+    )
+    # b-short ends (NOW + 300) before a-big could start (NOW + 1000): it borrows a's idle
+    # nominal. b-long would still hold it then: it is not lent.
+    assert [(x.job_id, x.borrowed) for x in d.starts] == [("b-short", True)]
+    reason = waits(d)["b-long"].reason
+    assert reason.code == "quota_exhausted"
+    assert dict(reason.details)["lendable"] == 0
+    # a lends 4, b-short took 1: 3 are left for jobs that end before NOW + 1000.
+    assert dict(reason.details)["lendable_to_shorter_jobs"] == 3
+    assert reason.message.endswith("3 more are lent only to jobs that end sooner")
+
+
+def test_a_shorter_job_of_a_refused_kind_still_borrows_until_the_owner_needs_it() -> None:
+    # b-long and b-short are the same kind (team, class, shape): b-long's refusal does not
+    # stand for b-short, which ends before the loan does.
+    d = _loan(
+        [
+            job("a-big", team="a", gpus=8, submit=NOW - 900),
+            job("b-long", team="b", limit=3600.0, submit=NOW - 50),
+            job("b-short", team="b", limit=300.0, submit=NOW - 40),
+        ]
+    )
+    assert [x.job_id for x in d.starts] == ["b-short"]
+    assert waits(d)["b-long"].reason.code == "quota_exhausted"
+
+
+def test_nominal_of_an_owner_whose_jobs_have_no_limit_is_not_lent() -> None:
+    # When a-big could start is unknown, so no loan can be sure to end first.
+    d = _loan([job("a-big", team="a", gpus=8), job("b-short", team="b", limit=300.0)], None)
+    assert d.starts == ()
+    assert waits(d)["b-short"].reason.code == "quota_exhausted"
+
+
+def test_nominal_lent_until_a_time_is_not_lent_to_a_job_without_a_limit() -> None:
+    d = _loan([job("a-big", team="a", gpus=8), job("b-open", team="b", limit=None)])
+    assert d.starts == ()
+    assert waits(d)["b-open"].reason.code == "quota_exhausted"
+
+
+def test_owner_job_that_fits_its_nominal_now_keeps_it_from_loans() -> None:
+    # a-small fits what is left of a's nominal: that GPU is wanted, and a-big (6) fits beside
+    # it once a-run ends; the other 3 GPUs are lent until then.
+    d = _loan(
+        [
+            job("a-big", team="a", gpus=6, submit=NOW - 900),
+            job("a-small", team="a", gpus=1, submit=NOW - 800),
+            *[job(f"b-short{i}", team="b", limit=300.0, submit=NOW - 50 + i) for i in range(4)],
+        ]
+    )
+    started = sorted(x.job_id for x in d.starts)
+    assert started == ["a-small", "b-short0", "b-short1", "b-short2"]
