@@ -7,7 +7,10 @@ taken by another team's priority). Non-preemptible classes are never victims. A 
 in its grace period is a free victim: its GPUs are coming back anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
-class, most recently started) until the job fits; the cheapest nodes win.
+class, most recently started) until the job fits; the cheapest nodes win: those whose worst
+victim is borrowed rather than guaranteed, then those whose victims have run the fewest
+GPU-seconds (the work a preemption may throw away: a gang that started an hour ago costs
+more than a 1-GPU job that started a minute ago, though each is one victim).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Candidate:
     id: str = field(init=False)
     team: str = field(init=False)
     start: float = field(init=False)
+    size: int = field(init=False)  # GPUs it holds on all its nodes
     # The victim order on a node: leaving, borrowed, lowest class, most recently started.
     preference: tuple[bool, bool, int, float, str] = field(init=False)
 
@@ -38,6 +42,7 @@ class Candidate:
         self.id = self.job.request.id
         self.team = self.job.request.team
         self.start = self.job.start_time
+        self.size = sum(self.gpus.values())
         self.preference = (not self.leaving, not self.borrowed, self.value, -self.start, self.id)
 
 
@@ -72,7 +77,7 @@ def plan(
     """The cheapest n nodes of one group on which victims make room for g GPUs each.
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead."""
-    best: tuple[tuple[int, int], Plan] | None = None
+    best: tuple[tuple[int, float], Plan] | None = None
     team, value, reclaims, quotas = p.team, p.value, p.reclaims, p.quotas
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
     for group in groups:
@@ -80,8 +85,8 @@ def plan(
             continue
         # Nodes that already have room cost nothing; others need victims.
         nobody: tuple[tuple[Candidate, str], ...] = ()
-        costs: list[tuple[tuple[int, int, int], str, tuple[tuple[Candidate, str], ...]]] = [
-            ((0, 0, 0), name, nobody)
+        costs: list[tuple[tuple[int, float, int], str, tuple[tuple[Candidate, str], ...]]] = [
+            ((0, 0.0, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
             if name not in reserved
@@ -94,7 +99,8 @@ def plan(
                 continue
             have = len(st.free)
             taken: list[tuple[Candidate, str]] = []
-            worst = new = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other); new victims
+            worst = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other)
+            lost = 0.0  # GPU-seconds the new victims have run: the work at risk
             for c in cands:
                 if c.id in claimed:
                     continue
@@ -115,13 +121,13 @@ def plan(
                         taken.append((c, "priority"))
                     else:
                         continue
-                    new += 1
+                    lost += c.size * max(1.0, now - c.start)
                     worst = max(worst, 1 if c.borrowed else 2)
                 have += c.gpus[name]
                 if have >= g:
                     break
             if have >= g:
-                costs.append(((worst, new, g - len(st.free)), name, tuple(taken)))
+                costs.append(((worst, lost, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
@@ -130,7 +136,10 @@ def plan(
         for _, _, on_this_node in chosen:
             for c, kind in on_this_node:
                 victims.setdefault(c.id, (c, kind))
-        score = (max(c[0][0] for c in chosen), sum(1 for c, _ in victims.values() if not c.leaving))
+        score = (
+            max(c[0][0] for c in chosen),
+            sum(c.size * max(1.0, now - c.start) for c, _ in victims.values() if not c.leaving),
+        )
         candidate_plan = Plan(group, tuple(c[1] for c in chosen), tuple(victims.values()))
         if best is None or score < best[0]:
             best = (score, candidate_plan)

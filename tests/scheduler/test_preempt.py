@@ -185,3 +185,14 @@ def test_non_preemptible_job_runs_within_nominal_while_its_team_borrows_with_oth
     )
     victims = {p.job_id for p in decide(later).preemptions}
     assert victims and victims <= {f"a{i}" for i in range(6)}
+
+
+def test_preemption_takes_the_victims_that_lose_the_least_work() -> None:
+    # One victim either way: the half of a 2-node gang on n1 (16 GPUs for 500 s) or a 1-GPU
+    # job on n2 (1 GPU for 1,000 s). The 1-GPU job goes.
+    gang = running("gang", {"n1": range(8), "n3": range(8)}, priority="low", started=NOW - 500)
+    small = running("small", {"n2": [0]}, priority="low", started=NOW - 1000)
+    rest = running("rest", {"n2": range(1, 8)}, priority="normal")
+    s = snap(nodes(3), [team("a", 24)], [job("x", priority="normal")], [gang, small, rest])
+    d = decide(s, Policy(quotas=False))
+    assert [p.job_id for p in d.preemptions] == ["small"]
