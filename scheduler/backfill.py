@@ -134,18 +134,26 @@ class Fluid:
 
     def start(self, gpus: int, limit_s: float | None) -> float | None:
         """earliest() and, when the GPUs come free, take() there; nothing to undo."""
-        heap = self.heap
-        while self.free < gpus and heap:
-            at, count = heapq.heappop(heap)
-            self.free += count
-            if at > self.clock:
-                self.clock = at
-        if self.free < gpus:
+        heap, free, clock = self.heap, self.free, self.clock
+        while free < gpus and heap:
+            at, count = heap[0]
+            free += count
+            if at > clock:
+                clock = at
+            if free >= gpus and limit_s is not None:
+                # The last release it needs makes way for its own: one sift, not two.
+                heapq.heapreplace(heap, (clock + limit_s, gpus))
+                self.free, self.clock = free - gpus, clock
+                return clock
+            heapq.heappop(heap)
+        self.clock = clock
+        if free < gpus:
+            self.free = free
             return None
-        self.free -= gpus
+        self.free = free - gpus
         if limit_s is not None:
-            heapq.heappush(heap, (self.clock + limit_s, gpus))
-        return self.clock
+            heapq.heappush(heap, (clock + limit_s, gpus))
+        return clock
 
     def undo(self) -> None:
         for item in self._undo:

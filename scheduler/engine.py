@@ -43,6 +43,7 @@ class _Failure:
     best_nodes: int = 0  # nodes that could take one share of the job now
     shared: bool = True  # False: it concerns this job only (it is preempting for itself)
     estimate: float | None = None
+    tail: reasons.BehindTail | None = None  # for no_capacity: its members' behind() reasons
 
 
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
@@ -198,10 +199,14 @@ class _Cycle:
             )
             for r in reqs
         ]
-        first = dict(zip(reversed(kind_of), reversed(reqs), strict=True))
-        kinds = [first[k] for k in range(len(numbers))]  # each kind's first job
+        # Each kind's first job. Kinds are numbered in order of first appearance, so each
+        # search starts where the previous kind's first job was: one pass over kind_of in C.
+        kinds: list[JobRequest] = []
+        at = 0
+        for k in range(len(numbers)):
+            at = kind_of.index(k, at)
+            kinds.append(reqs[at])
         kind_demand = [request_gpus(r, self.mig_models, self.mig_tables) for r in kinds]
-        demands = [kind_demand[k] for k in kind_of]
         # What each kind asks of its team's quota: one tuple per kind, not per job.
         kind_count = [0] * len(kinds)
         for k in kind_of:
@@ -225,55 +230,74 @@ class _Cycle:
             float(self.total_capacity),
             self.running_ends() if policy.quotas else (),
         )
-        order = self.order(reqs, kinds, kind_of, kind_demand)
+        ids = [r.id for r in reqs]
+        order = self.order(reqs, ids, kinds, kind_of, kind_demand)
         # A kind that failed is not tried again this cycle: its later jobs share the verdict.
         failed: list[_Failure | None] = [None] * len(kinds)
+        # The reason a kind's jobs wait with when nothing about it depends on the job: an
+        # unknown MIG profile, a failure other than for capacity, or strict FIFO blocked. Such
+        # a job (most of a deep queue) then costs one Wait and nothing else.
+        bad = [
+            None
+            if gpus is not None
+            else reasons.bad_request(f"unknown MIG profile {r.mig_profile!r}")
+            for r, gpus in zip(kinds, kind_demand, strict=True)
+        ]
+        settled = bad.copy()
         ahead_jobs: dict[str | None, int] = {}
         ahead_gpus: dict[str | None, float] = {}
-        fifo_blocked: Reason | None = None
-        relayouts = self.plan_mig(reqs, demands, order)
+        now = self.now
+        relayouts = self.plan_mig(reqs, kinds, kind_of, kind_demand, order)
         waits = self.waits
-        for rank, i in enumerate(order):
+        # Each job's kind and id in scheduling order, gathered in one pass each: the loop then
+        # reads them in sequence (at 100k jobs a scattered read misses the cache).
+        kind_at = list(map(kind_of.__getitem__, order))
+        id_at = list(map(ids.__getitem__, order))
+        for rank, (i, k, job_id) in enumerate(zip(order, kind_at, id_at, strict=True)):
+            reason = settled[k]
+            if reason is not None:
+                waits.append(Wait(job_id, reason, len(waits) + 1))
+                continue
             r = reqs[i]
-            k = kind_of[i]
-            gpus = kind_demand[k]
-            if gpus is None:
-                bad = reasons.bad_request(f"unknown MIG profile {r.mig_profile!r}")
-                waits.append(Wait(r.id, bad, len(waits) + 1))
-                continue
-            if fifo_blocked is not None:
-                waits.append(Wait(r.id, fifo_blocked, len(waits) + 1))
-                continue
-            fail = failed[k]
+            fail = failed[k]  # for capacity, or until a time a shorter job may beat
             if fail is not None and not (
                 fail.short_before is not None
                 and r.time_limit_s is not None
-                and self.now + r.time_limit_s <= fail.short_before
+                and now + r.time_limit_s <= fail.short_before
             ):
                 if fail.capacity:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
-                    continue
-                waits.append(Wait(r.id, fail.reason, len(waits) + 1))
+                else:
+                    waits.append(Wait(r.id, fail.reason, len(waits) + 1))
                 continue
+            gpus = kind_demand[k]
+            assert gpus is not None  # else settled
+            blocked = False
             if r.mig_profile:
                 result = self.try_mig(r, gpus)
                 if result is not None:
                     if result.code != "mig_relayout":  # that one is about this job's GPU only
                         failed[k] = _Failure(result, capacity=False)
+                        settled[k] = result
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
-                        fifo_blocked = reasons.fifo_blocked(r.id)
+                        blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1))
-                continue
-            outcome = self.try_whole(r, gpus, rank < self.first_tier)
-            if outcome is not None:
-                if outcome.shared:
-                    failed[k] = outcome
-                if outcome.capacity:
-                    self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
-                    if not policy.backfill:
-                        fifo_blocked = reasons.fifo_blocked(r.id)
-                else:
-                    waits.append(Wait(r.id, outcome.reason, len(waits) + 1, outcome.estimate))
+            else:
+                outcome = self.try_whole(r, gpus, rank < self.first_tier)
+                if outcome is not None:
+                    if outcome.shared:
+                        failed[k] = outcome
+                        if not outcome.capacity and outcome.short_before is None:
+                            settled[k] = outcome.reason
+                    if outcome.capacity:
+                        self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
+                        blocked = not policy.backfill
+                    else:
+                        waits.append(Wait(r.id, outcome.reason, len(waits) + 1, outcome.estimate))
+            if blocked:
+                # Strict FIFO: nothing passes this job; a bad request still says what is wrong.
+                fifo_blocked = reasons.fifo_blocked(r.id)
+                settled = [fifo_blocked if b is None else b for b in bad]
         stats = (
             ("pending", float(len(pending))),
             ("started", float(len(self.starts))),
@@ -292,6 +316,7 @@ class _Cycle:
     def order(
         self,
         reqs: Sequence[JobRequest],
+        ids: Sequence[str],
         kinds: Sequence[JobRequest],
         kind_of: Sequence[int],
         kind_demand: Sequence[float | None],
@@ -324,7 +349,7 @@ class _Cycle:
         order, self.first_tier = order_kinds(
             kind_of,
             [r.submit_time for r in reqs],
-            [r.id for r in reqs],
+            ids,
             [r.team for r in kinds],
             values,
             increments,
@@ -361,16 +386,18 @@ class _Cycle:
         else:
             jobs = ahead_jobs.get(model, 0) + ahead_jobs.get(None, 0)
             need = ahead_gpus.get(model, 0.0) + ahead_gpus.get(None, 0.0)
-        reason = fail.reason
-        if jobs and reason.code == "no_capacity":
-            reason = reasons.behind(r, jobs, need, fail.best_nodes)
         ahead_jobs[model] = ahead_jobs.get(model, 0) + 1
         ahead_gpus[model] = ahead_gpus.get(model, 0.0) + gpus
-        if model:
-            f = self.fluid_state().get(model)
+        reason = fail.reason
+        if jobs and reason.code == "no_capacity":
+            reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
+        models = self.models
+        if model or len(models) == 1:  # estimate()'s one-model case, inline: every job
+            fluids = self.fluids if self.fluids is not None else self.fluid_state()
+            f = fluids.get(model or models[0])
             estimate = None if f is None else f.start(gpus, r.time_limit_s)
         else:
-            estimate = self.estimate(self.models, gpus, r.time_limit_s)
+            estimate = self.estimate(models, gpus, r.time_limit_s)
         held = self.reserved_for.get(r.id)
         if held is not None:
             estimate = held.start
@@ -446,7 +473,12 @@ class _Cycle:
             if res is not None:
                 self.reservations.append(res)
                 self.reserved_for[r.id] = res
-        return _Failure(reasons.no_capacity(r, best), capacity=True, best_nodes=best)
+        return _Failure(
+            reasons.no_capacity(r, best),
+            capacity=True,
+            best_nodes=best,
+            tail=reasons.behind_tail(r, best),
+        )
 
     def fit_with_held(
         self, groups: Sequence[Group], g: int, n: int
@@ -496,7 +528,12 @@ class _Cycle:
                 leaving = job.preempting_since is not None
                 if not (leaving or preemptibles.get(r.priority, True)):
                     continue
-                per_node = {a.node: len(a.gpus) for a in job.placement.allocs if a.gpus}
+                allocs = job.placement.allocs
+                if len(allocs) == 1:  # the usual case, without a comprehension's frame
+                    a = allocs[0]
+                    per_node = {a.node: len(a.gpus)} if a.gpus else {}
+                else:
+                    per_node = {a.node: len(a.gpus) for a in allocs if a.gpus}
                 if not per_node:
                     continue  # a MIG slice: victim searches free whole GPUs
                 c = Candidate(job, values.get(r.priority, 0), r.id in borrowed, leaving, per_node)
@@ -747,7 +784,12 @@ class _Cycle:
         return reasons.mig_unavailable(r, free)
 
     def plan_mig(
-        self, reqs: Sequence[JobRequest], demands: Sequence[float | None], order: list[int]
+        self,
+        reqs: Sequence[JobRequest],
+        kinds: Sequence[JobRequest],
+        kind_of: Sequence[int],
+        kind_demand: Sequence[float | None],
+        order: list[int],
     ) -> list[MigRelayout]:
         """Plan first, then take: idle MIG GPUs are re-laid out for the whole queue's slice
         requests (in scheduling order) before any job takes an instance, so a take cannot
@@ -756,14 +798,18 @@ class _Cycle:
         room now are left out, so no GPU is re-laid out for a job that cannot start."""
         if not self.policy.mig_repartition:
             return []
-        slices = {i for i, r in enumerate(reqs) if r.mig_profile}
-        if not slices:
+        slices = [
+            bool(r.mig_profile) and d is not None for r, d in zip(kinds, kind_demand, strict=True)
+        ]
+        if not any(slices):
             return []
         requests = []
         for i in order:
-            gpus = demands[i]
-            if i not in slices or gpus is None:
+            k = kind_of[i]
+            if not slices[k]:
                 continue
+            gpus = kind_demand[k]
+            assert gpus is not None
             r = reqs[i]
             models = [r.gpu_model] if r.gpu_model else self.mig_models
             ends = None if r.time_limit_s is None else self.now + r.time_limit_s

@@ -14,6 +14,7 @@ before this job" is one sort: equal teams alternate whatever their submit order.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -145,49 +146,52 @@ def order_kinds(
     """
     n = len(ids)
     fifo = _fifo(submits, ids)
-    kinds = [kind_of[i] for i in fifo]  # by FIFO position
+    kinds = list(map(kind_of.__getitem__, fifo))  # by FIFO position
     kind_neg = [-v for v in values]
-    neg = [kind_neg[k] for k in kinds]
+    neg = list(map(kind_neg.__getitem__, kinds))
     by_class = sorted(range(n), key=neg.__getitem__)  # stable: FIFO within a class
     if standing is None and room is None:
-        return [fifo[p] for p in by_class], n
+        return list(map(fifo.__getitem__, by_class)), n
     # In by_class order, the jobs of one (team, class) come in FIFO order and those of one
-    # quota key in the team's own order: one pass keeps a running total for each.
-    before = [0.0] * n
-    tier_at = [0] * n
+    # quota key in the team's own order: one pass keeps a running total for each. Without
+    # fair share every standing stays 0.0; without a room every key has room to spare.
+    kind_group = [0] * len(values)
+    totals = [0.0]
+    steps = [0.0] * len(values)
     if standing is not None:
         groups: dict[tuple[str, int], int] = {}
         kind_group = [groups.setdefault(tv, len(groups)) for tv in zip(teams, values, strict=True)]
         totals = [standing[team].base for team, _ in groups]
         steps = [inc / standing[team].share for team, inc in zip(teams, increments, strict=True)]
+    kind_key = [0] * len(values)
+    rests = [math.inf]
+    demands: Sequence[float] = [0.0] * len(values)
     if room is not None:
         key_numbers: dict[Hashable, int] = {}
         kind_key = [key_numbers.setdefault(key, len(key_numbers)) for key in room.keys]
         rests = [room.left.get(key, 0.0) for key in key_numbers]
         demands = room.demands
-    for p in by_class:
-        k = kinds[p]
-        if standing is not None:
-            # A job's standing is its (team, class)'s total before it, from the team's base.
-            g = kind_group[k]
-            done = totals[g]
-            before[p] = done
-            totals[g] = done + steps[k]
-        if room is not None:
-            # The nominal quota its key has left once it and the jobs before it are taken.
-            q = kind_key[k]
-            rest = rests[q] - demands[k]
-            rests[q] = rest
-            if not rest >= -1e-9:
-                tier_at[p] = 1
+    before = [0.0] * n
+    first: list[int] = []  # tier 0, in by_class order
+    second: list[int] = []
+    for p, k in zip(by_class, map(kinds.__getitem__, by_class), strict=True):
+        # A job's standing is its (team, class)'s total before it, from the team's base.
+        g = kind_group[k]
+        done = totals[g]
+        before[p] = done
+        totals[g] = done + steps[k]
+        # The nominal quota its key has left once it and the jobs before it are taken.
+        q = kind_key[k]
+        rest = rests[q] - demands[k]
+        rests[q] = rest
+        (first if rest >= -1e-9 else second).append(p)
     # Sorting by_class stably by (tier, -value, before), as a few float sorts: one per
     # (tier, -value) pair, which C sorts fastest.
-    first = [p for p in by_class if not tier_at[p]]
     result: list[int] = []
-    for part in (first, [p for p in by_class if tier_at[p]]):
+    for part in (first, second):
         for _, run in groupby(part, key=neg.__getitem__):
             result += sorted(run, key=before.__getitem__)
-    return [fifo[p] for p in result], len(first)
+    return list(map(fifo.__getitem__, result)), len(first)
 
 
 def _fifo(submits: Sequence[float], ids: Sequence[str]) -> list[int]:

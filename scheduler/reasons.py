@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from .types import JobRequest, Reason
 
@@ -51,17 +52,36 @@ def unsatisfiable(r: JobRequest, max_nodes: int) -> Reason:
     )
 
 
-def behind(r: JobRequest, jobs_ahead: int, gpus_ahead: float, best_nodes: int) -> Reason:
+# What the behind() reasons of one shape and best-now node count share: the end of the
+# message and the last detail.
+BehindTail = tuple[str, tuple[str, Any]]
+
+
+def behind_tail(r: JobRequest, best_nodes: int) -> BehindTail:
+    return (
+        f"; this job needs {shape_text(r)} and the best now is {best_nodes} node(s)",
+        ("best_nodes_now", best_nodes),
+    )
+
+
+def behind(
+    r: JobRequest,
+    jobs_ahead: int,
+    gpus_ahead: float,
+    best_nodes: int,
+    tail: BehindTail | None = None,
+) -> Reason:
+    """`tail` is behind_tail(r, best_nodes), when the caller keeps it: every job waiting for
+    capacity gets one of these reasons, and a deep queue has few shapes."""
+    text, best = tail or behind_tail(r, best_nodes)
+    if gpus_ahead % 1 == 0:  # gpus_text and the rounding below, for the usual whole count
+        gpus, value = f"{gpus_ahead:g}", gpus_ahead
+    else:
+        gpus, value = gpus_text(gpus_ahead), round(gpus_ahead, 4)
     return Reason(
         "behind_higher_priority",
-        f"{jobs_ahead} job(s) ahead need {gpus_text(gpus_ahead)} GPUs;"
-        f" this job needs {shape_text(r)}"
-        f" and the best now is {best_nodes} node(s)",
-        (
-            ("jobs_ahead", jobs_ahead),
-            ("gpus_ahead", gpus_ahead if gpus_ahead % 1 == 0 else round(gpus_ahead, 4)),
-            ("best_nodes_now", best_nodes),
-        ),
+        f"{jobs_ahead} job(s) ahead need {gpus} GPUs{text}",
+        (("jobs_ahead", jobs_ahead), ("gpus_ahead", value), best),
     )
 
 
