@@ -1,5 +1,9 @@
 """The scheduler's input and output: frozen dataclasses, standard library only.
 
+They have slots: a cycle reads a few hundred thousand of them and writes one Wait per pending
+job, and without a per-instance dict each is one object for the garbage collector, not two
+(at 100k pending jobs that was about a fifth of a call: bench/scheduler_bench.py).
+
 A Snapshot is everything `schedule()` may look at; Decisions is everything it may say.
 Times are float seconds on one clock chosen by the caller (epoch seconds in the service,
 simulated seconds in the simulator). Fields may be added with defaults; none may be removed.
@@ -13,7 +17,7 @@ from typing import Any
 ANY_MODEL = "*"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PriorityClass:
     name: str
     value: int
@@ -27,7 +31,7 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Quota:
     """A team's quota for one GPU model, or for any model with gpu_model == "*".
 
@@ -43,7 +47,7 @@ class Quota:
     max_running_jobs: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UsageBucket:
     """GPU-seconds a team consumed in a period ending at `at` (for fair-share decay)."""
 
@@ -51,7 +55,7 @@ class UsageBucket:
     gpu_seconds: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Team:
     name: str
     weight: float = 1.0
@@ -60,7 +64,7 @@ class Team:
     usage: tuple[UsageBucket, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigInstance:
     """An existing MIG GPU instance on one physical GPU.
 
@@ -74,7 +78,7 @@ class MigInstance:
     job_id: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
     # For a MIG-enabled GPU: its instances (empty = no instances, may be laid out when idle).
@@ -82,7 +86,7 @@ class Gpu:
     usable: bool = True  # False e.g. when a relayout failed; the reason is in Node.labels
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     gpu_model: str
@@ -98,7 +102,7 @@ class Node:
     cluster: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigSlot:
     """A MIG instance allocated to a job: GPU index on the node, profile, placement start."""
 
@@ -108,14 +112,14 @@ class MigSlot:
     size: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeAlloc:
     node: str
     gpus: tuple[int, ...] = ()
     mig: MigSlot | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Placement:
     allocs: tuple[NodeAlloc, ...]
 
@@ -124,7 +128,7 @@ class Placement:
         return tuple(a.node for a in self.allocs)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobRequest:
     """The shape and identity of a job, shared by pending and running jobs."""
 
@@ -142,14 +146,14 @@ class JobRequest:
     cluster: str | None = None  # when set, only nodes with Node.cluster == cluster qualify
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingJob:
     request: JobRequest
     # Seconds of work already done and kept (checkpoint) - informational for estimates.
     attempts: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RunningJob:
     request: JobRequest
     start_time: float
@@ -159,7 +163,7 @@ class RunningJob:
     preempting_since: float | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigModelTable:
     """A site's MIG profile table for one GPU model, overriding the built-in one (e.g. from
     what `nvidia-smi mig -lgip` reports on its nodes). Rows: (name, compute slices, memory
@@ -172,7 +176,7 @@ class MigModelTable:
     aliases: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     nodes: tuple[Node, ...]
     teams: tuple[Team, ...]
@@ -182,7 +186,7 @@ class Snapshot:
     mig_tables: tuple[MigModelTable, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     fair_share_half_life_s: float = 7 * 24 * 3600.0
     preemption_grace_s: float = 30.0
@@ -201,7 +205,7 @@ class Policy:
     max_preemption_searches: int = 16
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Reason:
     """Why a job does not start now: a code for machines, a sentence for people."""
 
@@ -213,7 +217,7 @@ class Reason:
         return {"code": self.code, "message": self.message, "details": dict(self.details)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Start:
     job_id: str
     placement: Placement
@@ -221,7 +225,7 @@ class Start:
     borrowed: bool = False  # runs (partly) on another team's idle nominal quota
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Preemption:
     job_id: str
     by_job_id: str
@@ -229,7 +233,7 @@ class Preemption:
     message: str  # "preempted by job X: team A reclaimed its nominal A100 quota"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Wait:
     job_id: str
     reason: Reason
@@ -239,7 +243,7 @@ class Wait:
     reserved: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigRelayout:
     node: str
     gpu: int
@@ -247,7 +251,7 @@ class MigRelayout:
     message: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Decisions:
     starts: tuple[Start, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
