@@ -49,6 +49,15 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
     return value
 
 
+def env_count_or_unlimited(name: str, default: int) -> int | None:
+    raw = env(name, str(default)).strip().lower()
+    if raw == "unlimited":
+        return None
+    if not raw.isdigit() or int(raw) < 1:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number >= 1 or 'unlimited'")
+    return int(raw)
+
+
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
@@ -115,6 +124,8 @@ GPUQ_MAX_TIME_LIMIT_S = env_float("GPUQ_MAX_TIME_LIMIT_S", 30 * 24 * 3600.0, min
 GPUQ_FAIR_SHARE_HALF_LIFE_S = env_float("GPUQ_FAIR_SHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1)
 GPUQ_PREEMPTION_GRACE_S = env_float("GPUQ_PREEMPTION_GRACE_S", 30.0)
 GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)
+# After this many preemptions a job is not preempted for priority again ("unlimited": never).
+GPUQ_MAX_PRIORITY_PREEMPTIONS = env_count_or_unlimited("GPUQ_MAX_PRIORITY_PREEMPTIONS", 2)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
 GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -112,6 +113,8 @@ class _Cycle:
         # preemption: a victim would come back ahead of its preemptor and ping-pong.
         self.values = {c.name: c.value for c in classes} if policy.priorities else {}
         self.preemptibles = {c.name: c.preemptible for c in classes}
+        cap = policy.max_priority_preemptions
+        self.max_preemptions = math.inf if cap is None else float(cap)
         # Step 1: capacity.
         self.index = FreeIndex(snapshot.nodes, snapshot.running)
         self.models = self.index.models()
@@ -597,6 +600,7 @@ class _Cycle:
             policy.quotas,
             policy.min_runtime_s,
             self.now,
+            max_preemptions=self.max_preemptions,
         )
         found = self.victims(r, groups, p)
         if found is None:
@@ -637,7 +641,16 @@ class _Cycle:
             if acc.used - own_gpus + gpus > acc.quota.nominal + 1e-9:
                 continue
             self.searches += 1
-            p = Preemptor(r.team, value, False, True, policy.min_runtime_s, self.now, True)
+            p = Preemptor(
+                r.team,
+                value,
+                False,
+                True,
+                policy.min_runtime_s,
+                self.now,
+                True,
+                max_preemptions=self.max_preemptions,
+            )
             groups = self.groups(m, r)
             found = self.victims(r, groups, p)
             if found is None:
@@ -671,7 +684,14 @@ class _Cycle:
             own = [
                 c
                 for c in own_all
-                if (c.leaving or (c.value < value and now - c.start >= min_runtime_s))
+                if (
+                    c.leaving
+                    or (
+                        c.value < value
+                        and now - c.start >= min_runtime_s
+                        and c.job.preemptions < self.max_preemptions
+                    )
+                )
                 and c.id not in self.claimed
                 and self.ledger.key(c.team, c.job.gpu_model) == key
             ]

@@ -3,8 +3,10 @@
 Reclaim: a team whose job fits within its nominal quota takes GPUs back from other teams'
 jobs that run on borrowed quota. Priority: a job preempts lower, preemptible classes of its
 own team, or of other teams where those run on borrowed quota (so no team's guarantee is
-taken by another team's priority). Non-preemptible classes are never victims. A job already
-in its grace period is a free victim: its GPUs are coming back anyway.
+taken by another team's priority), unless the victim ran less than the minimum run time or
+was already preempted Policy.max_priority_preemptions times. Non-preemptible classes are
+never victims. A job already in its grace period is a free victim: its GPUs are coming back
+anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
 class, most recently started) until the job fits; the cheapest nodes win: those whose worst
@@ -15,6 +17,7 @@ more than a 1-GPU job that started a minute ago, though each is one victim).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -55,6 +58,7 @@ class Preemptor:
     min_runtime_s: float
     now: float
     own_team_only: bool = False  # making room in its own team's quota
+    max_preemptions: float = math.inf  # a job preempted this often is no priority victim
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,7 @@ def plan(
     best: tuple[tuple[int, float], Plan] | None = None
     team, value, reclaims, quotas = p.team, p.value, p.reclaims, p.quotas
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
+    max_preemptions = p.max_preemptions
     for group in groups:
         if g > group.width:
             continue
@@ -116,6 +121,7 @@ def plan(
                     elif (
                         c.value < value
                         and now - c.start >= min_runtime_s
+                        and c.job.preemptions < max_preemptions
                         and (not quotas or c.borrowed or c.team == team)
                     ):
                         taken.append((c, "priority"))

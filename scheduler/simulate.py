@@ -257,7 +257,9 @@ def simulate(
             pj = pending.pop(s.job_id)
             r = pj.request
             n = run_count[s.job_id] = run_count.get(s.job_id, 0) + 1
-            rj = RunningJob(r, now, s.placement, s.gpu_model)
+            rj = RunningJob(
+                r, now, s.placement, s.gpu_model, preemptions=outcomes[s.job_id].preemptions
+            )
             gpus = running_gpus(rj)
             length = min(remaining[s.job_id], r.time_limit_s or math.inf)
             whole = sum(len(a.gpus) for a in s.placement.allocs)

@@ -161,6 +161,8 @@ class RunningJob:
     gpu_model: str  # the model it actually runs on
     # Set when a preemption was already decided and the job is in its grace period.
     preempting_since: float | None = None
+    # How many times the job was preempted before this run (Policy.max_priority_preemptions).
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +194,11 @@ class Policy:
     preemption_grace_s: float = 30.0
     # Protects a job from *priority* preemption for this long after it starts (never from reclaim).
     min_runtime_s: float = 0.0
+    # A job preempted this many times is not preempted for priority again, only reclaimed
+    # (LSF's MAX_JOB_PREEMPT): the most recently started job is the cheapest victim, so
+    # without a cap a long low-class job restarts again and again and never finishes.
+    # None: no cap.
+    max_priority_preemptions: int | None = 2
     backfill: bool = True
     preemption: bool = True
     quotas: bool = True  # False for the fifo/backfill baselines

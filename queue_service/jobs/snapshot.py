@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 import scheduler
@@ -60,6 +60,7 @@ def policy() -> st.Policy:
         fair_share_half_life_s=settings.GPUQ_FAIR_SHARE_HALF_LIFE_S,
         preemption_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
         min_runtime_s=settings.GPUQ_MIN_RUNTIME_S,
+        max_priority_preemptions=settings.GPUQ_MAX_PRIORITY_PREEMPTIONS,
     )
 
 
@@ -69,6 +70,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
         Job.objects.filter(state__in=Job.ACTIVE)
         .exclude(placement=[])
         .select_related("team", "priority_class", "cluster")
+        # Earlier preemptions: Policy.max_priority_preemptions stops priority preemption there.
+        .annotate(preemptions=Count("events", filter=Q(events__to_state=S.PREEMPTING)))
     )
     holders = _mig_holders(active)
     nodes = tuple(
@@ -88,6 +91,7 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
             placement=_placement(j),
             gpu_model=j.gpu_model,
             preempting_since=j.updated_at.timestamp() if j.state == S.PREEMPTING else None,
+            preemptions=j.preemptions,
         )
         for j in active
         if j.cluster is not None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.types import Policy
@@ -196,3 +198,22 @@ def test_preemption_takes_the_victims_that_lose_the_least_work() -> None:
     s = snap(nodes(3), [team("a", 24)], [job("x", priority="normal")], [gang, small, rest])
     d = decide(s, Policy(quotas=False))
     assert [p.job_id for p in d.preemptions] == ["small"]
+
+
+@pytest.mark.parametrize(
+    ("preempted_before", "cap", "preempted"), [(1, 2, True), (2, 2, False), (5, None, True)]
+)
+def test_a_job_preempted_often_enough_is_not_preempted_for_priority_again(
+    preempted_before: int, cap: int | None, preempted: bool
+) -> None:
+    busy = [replace(running("low", {"n1": range(8)}, priority="low"), preemptions=preempted_before)]
+    s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], busy)
+    d = decide(s, Policy(max_priority_preemptions=cap))
+    assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
+
+
+def test_the_preemption_cap_does_not_protect_from_reclaim() -> None:
+    borrower = replace(running("b1", {"n1": range(8)}, team="b"), preemptions=9)
+    teams = [team("a", 8), team("b", 0, borrow=8)]
+    d = decide(snap(nodes(1), teams, [job("mine", team="a")], [borrower]))
+    assert [(p.job_id, p.kind) for p in d.preemptions] == [("b1", "reclaim")]

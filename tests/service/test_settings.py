@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from queue_service.settings import database_from_url, env, env_bool, env_float
+from queue_service.settings import (
+    database_from_url,
+    env,
+    env_bool,
+    env_count_or_unlimited,
+    env_float,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,6 +68,19 @@ def test_a_bad_or_too_small_number_names_the_variable(monkeypatch: pytest.Monkey
     monkeypatch.setenv("GPUQ_N", "-1")
     with pytest.raises(ImproperlyConfigured, match=">= 0"):
         env_float("GPUQ_N", 1.0)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("3", 3), ("unlimited", None), (" 1 ", 1)])
+def test_counts_parse(monkeypatch: pytest.MonkeyPatch, raw: str, value: int | None) -> None:
+    monkeypatch.setenv("GPUQ_C", raw)
+    assert env_count_or_unlimited("GPUQ_C", 2) == value
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "two", "1.5"])
+def test_a_bad_count_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("GPUQ_C", raw)
+    with pytest.raises(ImproperlyConfigured, match=r"GPUQ_C.*'unlimited'"):
+        env_count_or_unlimited("GPUQ_C", 2)
 
 
 def test_secrets_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
