@@ -117,8 +117,9 @@ class Ledger:
                     blocked[k] = gpus
         # Lending pools by quota model ("*" lends to any model), net of current borrowing.
         # Idle nominal whose owner has a blocked job is lent only until that job could start
-        # on the owner's nominal (`until`, from the owner's running jobs' ends): a loan that
-        # ends first is never reclaimed, and the nominal does not sit idle meanwhile.
+        # on the owner's nominal (`until`, from the owner's running jobs' ends; not at all
+        # when one of them has no end): by the limits the loan is back before the owner needs
+        # it, and the nominal does not sit idle meanwhile.
         nominal_total = sum(acc.quota.nominal for acc in self.accounts.values())
         self.pool: dict[str, float] = {ANY_MODEL: max(0.0, capacity - nominal_total)}
         self.until: dict[str, list[list[float]]] = {}
