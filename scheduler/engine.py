@@ -279,9 +279,16 @@ class _Cycle:
             if r.mig_profile:
                 result = self.try_mig(r, gpus)
                 if result is not None:
+                    # Quota lent until a time may still admit a shorter job of this kind.
+                    until = None
+                    if result.code == "quota_exhausted":
+                        until = self.ledger.lent_until(
+                            [r.gpu_model] if r.gpu_model else self.mig_models
+                        )
                     if result.code != "mig_relayout":  # that one is about this job's GPU only
-                        failed[k] = _Failure(result, capacity=False)
-                        settled[k] = result
+                        failed[k] = _Failure(result, capacity=False, short_before=until)
+                        if until is None:
+                            settled[k] = result
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1))

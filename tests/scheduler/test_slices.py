@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from scheduler.types import MigInstance
 
-from .builders import A100, decide, job, mig_node, snap, started, team, waits
+from .builders import A100, NOW, decide, job, mig_node, nodes, running, snap, started, team, waits
 
 
 def inst(profile: str, start: int, size: int, job_id: str | None = None) -> MigInstance:
@@ -82,3 +82,20 @@ def test_a_site_supplied_mig_table_makes_an_unknown_model_usable() -> None:
     assert {i.profile for i in relayout.instances} == {"2g.24gb"}
     assert all(i.start in (0, 2) for i in relayout.instances)
     assert validate_layout("X-GPU-48GB", relayout.instances, overrides_from([table])) == []
+
+
+def test_a_shorter_slice_job_of_a_refused_kind_still_borrows_until_the_owner_needs_it() -> None:
+    # a (nominal 9: the whole cluster) runs 4 GPUs until NOW + 1000 and waits with an 8-GPU
+    # job: its 5 idle GPUs are lent until then. b has no nominal: its slice jobs borrow, and
+    # the long one may not.
+    layout = [inst("1g.10gb", s, 1) for s in range(7)]
+    a_run = running("a-run", {"n1": [0, 1, 2, 3]}, team="a", started=NOW - 600, limit=1600.0)
+    pending = [
+        job("a-big", team="a", gpus=8, submit=NOW - 900),
+        job("b-long", team="b", mig="1g.10gb", limit=3600.0, submit=NOW - 50),
+        job("b-short", team="b", mig="1g.10gb", limit=300.0, submit=NOW - 40),
+    ]
+    teams = [team("a", 9), team("b", 0, borrow=1)]
+    d = decide(snap([*nodes(1), mig_node("m1", [layout])], teams, pending, [a_run]))
+    assert [(x.job_id, x.borrowed) for x in d.starts] == [("b-short", True)]
+    assert waits(d)["b-long"].reason.code == "quota_exhausted"
