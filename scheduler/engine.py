@@ -614,7 +614,7 @@ class _Cycle:
             return None
         self.apply_preemption(r, gpus, found)
         leaving = [c for c, _ in found.victims]
-        freed = sum(sum(c.gpus.values()) for c in leaving)
+        freed = sum(c.size for c in leaving)
         return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
 
     def preempt_for_quota(self, r: JobRequest, gpus: float, models: Sequence[str]) -> Reason | None:
@@ -664,13 +664,13 @@ class _Cycle:
                 continue
             victims = list(found.victims)
             chosen = {c.id for c, _ in victims}
-            freed = sum(sum(c.gpus.values()) for c, _ in victims if c.team == r.team)
+            freed = sum(c.size for c, _ in victims if c.team == r.team)
             for c in own:
                 if freed >= shortfall - 1e-9:
                     break
                 if c.id not in chosen:
                     victims.append((c, "leaving" if c.leaving else "priority"))
-                    freed += sum(c.gpus.values())
+                    freed += c.size
             if freed < shortfall - 1e-9:
                 continue
             found = replace(found, victims=tuple(victims))
@@ -702,7 +702,7 @@ class _Cycle:
                 and c.id not in self.claimed
                 and self.ledger.key(c.team, c.job.gpu_model) == key
             ]
-            found = (version, own, sum(sum(c.gpus.values()) for c in own))
+            found = (version, own, sum(c.size for c in own))
             self._displaceable[(team, value, key)] = found
         return found[1], found[2]
 
