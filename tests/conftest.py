@@ -8,14 +8,14 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
-def lab_missing(what: str) -> None:
+def lab_missing(what: str) -> NoReturn:
     """A missing lab fails under CI=true and skips elsewhere, with a message saying which."""
     if IN_CI:
         pytest.fail(f"{what} is not available, and CI=true requires it", pytrace=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -35,6 +34,7 @@ from scheduler.mig import (
 )
 from scheduler.mig_profiles import MODELS
 from scheduler.types import MigInstance, Node
+from tests.conftest import lab_missing
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "specs" / "mig-profiles.json"
@@ -116,9 +116,7 @@ def multisets(table: ModelTable) -> Iterator[tuple[str, ...]]:
 
 def test_profile_tables_match_the_reference_json() -> None:
     if not REFERENCE.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{REFERENCE} is missing; CI always has ../shared")
-        pytest.skip(f"{REFERENCE} not present (it lives beside the repository)")
+        lab_missing(f"{REFERENCE} (it lives beside the repository; CI always has ../shared)")
     reference = json.loads(REFERENCE.read_text())
     assert sorted(reference["models"]) == ALL_MODELS
     for model, data in reference["models"].items():

@@ -3,7 +3,6 @@ KubernetesBackend built from a kubeconfig that points at the fake."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from k8s_sim import Sim
 from queue_service.backends.base import AllocatedNode, DispatchRequest
 from queue_service.backends.kubernetes.backend import KubernetesBackend, load_config
 from queue_service.backends.kubernetes.config import parse_settings
+from tests.conftest import lab_missing
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMAS = REPO.parent / "shared" / "k8s-schemas"
@@ -26,10 +26,7 @@ JOB_ID = "3f2b8c1e-5d4a-4b7e-9c0f-1a2b3c4d5e6f"
 def need_schemas() -> Path:
     if SCHEMAS.is_dir():
         return SCHEMAS
-    message = f"the Volcano CRD schemas are missing ({SCHEMAS})"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    lab_missing(f"the Volcano CRD schemas ({SCHEMAS})")
 
 
 @pytest.fixture
