@@ -60,6 +60,25 @@ def reserve(
 ) -> Reservation | None:
     """The earliest start of an n x g job given the release events, holding the free GPUs
     it will need on the nodes it will use; None when no known release makes it fit."""
+    found = _scan(index, groups, g, n, events)
+    if found is None:
+        return None
+    at, group, avail, released = found
+    return _hold(index, group, g, n, avail, released, at, job_id)
+
+
+def earliest_start(
+    index: FreeIndex, groups: Sequence[Group], g: int, n: int, events: Sequence[Release]
+) -> float | None:
+    """When an n x g job that does not fit now first would, as running jobs end by their
+    time limits (holding nothing); None when no known release makes it fit."""
+    found = _scan(index, groups, g, n, events)
+    return None if found is None else found[0]
+
+
+def _scan(
+    index: FreeIndex, groups: Sequence[Group], g: int, n: int, events: Sequence[Release]
+) -> tuple[float, Group, dict[str, int], dict[str, list[int]]] | None:
     keys = {grp.key: grp for grp in groups}
     avail: dict[str, int] = {}
     released: dict[str, list[int]] = {}
@@ -80,7 +99,7 @@ def reserve(
                 fitting[st.group] += 1
         for key, grp in keys.items():
             if fitting[key] >= n:
-                return _hold(index, grp, g, n, avail, released, at, job_id)
+                return at, grp, avail, released
     return None
 
 

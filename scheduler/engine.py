@@ -9,7 +9,7 @@ from itertools import chain
 from operator import attrgetter
 
 from . import mig, reasons
-from .backfill import Fluid, Release, Reservation, end_time, releases, reserve
+from .backfill import Fluid, Release, Reservation, earliest_start, end_time, releases, reserve
 from .capacity import Fit, FreeIndex, Group, allocate, best_fit
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor
@@ -214,9 +214,10 @@ class _Cycle:
         kind_count = [0] * len(kinds)
         for k in kind_of:
             kind_count[k] += 1
+        ready = self.ready_times(kinds, kind_demand) if policy.quotas else [None] * len(kinds)
         wanted: list[Demand] = [
-            (r.team, r.gpu_model, d, c)
-            for r, d, c in zip(kinds, kind_demand, kind_count, strict=True)
+            (r.team, r.gpu_model, d, c, t)
+            for r, d, c, t in zip(kinds, kind_demand, kind_count, ready, strict=True)
             if d is not None
         ]
         self.ledger = Ledger(
@@ -380,6 +381,28 @@ class _Cycle:
             self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in kinds
         ]
         return Room(left, keys, [d or 0.0 for d in kind_demand])
+
+    def ready_times(
+        self, kinds: Sequence[JobRequest], kind_demand: Sequence[float | None]
+    ) -> list[float | None]:
+        """Per kind, when its shape first fits on nodes if it does not now (None: it fits
+        now, or no known release makes it fit). Worked out once per shape, not per kind."""
+        by_shape: dict[tuple[object, ...], float | None] = {}
+        result: list[float | None] = []
+        for r, d in zip(kinds, kind_demand, strict=True):
+            if d is None or r.mig_profile or r.gpus_per_node == 0:
+                result.append(None)
+                continue
+            shape = (r.gpu_model, r.pool, r.cluster, r.nodes, r.gpus_per_node)
+            if shape not in by_shape:
+                groups = self.groups(r.gpu_model, r)
+                g, n = r.gpus_per_node, r.nodes
+                if best_fit(self.index, groups, g, n, {}) is not None:
+                    by_shape[shape] = None
+                else:
+                    by_shape[shape] = earliest_start(self.index, groups, g, n, self.events())
+            result.append(by_shape[shape])
+        return result
 
     def capacity_wait(
         self,

@@ -5,10 +5,11 @@ counted in GPUs (a MIG slice as its GPU fraction). Up to `nominal` is guaranteed
 team borrows, up to `borrowing_limit`, from the other teams' idle nominal quota, where idle
 means neither used nor wanted by the owner's own pending jobs, so nothing is lent only to be
 reclaimed a moment later. Wanted is what the owner could start on its nominal now. A job
-that fits its nominal only once the owner's own running jobs end (from their time limits)
-wants the nominal from then: until then it is lent, but only to jobs whose time limit ends
-first, so by the limits the loan is back before the owner can use it (if the owner's jobs
-end early, it reclaims as from any borrower).
+that fits its nominal only once the owner's own running jobs end, or that fits its nominal
+but not on any nodes until running jobs end (both from time limits), wants the nominal from
+then: until then it is lent, but only to jobs whose time limit ends first, so by the limits
+the loan is back before the owner can use it (if running jobs end early, the owner reclaims
+as from any borrower).
 `lending_limit` caps what an owner lends. Idle quota of an exact model is lent for that
 model; idle "*" quota for any model. Capacity that is nobody's nominal quota is lent like
 idle "*" quota, so quotas that do not add up to the cluster waste nothing.
@@ -28,8 +29,9 @@ from typing import Any
 from .reasons import gpus_text
 from .types import ANY_MODEL, Quota, Reason, RunningJob, Team
 
-# What jobs ask of a quota: (team, GPU model or None for any, GPUs per job, how many jobs).
-Demand = tuple[str, str | None, float, int]
+# What jobs ask of a quota: (team, GPU model or None for any, GPUs per job, how many jobs,
+# when their shape first fits on nodes if not now: None when it fits now or is not known).
+Demand = tuple[str, str | None, float, int, float | None]
 
 
 @dataclass
@@ -96,8 +98,10 @@ class Ledger:
         # the nominal back, teams that all need to borrow would wait for each other forever.
         fits: dict[tuple[str, str], float] = {}
         blocked: dict[tuple[str, str], float] = {}
+        # Demand that fits the nominal but not the nodes: it wants the nominal from then.
+        later: dict[tuple[str, str], float] = {}
         targets_of: dict[tuple[str, str | None], list[tuple[tuple[str, str], Account]]] = {}
-        for owner, model, gpus, count in wanted:
+        for owner, model, gpus, count, ready in wanted:
             targets = targets_of.get((owner, model))
             if targets is None:
                 # Any model: the demand may land on any of the team's quotas; it counts on each.
@@ -111,15 +115,19 @@ class Ledger:
                 nominal = acc.quota.nominal
                 if gpus > nominal + 1e-9:
                     continue
-                if acc.used + gpus <= nominal + 1e-9:
+                if acc.used + gpus > nominal + 1e-9:
+                    if gpus < blocked.get(k, math.inf):
+                        blocked[k] = gpus
+                elif ready is None:
                     fits[k] = fits.get(k, 0.0) + gpus * count
-                elif gpus < blocked.get(k, math.inf):
-                    blocked[k] = gpus
+                elif ready < later.get(k, math.inf):
+                    later[k] = ready
         # Lending pools by quota model ("*" lends to any model), net of current borrowing.
         # Idle nominal whose owner has a blocked job is lent only until that job could start
         # on the owner's nominal (`until`, from the owner's running jobs' ends; not at all
-        # when one of them has no end): by the limits the loan is back before the owner needs
-        # it, and the nominal does not sit idle meanwhile.
+        # when one of them has no end), or until a job waiting for nodes could start, if
+        # sooner: by the limits the loan is back before the owner needs it, and the nominal
+        # does not sit idle meanwhile.
         nominal_total = sum(acc.quota.nominal for acc in self.accounts.values())
         self.pool: dict[str, float] = {ANY_MODEL: max(0.0, capacity - nominal_total)}
         self.until: dict[str, list[list[float]]] = {}
@@ -132,10 +140,13 @@ class Ledger:
             if q.lending_limit is not None:
                 idle = min(idle, q.lending_limit)
             need = blocked.get(k)
-            if need is None or idle <= 1e-9:
+            if (need is None and k not in later) or idle <= 1e-9:
                 self.pool[model] = self.pool.get(model, 0.0) + idle
                 continue
-            at = _fits_at(self._held.get(k, []), acc.used, q.nominal - want - need)
+            at: float | None = later.get(k, math.inf)
+            if need is not None:
+                on_nominal = _fits_at(self._held.get(k, []), acc.used, q.nominal - want - need)
+                at = None if on_nominal is None else min(on_nominal, later.get(k, math.inf))
             if at is not None:
                 self.until.setdefault(model, []).append([at, idle])
         for lst in self.until.values():
@@ -330,6 +341,15 @@ class Ledger:
         """Nominal quota left for non-preemptible work."""
         acc = self.account(team, model)
         return 0.0 if acc is None else acc.quota.nominal - acc.fixed
+
+    def nominal_free_at(self, team: str, model: str, gpus: float) -> float | None:
+        """When the team's running jobs on this quota will have ended (by their time limits)
+        enough for `gpus` more to fit its nominal; None if never known."""
+        k = self.key(team, model)
+        if k is None:
+            return None
+        acc = self.accounts[k]
+        return _fits_at(self._held.get(k, []), acc.used, acc.quota.nominal - gpus)
 
     def within_nominal(self, team: str, model: str, gpus: float) -> bool:
         acc = self.account(team, model)

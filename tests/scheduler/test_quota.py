@@ -35,18 +35,35 @@ def test_team_borrows_idle_quota_up_to_its_borrowing_limit(
     ] * (expected_starts - 2)
 
 
-def test_quota_wanted_by_its_owner_is_not_lent() -> None:
-    # b's gang waits for room (c holds 2 GPUs of n1): b's nominal is wanted, not idle, so a
-    # does not borrow it only to have it reclaimed when the gang fits.
-    pending = [job(f"a{i}", team="a", submit=i) for i in range(6)] + [
+def _gang_waits_for_nodes(a_limit: float) -> Decisions:
+    """b's 2-node gang fits b's nominal but waits for nodes: c holds 2 GPUs of n1 until
+    NOW + 3000. a (nominal 2, no borrowing limit) has 6 one-GPU jobs."""
+    pending = [job(f"a{i}", team="a", submit=i, limit=a_limit) for i in range(6)] + [
         job("b-gang", team="b", gpus=8, nodes=2)
     ]
     c_runs = running("c1", {"n1": [0, 1]}, team="c")
-    s = snap(nodes(2), [team("a", 2, borrow=None), team("b", 16), team("c", 2)], pending, [c_runs])
-    d = decide(s)
+    teams = [team("a", 2, borrow=None), team("b", 16), team("c", 2)]
+    return decide(snap(nodes(2), teams, pending, [c_runs]))
+
+
+def test_quota_wanted_by_its_owner_is_not_lent() -> None:
+    # From NOW + 3000 the gang wants b's nominal: a's jobs would still hold it then (their
+    # limit ends at NOW + 3600), so a does not borrow it only to have it reclaimed.
+    d = _gang_waits_for_nodes(3600.0)
     assert sorted(x.job_id for x in d.starts) == ["a0", "a1"]
     assert waits(d)["a2"].reason.code == "quota_exhausted"
     assert dict(waits(d)["a2"].reason.details)["lendable"] == 0
+
+
+def test_nominal_wanted_by_a_job_waiting_for_nodes_is_lent_until_the_nodes_free() -> None:
+    # The gang cannot use b's nominal before c1's limit frees n1 at NOW + 3000: until then it
+    # is lent, to jobs whose limit ends first. Nodes hold 14 free GPUs; a takes 6 of them.
+    d = _gang_waits_for_nodes(600.0)
+    assert sorted(x.job_id for x in d.starts) == [f"a{i}" for i in range(6)]
+    assert [x.borrowed for x in sorted(d.starts, key=lambda x: x.job_id)] == [False] * 2 + [
+        True
+    ] * 4
+    assert waits(d)["b-gang"].reason.code == "no_capacity"
 
 
 def test_lending_limit_caps_what_a_team_lends() -> None:
