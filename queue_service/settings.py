@@ -58,6 +58,19 @@ def env_count_or_unlimited(name: str, default: int) -> int | None:
     return int(raw)
 
 
+def env_float_or_off(name: str, default: float) -> float | None:
+    raw = env(name, str(default)).strip().lower()
+    if raw == "off":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a number >= 0 or 'off'") from None
+    if not value >= 0 or value == float("inf"):
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a number >= 0 or 'off'")
+    return value
+
+
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
@@ -126,6 +139,9 @@ GPUQ_PREEMPTION_GRACE_S = env_float("GPUQ_PREEMPTION_GRACE_S", 30.0)
 GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)
 # After this many preemptions a job is not preempted for priority again ("unlimited": never).
 GPUQ_MAX_PRIORITY_PREEMPTIONS = env_count_or_unlimited("GPUQ_MAX_PRIORITY_PREEMPTIONS", 2)
+# A priority preemption may throw away at most this many GPU-seconds of work per GPU-second
+# of waiting it saves ("off": any). Reclaim of nominal quota is never weighed.
+GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 1.0)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
 GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from itertools import chain
 from operator import attrgetter
 
@@ -93,7 +94,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
        from teams running on borrowed quota; a higher class preempts lower preemptible ones
-       (preempt.py). The minimal victims get the grace period; the job starts after.
+       when the work it throws away is worth less than its wait (preempt.py). The minimal
+       victims get the grace period; the job starts after.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed.
     7. MIG: before the walk, mig.MigIndex.plan re-lays out idle GPUs for the queue's slice
@@ -635,6 +637,12 @@ class _Cycle:
         found = self.victims(r, groups, p)
         if found is None:
             return None
+        if not self.worth_it(
+            found.victims,
+            gpus,
+            lambda: earliest_start(self.index, groups, r.gpus_per_node, r.nodes, self.events()),
+        ):
+            return None
         self.apply_preemption(r, gpus, found)
         leaving = [c for c, _ in found.victims]
         freed = sum(c.size for c in leaving)
@@ -696,10 +704,34 @@ class _Cycle:
                     freed += c.size
             if freed < shortfall - 1e-9:
                 continue
+            if not self.worth_it(
+                victims, gpus, partial(self.ledger.nominal_free_at, r.team, m, gpus)
+            ):
+                continue
             found = replace(found, victims=tuple(victims))
             self.apply_preemption(r, gpus, found)
             return reasons.preempting(len(victims), int(freed), policy.preemption_grace_s)
         return None
+
+    def worth_it(
+        self,
+        victims: Sequence[tuple[Candidate, str]],
+        gpus: float,
+        ready_at: Callable[[], float | None],
+    ) -> bool:
+        """Is a priority preemption worth the work it throws away? Only when the victims'
+        GPU-seconds since they started are at most Policy.preemption_loss_ratio times the
+        GPU-seconds the job would otherwise wait (until `ready_at()`, from time limits). A
+        reclaim always is: it restores a guarantee."""
+        ratio = self.policy.preemption_loss_ratio
+        if ratio is None or any(kind == "reclaim" for _, kind in victims):
+            return True
+        now = self.now
+        lost = sum(c.size * (now - c.start) for c, kind in victims if kind == "priority")
+        if lost <= 0.0:
+            return True
+        at = ready_at()
+        return at is None or lost <= ratio * gpus * max(0.0, at - now)
 
     def displaceable(
         self, team: str, value: int, key: tuple[str, str], own_all: list[Candidate]

@@ -4,8 +4,11 @@ Reclaim: a team whose job fits within its nominal quota takes GPUs back from oth
 jobs that run on borrowed quota. Priority: a job preempts lower, preemptible classes of its
 own team, or of other teams where those run on borrowed quota (so no team's guarantee is
 taken by another team's priority), unless the victim ran less than the minimum run time or
-was already preempted Policy.max_priority_preemptions times. Non-preemptible classes are
-never victims. A job already in its grace period is a free victim: its GPUs are coming back
+was already preempted Policy.max_priority_preemptions times, and only when it is worth it
+(the engine's check): the victims' GPU-seconds since they started at most
+Policy.preemption_loss_ratio times the GPU-seconds the job would otherwise wait for room by
+running jobs' time limits. Reclaim is never weighed so. Non-preemptible classes are never
+victims. A job already in its grace period is a free victim: its GPUs are coming back
 anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest

@@ -199,6 +199,11 @@ class Policy:
     # without a cap a long low-class job restarts again and again and never finishes.
     # None: no cap.
     max_priority_preemptions: int | None = 2
+    # A priority preemption must be worth it: the victims' work since they started (GPU-
+    # seconds) at most this many times what the job would otherwise wait (its GPUs times
+    # the time until running jobs' limits make room). Otherwise it waits; a job about to
+    # free its GPUs is not killed to gain minutes. None: no such check. Reclaim: never.
+    preemption_loss_ratio: float | None = 1.0
     backfill: bool = True
     preemption: bool = True
     quotas: bool = True  # False for the fifo/backfill baselines

@@ -61,6 +61,7 @@ def policy() -> st.Policy:
         preemption_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
         min_runtime_s=settings.GPUQ_MIN_RUNTIME_S,
         max_priority_preemptions=settings.GPUQ_MAX_PRIORITY_PREEMPTIONS,
+        preemption_loss_ratio=settings.GPUQ_PREEMPTION_LOSS_RATIO,
     )
 
 

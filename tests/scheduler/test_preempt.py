@@ -114,7 +114,10 @@ def test_victims_are_borrowed_first_then_lowest_class_then_most_recent() -> None
 
 @pytest.mark.parametrize(("age_s", "preempted"), [(100.0, False), (4000.0, True)])
 def test_min_runtime_protects_from_priority_preemption(age_s: float, preempted: bool) -> None:
-    busy = [running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - age_s) for i in range(8)]
+    busy = [
+        running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - age_s, limit=86400.0)
+        for i in range(8)
+    ]
     d = decide(snap(nodes(1), [team("a", 8)], [job("hi")], busy), Policy(min_runtime_s=3600))
     assert bool(d.preemptions) is preempted
 
@@ -206,7 +209,8 @@ def test_preemption_takes_the_victims_that_lose_the_least_work() -> None:
 def test_a_job_preempted_often_enough_is_not_preempted_for_priority_again(
     preempted_before: int, cap: int | None, preempted: bool
 ) -> None:
-    busy = [replace(running("low", {"n1": range(8)}, priority="low"), preemptions=preempted_before)]
+    low = running("low", {"n1": range(8)}, priority="low", limit=86400.0)
+    busy = [replace(low, preemptions=preempted_before)]
     s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], busy)
     d = decide(s, Policy(max_priority_preemptions=cap))
     assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
@@ -217,3 +221,55 @@ def test_the_preemption_cap_does_not_protect_from_reclaim() -> None:
     teams = [team("a", 8), team("b", 0, borrow=8)]
     d = decide(snap(nodes(1), teams, [job("mine", team="a")], [borrower]))
     assert [(p.job_id, p.kind) for p in d.preemptions] == [("b1", "reclaim")]
+
+
+@pytest.mark.parametrize(
+    ("started_ago", "ratio", "preempted"),
+    [
+        # 8 GPUs x 600 s of work lost against 1 GPU x 3000 s of waiting: it waits.
+        (600.0, 1.0, False),
+        # 8 x 60 s lost against 1 x 3540 s of waiting: it preempts.
+        (60.0, 1.0, True),
+        (600.0, 2.0, True),
+        (600.0, None, True),
+    ],
+)
+def test_priority_preemption_must_lose_less_work_than_the_job_would_wait(
+    started_ago: float, ratio: float | None, preempted: bool
+) -> None:
+    # The low job ends by its limit an hour after it started. Without quotas the job waits
+    # for nodes (with them the next test's case: it waits for its own team's quota).
+    low = running("low", {"n1": range(8)}, priority="low", started=NOW - started_ago)
+    s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], [low])
+    d = decide(s, Policy(quotas=False, preemption_loss_ratio=ratio))
+    assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
+    if not preempted:
+        w = waits(d)["hi"]
+        assert w.reason.code == "no_capacity"
+        assert w.estimated_start == NOW - started_ago + 3600
+
+
+@pytest.mark.parametrize(("started_ago", "preempted"), [(3000.0, False), (100.0, True)])
+def test_displacing_its_own_lower_class_must_be_worth_it_too(
+    started_ago: float, preempted: bool
+) -> None:
+    # a runs its whole nominal with low jobs that end by their limits at NOW + 600 (after
+    # 3000 s: not worth throwing away) or at NOW + 3500 (after 100 s: worth it).
+    limit = 3600.0 if started_ago == 3000.0 else 3600.0 + 3500.0 - 100.0
+    busy = [
+        running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - started_ago, limit=limit)
+        for i in range(4)
+    ]
+    d = decide(snap(nodes(1), [team("a", 4)], [job("x", priority="normal")], busy))
+    assert len(d.preemptions) == (1 if preempted else 0)
+    if not preempted:
+        assert waits(d)["x"].reason.code == "quota_exhausted"
+
+
+def test_reclaim_does_not_weigh_the_work_it_throws_away() -> None:
+    # b's borrowed jobs have run almost an hour and end in 100 s: a reclaims anyway, its
+    # guarantee is not traded for b's work.
+    teams = [team("a", 4, model=A100), team("b", 4, borrow=4, model=A100)]
+    busy = [running(f"b{i}", {"n1": [i]}, team="b", started=NOW - 3500 + i) for i in range(8)]
+    d = decide(snap(nodes(1), teams, [job("a1", team="a")], busy))
+    assert [(p.job_id, p.kind) for p in d.preemptions] == [("b7", "reclaim")]

@@ -16,6 +16,7 @@ from queue_service.settings import (
     env_bool,
     env_count_or_unlimited,
     env_float,
+    env_float_or_off,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +82,19 @@ def test_a_bad_count_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: st
     monkeypatch.setenv("GPUQ_C", raw)
     with pytest.raises(ImproperlyConfigured, match=r"GPUQ_C.*'unlimited'"):
         env_count_or_unlimited("GPUQ_C", 2)
+
+
+@pytest.mark.parametrize(("raw", "value"), [("1", 1.0), ("0.5", 0.5), ("0", 0.0), ("OFF", None)])
+def test_ratios_parse(monkeypatch: pytest.MonkeyPatch, raw: str, value: float | None) -> None:
+    monkeypatch.setenv("GPUQ_R", raw)
+    assert env_float_or_off("GPUQ_R", 1.0) == value
+
+
+@pytest.mark.parametrize("raw", ["-1", "half", "nan", "inf", ""])
+def test_a_bad_ratio_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("GPUQ_R", raw)
+    with pytest.raises(ImproperlyConfigured, match=r"GPUQ_R.*'off'"):
+        env_float_or_off("GPUQ_R", 1.0)
 
 
 def test_secrets_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
