@@ -46,6 +46,8 @@ class _Failure:
     shared: bool = True  # False: it concerns this job only (it is preempting for itself)
     estimate: float | None = None
     tail: reasons.BehindTail | None = None  # for no_capacity: its members' behind() reasons
+    # It did not preempt because the victims would lose more than it waits: say so.
+    note: reasons.PreemptionNote | None = None
 
 
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
@@ -141,6 +143,8 @@ class _Cycle:
         self.claimed: set[str] = set()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
+        # Set by a preemption refused as not worth it, for the reason of the job that asked.
+        self.not_worth: reasons.PreemptionNote | None = None
         self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
         self._candidates: dict[str, list[Candidate]] | None = None
         self._own: dict[str, list[Candidate]] | None = None
@@ -426,6 +430,8 @@ class _Cycle:
         reason = fail.reason
         if jobs and reason.code == "no_capacity":
             reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
+            if fail.note is not None:
+                reason = reasons.with_note(reason, fail.note)
         models = self.models
         if model or len(models) == 1:  # estimate()'s one-model case, inline: every job
             fluids = self.fluids if self.fluids is not None else self.fluid_state()
@@ -457,9 +463,12 @@ class _Cycle:
                 refusal = verdict.reason
         if not allowed:
             waiting = self.preempt_for_quota(r, gpus, models)
+            note, self.not_worth = self.not_worth, None
             if waiting is not None:
                 ready = self.now + self.policy.preemption_grace_s
                 return _Failure(waiting, capacity=False, shared=False, estimate=ready)
+            if refusal is not None and note is not None:
+                refusal = reasons.with_note(refusal, note)
             # Quota lent until a time may still admit a job of this kind that ends sooner.
             return _Failure(
                 refusal or reasons.unsatisfiable(r, 0),
@@ -498,6 +507,7 @@ class _Cycle:
             return _Failure(reasons.unsatisfiable(r, max_nodes), capacity=False)
         best = self.best_nodes_now(groups, g)  # before holds change the picture
         waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier)
+        note, self.not_worth = self.not_worth, None
         if waiting is not None:
             ready = self.now + self.policy.preemption_grace_s
             return _Failure(waiting, capacity=False, shared=False, estimate=ready)
@@ -508,11 +518,13 @@ class _Cycle:
             if res is not None:
                 self.reservations.append(res)
                 self.reserved_for[r.id] = res
+        reason = reasons.no_capacity(r, best)
         return _Failure(
-            reasons.no_capacity(r, best),
+            reason if note is None else reasons.with_note(reason, note),
             capacity=True,
             best_nodes=best,
             tail=reasons.behind_tail(r, best),
+            note=note,
         )
 
     def fit_with_held(
@@ -722,7 +734,8 @@ class _Cycle:
         """Is a priority preemption worth the work it throws away? Only when the victims'
         GPU-seconds since they started are at most Policy.preemption_loss_ratio times the
         GPU-seconds the job would otherwise wait (until `ready_at()`, from time limits). A
-        reclaim always is: it restores a guarantee."""
+        reclaim always is: it restores a guarantee. A refusal is kept in self.not_worth for
+        the job's reason."""
         ratio = self.policy.preemption_loss_ratio
         if ratio is None or any(kind == "reclaim" for _, kind in victims):
             return True
@@ -731,7 +744,13 @@ class _Cycle:
         if lost <= 0.0:
             return True
         at = ready_at()
-        return at is None or lost <= ratio * gpus * max(0.0, at - now)
+        if at is None:
+            return True
+        wait = gpus * max(0.0, at - now)
+        if lost <= ratio * wait:
+            return True
+        self.not_worth = reasons.not_worth(lost, wait)
+        return False
 
     def displaceable(
         self, team: str, value: int, key: tuple[str, str], own_all: list[Candidate]

@@ -95,6 +95,30 @@ def reserved(r: JobRequest, holder: str, start: float, now: float) -> Reason:
     )
 
 
+# Why a job did not preempt lower classes that were in its way: message tail and detail.
+PreemptionNote = tuple[str, tuple[str, Any]]
+
+
+def not_worth(lost_gpu_s: float, wait_gpu_s: float) -> PreemptionNote:
+    """A preemption refused because the victims would lose more work than the job waits."""
+    return (
+        f"; it does not preempt lower classes: they would lose {_gpu_time(lost_gpu_s)} of work,"
+        f" more than the {_gpu_time(wait_gpu_s)} it waits",
+        (
+            "preemption_not_worth",
+            {"lost_gpu_seconds": round(lost_gpu_s, 1), "wait_gpu_seconds": round(wait_gpu_s, 1)},
+        ),
+    )
+
+
+def with_note(reason: Reason, note: PreemptionNote) -> Reason:
+    return Reason(reason.code, reason.message + note[0], (*reason.details, note[1]))
+
+
+def _gpu_time(gpu_s: float) -> str:
+    return f"{gpu_s:.0f} GPU-seconds" if gpu_s < 3600 else f"{gpu_s / 3600:.1f} GPU-hours"
+
+
 def fifo_blocked(blocker: str) -> Reason:
     return Reason(
         "behind_higher_priority",

@@ -247,6 +247,15 @@ def test_priority_preemption_must_lose_less_work_than_the_job_would_wait(
         w = waits(d)["hi"]
         assert w.reason.code == "no_capacity"
         assert w.estimated_start == NOW - started_ago + 3600
+        # The reason says why it does not preempt, with the numbers.
+        assert w.reason.message.endswith(
+            "; it does not preempt lower classes: they would lose 1.3 GPU-hours of work,"
+            " more than the 3000 GPU-seconds it waits"
+        )
+        assert dict(w.reason.details)["preemption_not_worth"] == {
+            "lost_gpu_seconds": 4800.0,
+            "wait_gpu_seconds": 3000.0,
+        }
 
 
 @pytest.mark.parametrize(("started_ago", "preempted"), [(3000.0, False), (100.0, True)])
@@ -263,7 +272,25 @@ def test_displacing_its_own_lower_class_must_be_worth_it_too(
     d = decide(snap(nodes(1), [team("a", 4)], [job("x", priority="normal")], busy))
     assert len(d.preemptions) == (1 if preempted else 0)
     if not preempted:
-        assert waits(d)["x"].reason.code == "quota_exhausted"
+        reason = waits(d)["x"].reason
+        assert reason.code == "quota_exhausted"
+        assert dict(reason.details)["preemption_not_worth"] == {
+            "lost_gpu_seconds": 3000.0,
+            "wait_gpu_seconds": 600.0,
+        }
+
+
+def test_a_job_behind_others_still_says_why_it_does_not_preempt() -> None:
+    # Two jobs of one kind wait for the low job (8 GPUs, 600 s in, ends in 3000 s): the
+    # second is behind the first, and its reason keeps the note.
+    low = running("low", {"n1": range(8)}, priority="low", started=NOW - 600)
+    pending = [job("hi1", priority="normal", submit=1), job("hi2", priority="normal", submit=2)]
+    d = decide(snap(nodes(1), [team("a", 8)], pending, [low]), Policy(quotas=False))
+    assert d.preemptions == ()
+    second = waits(d)["hi2"].reason
+    assert second.code == "behind_higher_priority"
+    assert "it does not preempt lower classes" in second.message
+    assert "preemption_not_worth" in dict(second.details)
 
 
 def test_reclaim_does_not_weigh_the_work_it_throws_away() -> None:
