@@ -5,7 +5,8 @@ a Snapshot of the simulated state and its decisions are applied: starts, preempt
 victim leaves after the grace period and resumes later from its last checkpoint) and MIG
 relayouts (applied at once, then schedule() is called again at the same instant). A run
 that reaches its time limit ends there, as a backend would stop it. The wall clock is
-injected (`timer`) so that this module stays pure; it only measures decide_ms.
+injected (`timer`) so that this module stays pure; it only measures decide_ms. An optional
+`observe(snapshot, decisions, now)` sees every call, for diagnostics (bench/sim_idle.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .engine import running_gpus, schedule
 from .types import (
+    Decisions,
     Gpu,
     MigInstance,
     Node,
@@ -141,9 +143,11 @@ def simulate(
     policy_name: str,
     timer: Callable[[], float] | None = None,
     policy: Policy | None = None,
+    observe: Callable[[Snapshot, Decisions, float], None] | None = None,
 ) -> Result:
     """Run the workload under the named policy, or under `policy` reported by that name
-    (bench/sim_ablation.py turns the production policy's parts off one at a time)."""
+    (bench/sim_ablation.py turns the production policy's parts off one at a time).
+    `observe` is called after every schedule() call, before its decisions are applied."""
     policy = POLICIES[policy_name] if policy is None else policy
     st = _State(cluster, policy, {n.name: n for n in cluster.nodes})
     for n in cluster.nodes:
@@ -253,6 +257,8 @@ def simulate(
         d = schedule(snap, policy, now)
         if timer:
             decide_ms.append((timer() - t0) * 1000.0)
+        if observe is not None:
+            observe(snap, d, now)
         for s in d.starts:
             pj = pending.pop(s.job_id)
             r = pj.request

@@ -202,6 +202,25 @@ def test_preempted_runs_resume_and_are_counted() -> None:
     assert all(sorted(v) == list(range(1, len(v) + 1)) for v in by_job.values())
 
 
+def test_observe_sees_every_schedule_call_and_the_starts_it_decides() -> None:
+    # bench/sim_idle.py reads idle GPUs and reasons through this hook.
+    cluster, jobs = workload()
+    seen: list[tuple[float, tuple[str, ...]]] = []
+    ticks = iter(range(10**9))
+    result = simulate(
+        cluster,
+        jobs,
+        "gpuq",
+        timer=lambda: float(next(ticks)),
+        observe=lambda snap, d, now: seen.append((now, tuple(s.job_id for s in d.starts))),
+    )
+    assert len(seen) == result.report["decide_ms"]["calls"] > 0
+    assert [now for now, _ in seen] == sorted(now for now, _ in seen)
+    decided = sorted((now, job_id) for now, ids in seen for job_id in ids)
+    assert decided == sorted((r.start_s, r.job_id) for r in result.runs)
+    assert result.report == run("gpuq").report | {"decide_ms": result.report["decide_ms"]}
+
+
 def python3(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     # Plain python3 with no site-packages: the simulator needs nothing installed.
     return subprocess.run(

@@ -1,0 +1,137 @@
+"""Where a simulated run loses utilization, and when: GPUs busy before and after the last
+submit (a saturated queue drains after it), the work preemption threw away, and the GPUs
+idle before the last submit by what the waiting 1-GPU jobs were told.
+
+    python3 bench/sim_idle.py --cluster C.json --workload J.csv [--policy gpuq --policy backfill]
+
+Plain standard-library script (run from the repository root), on the simulator's observe
+hook. A 1-GPU job fits any idle whole GPU, so its reason says why that GPU stays idle; when
+no 1-GPU job waits, only larger jobs do ("only larger jobs wait": fragmentation, or nodes
+draining for a gang). Quota refusals are split by their cause. MIG GPUs count as GPUs of
+the cluster but their slices are not tracked here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.simulate import POLICIES, Result, simulate
+from scheduler.types import Decisions, Reason, Snapshot
+from scheduler.workload import Cluster, SimJob, parse_cluster, parse_jobs
+
+ONLY_LARGER = "only larger jobs wait"
+
+
+def cause(reason: Reason) -> str:
+    """A 1-GPU job's reason, with quota refusals split by what refused them."""
+    if reason.code != "quota_exhausted":
+        return reason.code
+    details = dict(reason.details)
+    if "non_preemptible_used" in details:
+        return "quota: non-preemptible class at nominal"
+    if "lendable_to_shorter_jobs" in details:
+        return "quota: idle nominal lent only to shorter jobs"
+    return "quota: nothing lendable"
+
+
+class IdleLog:
+    """Per schedule() call: the idle whole GPUs it left and why 1-GPU jobs still wait."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.whole = sum(n.gpus for n in cluster.nodes if not n.mig and n.state == "up")
+        self.calls: list[tuple[float, int, str]] = []
+
+    def __call__(self, snapshot: Snapshot, decisions: Decisions, now: float) -> None:
+        used = sum(len(a.gpus) for j in snapshot.running for a in j.placement.allocs)
+        used += sum(len(a.gpus) for s in decisions.starts for a in s.placement.allocs)
+        idle = self.whole - used
+        category = ""
+        if idle > 0:
+            one_gpu = {
+                p.request.id
+                for p in snapshot.pending
+                if p.request.nodes * p.request.gpus_per_node == 1 and not p.request.mig_profile
+            }
+            causes = sorted({cause(w.reason) for w in decisions.waits if w.job_id in one_gpu})
+            category = " + ".join(causes) if causes else ONLY_LARGER
+        self.calls.append((now, idle, category))
+
+    def idle_before(self, until: float) -> dict[str, float]:
+        """GPU-seconds idle before `until`, per category: a call's idle GPUs stay idle until
+        the next call (the simulator calls after every end, and skips a call only when no
+        whole GPU is idle)."""
+        out: dict[str, float] = {}
+        for (at, idle, category), (nxt, _, _) in zip(self.calls, self.calls[1:], strict=False):
+            span = min(nxt, until) - at
+            if idle > 0 and span > 0:
+                out[category] = out.get(category, 0.0) + idle * span
+        return out
+
+
+def busy(result: Result, jobs: list[SimJob], split: float) -> tuple[float, float, float, float]:
+    """GPU-seconds held before and after `split`, and of those the work preemption threw
+    away (a preempted run keeps what it ran up to its last checkpoint)."""
+    checkpoint = {j.request.id: j.checkpoint_s for j in jobs}
+    held_before = held_after = lost_before = lost_after = 0.0
+    for run in result.runs:
+        held_before += run.gpus * max(0.0, min(run.end_s, split) - run.start_s)
+        held_after += run.gpus * max(0.0, run.end_s - max(run.start_s, split))
+        if run.ended_by == "preempted":
+            ran = run.end_s - run.start_s
+            c = checkpoint.get(run.job_id)
+            kept = math.floor(ran / c) * c if c else 0.0
+            lost_from = run.start_s + kept
+            lost_before += run.gpus * max(0.0, min(run.end_s, split) - lost_from)
+            lost_after += run.gpus * max(0.0, run.end_s - max(lost_from, split))
+    return held_before, lost_before, held_after, lost_after
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cluster", required=True)
+    parser.add_argument("--workload", required=True)
+    parser.add_argument("--policy", action="append", choices=list(POLICIES))
+    args = parser.parse_args()
+    cluster = parse_cluster(Path(args.cluster).read_text(), args.cluster)
+    jobs = parse_jobs(Path(args.workload).read_text(), args.workload, cluster.priority_classes)
+    total = float(sum(n.gpus for n in cluster.nodes))
+    last_submit = max(j.request.submit_time for j in jobs)
+    print(
+        "| policy | utilization | busy before last submit | of it lost | busy after"
+        " | of it lost | idle before |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    idles: dict[str, dict[str, float]] = {}
+    for name in args.policy or ["gpuq", "backfill"]:
+        log = IdleLog(cluster)
+        result = simulate(cluster, jobs, name, observe=log)
+        end = result.report["makespan_s"]
+        before, lost_before, after, lost_after = busy(result, jobs, last_submit)
+        idles[name] = log.idle_before(last_submit)
+        span_before, span_after = total * last_submit, total * max(end - last_submit, 1e-9)
+        print(
+            f"| {name} | {result.report['gpu_utilization']:.3f}"
+            f" | {before / span_before:.3f} | {lost_before / span_before:.3f}"
+            f" | {after / span_after:.3f} | {lost_after / span_after:.3f}"
+            f" | {sum(idles[name].values()) / span_before:.3f} |",
+            flush=True,
+        )
+    print(
+        "\nIdle before the last submit, share of the cluster, by what waiting 1-GPU jobs"
+        " were told:\n"
+    )
+    for name, idle in idles.items():
+        print(f"- {name}:")
+        for category, gpu_s in sorted(idle.items(), key=lambda kv: -kv[1]):
+            share = gpu_s / (total * last_submit)
+            if share >= 0.0005:
+                print(f"  - {share:.3f} {category}")
+
+
+if __name__ == "__main__":
+    main()
