@@ -29,7 +29,8 @@ run: install
 
 ## Every check CI runs, against the real PostgreSQL, Redis, Slurm lab and Chromium.
 test: install-dev labs lint
-	DATABASE_URL=$(TEST_DATABASE_URL) SECRET_KEY=ci-only $(BIN)/python manage.py makemigrations --check --dry-run
+	# On the server's own `postgres` database, which always exists (pytest creates test_gpuq).
+	DATABASE_URL=$(dir $(TEST_DATABASE_URL))postgres SECRET_KEY=ci-only $(BIN)/python manage.py makemigrations --check --dry-run
 	$(BIN)/pytest
 
 lint: install-dev
