@@ -100,6 +100,7 @@ def main() -> None:
     cluster = parse_cluster(Path(args.cluster).read_text(), args.cluster)
     jobs = parse_jobs(Path(args.workload).read_text(), args.workload, cluster.priority_classes)
     total = float(sum(n.gpus for n in cluster.nodes))
+    first_submit = min(j.request.submit_time for j in jobs)
     last_submit = max(j.request.submit_time for j in jobs)
     print(
         "| policy | utilization | busy before last submit | of it lost | busy after"
@@ -107,13 +108,14 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     idles: dict[str, dict[str, float]] = {}
+    span_before = total * max(last_submit - first_submit, 1e-9)
     for name in args.policy or ["gpuq", "backfill"]:
         log = IdleLog(cluster)
         result = simulate(cluster, jobs, name, observe=log)
-        end = result.report["makespan_s"]
+        end = max((r.end_s for r in result.runs), default=last_submit)
         before, lost_before, after, lost_after = busy(result, jobs, last_submit)
         idles[name] = log.idle_before(last_submit)
-        span_before, span_after = total * last_submit, total * max(end - last_submit, 1e-9)
+        span_after = total * max(end - last_submit, 1e-9)
         print(
             f"| {name} | {result.report['gpu_utilization']:.3f}"
             f" | {before / span_before:.3f} | {lost_before / span_before:.3f}"
@@ -128,7 +130,7 @@ def main() -> None:
     for name, idle in idles.items():
         print(f"- {name}:")
         for category, gpu_s in sorted(idle.items(), key=lambda kv: -kv[1]):
-            share = gpu_s / (total * last_submit)
+            share = gpu_s / span_before
             if share >= 0.0005:
                 print(f"  - {share:.3f} {category}")
 
