@@ -1,6 +1,7 @@
 """Where a simulated run loses utilization, and when: GPUs busy before and after the last
 submit (a saturated queue drains after it), the work preemption threw away, and the GPUs
-idle before the last submit by what the waiting 1-GPU jobs were told.
+idle before the last submit by what the waiting 1-GPU jobs were told; then the lost work by
+kind of preemption (reclaim, or a higher class of the same or another team).
 
     python3 bench/sim_idle.py --cluster C.json --workload J.csv [--policy gpuq --policy backfill]
 
@@ -25,6 +26,7 @@ from scheduler.types import Decisions, Reason, Snapshot
 from scheduler.workload import Cluster, SimJob, parse_cluster, parse_jobs
 
 ONLY_LARGER = "only larger jobs wait"
+NOTHING = "nothing waits"
 
 
 def cause(reason: Reason) -> str:
@@ -45,8 +47,19 @@ class IdleLog:
     def __init__(self, cluster: Cluster) -> None:
         self.whole = sum(n.gpus for n in cluster.nodes if not n.mig and n.state == "up")
         self.calls: list[tuple[float, int, str]] = []
+        # Per preempted job: (when decided, "reclaim" | "priority, same team" | ...).
+        self.preempted: dict[str, list[tuple[float, str]]] = {}
 
     def __call__(self, snapshot: Snapshot, decisions: Decisions, now: float) -> None:
+        if decisions.preemptions:
+            team = {j.request.id: j.request.team for j in snapshot.running}
+            team.update((p.request.id, p.request.team) for p in snapshot.pending)
+            for p in decisions.preemptions:
+                kind = p.kind
+                if kind == "priority":
+                    same = team.get(p.by_job_id) == team.get(p.job_id)
+                    kind += ", same team" if same else ", other team"
+                self.preempted.setdefault(p.job_id, []).append((now, kind))
         used = sum(len(a.gpus) for j in snapshot.running for a in j.placement.allocs)
         used += sum(len(a.gpus) for s in decisions.starts for a in s.placement.allocs)
         idle = self.whole - used
@@ -58,13 +71,13 @@ class IdleLog:
                 if p.request.nodes * p.request.gpus_per_node == 1 and not p.request.mig_profile
             }
             causes = sorted({cause(w.reason) for w in decisions.waits if w.job_id in one_gpu})
-            category = " + ".join(causes) if causes else ONLY_LARGER
+            category = " + ".join(causes) if causes else ONLY_LARGER if decisions.waits else NOTHING
         self.calls.append((now, idle, category))
 
     def idle_before(self, until: float) -> dict[str, float]:
         """GPU-seconds idle before `until`, per category: a call's idle GPUs stay idle until
         the next call (the simulator calls after every end, and skips a call only when no
-        whole GPU is idle)."""
+        whole GPU is idle or nothing is pending)."""
         out: dict[str, float] = {}
         for (at, idle, category), (nxt, _, _) in zip(self.calls, self.calls[1:], strict=False):
             span = min(nxt, until) - at
@@ -73,11 +86,15 @@ class IdleLog:
         return out
 
 
-def busy(result: Result, jobs: list[SimJob], split: float) -> tuple[float, float, float, float]:
-    """GPU-seconds held before and after `split`, and of those the work preemption threw
-    away (a preempted run keeps what it ran up to its last checkpoint)."""
+def busy(
+    result: Result, jobs: list[SimJob], split: float, log: IdleLog
+) -> tuple[float, float, float, float, dict[str, float]]:
+    """GPU-seconds held before and after `split`, of those the work preemption threw away
+    (a preempted run keeps what it ran up to its last checkpoint), and that lost work by
+    the kind of the preemption that ended the run."""
     checkpoint = {j.request.id: j.checkpoint_s for j in jobs}
     held_before = held_after = lost_before = lost_after = 0.0
+    by_kind: dict[str, float] = {}
     for run in result.runs:
         held_before += run.gpus * max(0.0, min(run.end_s, split) - run.start_s)
         held_after += run.gpus * max(0.0, run.end_s - max(run.start_s, split))
@@ -88,7 +105,10 @@ def busy(result: Result, jobs: list[SimJob], split: float) -> tuple[float, float
             lost_from = run.start_s + kept
             lost_before += run.gpus * max(0.0, min(run.end_s, split) - lost_from)
             lost_after += run.gpus * max(0.0, run.end_s - max(lost_from, split))
-    return held_before, lost_before, held_after, lost_after
+            decided = [k for at, k in log.preempted.get(run.job_id, ()) if at <= run.end_s]
+            kind = decided[-1] if decided else "unknown"
+            by_kind[kind] = by_kind.get(kind, 0.0) + run.gpus * (run.end_s - lost_from)
+    return held_before, lost_before, held_after, lost_after, by_kind
 
 
 def main() -> None:
@@ -108,19 +128,25 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     idles: dict[str, dict[str, float]] = {}
+    losses: dict[str, dict[str, float]] = {}
     span_before = total * max(last_submit - first_submit, 1e-9)
     for name in args.policy or ["gpuq", "backfill"]:
         log = IdleLog(cluster)
         result = simulate(cluster, jobs, name, observe=log)
         end = max((r.end_s for r in result.runs), default=last_submit)
-        before, lost_before, after, lost_after = busy(result, jobs, last_submit)
-        idles[name] = log.idle_before(last_submit)
+        before, lost_before, after, lost_after, lost_by_kind = busy(result, jobs, last_submit, log)
+        idles[name] = idle = log.idle_before(last_submit)
+        # With nothing pending the simulator skips calls, so GPUs freed then are not seen
+        # above: the exact idle, from the runs, puts the rest under "nothing waits".
+        unseen = span_before - before - sum(idle.values())
+        idle[NOTHING] = idle.get(NOTHING, 0.0) + max(0.0, unseen)
+        losses[name] = lost_by_kind
         span_after = total * max(end - last_submit, 1e-9)
         print(
             f"| {name} | {result.report['gpu_utilization']:.3f}"
             f" | {before / span_before:.3f} | {lost_before / span_before:.3f}"
             f" | {after / span_after:.3f} | {lost_after / span_after:.3f}"
-            f" | {sum(idles[name].values()) / span_before:.3f} |",
+            f" | {1.0 - before / span_before:.3f} |",
             flush=True,
         )
     print(
@@ -133,6 +159,14 @@ def main() -> None:
             share = gpu_s / span_before
             if share >= 0.0005:
                 print(f"  - {share:.3f} {category}")
+
+    print("\nWork lost to preemption, share of all lost work, by kind:\n")
+    for name, lost in losses.items():
+        total_lost = sum(lost.values())
+        if total_lost > 0:
+            print(f"- {name}:")
+            for kind, gpu_s in sorted(lost.items(), key=lambda kv: -kv[1]):
+                print(f"  - {gpu_s / total_lost:.3f} {kind} ({gpu_s:,.0f} GPU-s)")
 
 
 if __name__ == "__main__":
