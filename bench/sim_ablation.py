@@ -32,6 +32,9 @@ VARIANTS = {
     "gpuq-no-quotas-no-preemption": replace(GPUQ, quotas=False, preemption=False),
     # backfill plus fair share: the order alone differs from the baseline.
     "backfill+fair-share": replace(POLICIES["backfill"], fair_share=True),
+    # Placement: gpuq with plain best fit, and the baseline with gpuq's end-time choice.
+    "gpuq-best-fit": replace(GPUQ, pack_by_end=False),
+    "backfill+pack-by-end": replace(POLICIES["backfill"], pack_by_end=True),
 }
 
 

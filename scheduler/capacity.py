@@ -8,6 +8,7 @@ most gpus-per-node buckets instead of all nodes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -175,6 +176,50 @@ def best_fit(
             if leftover == 0:
                 break
     return best
+
+
+def fit_by_end(
+    index: FreeIndex,
+    groups: Sequence[Group],
+    g: int,
+    ends: float,
+    horizon: Mapping[str, float],
+) -> Fit | None:
+    """One node for a single-node job of g GPUs that ends at `ends` (inf: no limit), chosen
+    so that nodes empty whole: a job that holds a node back from emptying is what keeps a
+    gang's nodes from ever coming free, and saturated queues then idle on scattered GPUs.
+
+    `horizon` is when each node's running jobs end (the latest planned end; inf: one has no
+    limit). First a partly used node the job does not keep busy longer (its end is at or
+    before the horizon), fewest free GPUs first, then the earliest horizon; else the partly
+    used node it extends least; an idle node last (best fit, as best_fit would choose).
+    """
+    # (0, free GPUs, horizon, name) for a node it does not extend; (1, extension, free GPUs,
+    # name) for one it does: the smallest key wins.
+    best_key: tuple[int, float, float, str] | None = None
+    best: tuple[Group, str, int] | None = None
+    for group in groups:
+        if g > group.width:
+            continue
+        for count in range(g, group.width + 1):
+            within = False
+            for name in group.buckets[count]:
+                if count == index.nodes[name].total:
+                    continue  # idle: the last resort
+                h = horizon.get(name, -math.inf)
+                if ends <= h:
+                    key = (0, float(count), h, name)
+                    within = True
+                else:
+                    key = (1, ends - h, float(count), name)
+                if best_key is None or key < best_key:
+                    best_key, best = key, (group, name, count)
+            if within:
+                break  # later buckets have more free GPUs: none of theirs can do better
+    if best is None:
+        return best_fit(index, groups, g, 1, {})
+    group, name, count = best
+    return Fit(group, [name], count - g)
 
 
 def allocate(index: FreeIndex, fit: Fit, g: int, from_held: bool) -> tuple[NodeAlloc, ...]:

@@ -11,7 +11,7 @@ from operator import attrgetter
 
 from . import mig, reasons
 from .backfill import Fluid, Release, Reservation, earliest_start, end_time, releases, reserve
-from .capacity import Fit, FreeIndex, Group, allocate, best_fit
+from .capacity import Fit, FreeIndex, Group, allocate, best_fit, fit_by_end
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor
 from .preempt import plan as plan_preemption
@@ -87,9 +87,11 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
     2. Order: priority-class value, then fair share by progressive filling, then FIFO within
        a team, ties by id (order.py). Baselines use submit order alone.
     3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py),
-       then best-fit placement; a gang starts all-or-nothing on n nodes of one group
-       (capacity.py). A group of equivalent jobs (team, class, shape) that failed is not
-       tried again this cycle: capacity and quota only shrink while a cycle runs.
+       then placement (capacity.py): a single-node job goes where it does not keep a node
+       busy longer than the jobs already there (by time limits), else best fit, so nodes
+       empty whole for gangs; a gang starts all-or-nothing on n best-fit nodes of one
+       group. A group of equivalent jobs (team, class, shape) that failed is not tried
+       again this cycle: capacity and quota only shrink while a cycle runs.
     4. Backfill (EASY): the first job per GPU model that does not fit gets a reservation
        (backfill.py) holding the free GPUs it will need; a later job may take held GPUs only
        if its time limit ends before the reservation starts. Without backfill (fifo) the
@@ -160,6 +162,7 @@ class _Cycle:
         self.first_tier = 0
         self._events: list[Release] | None = None
         self._ends: list[float | None] | None = None
+        self._horizon: dict[str, float] | None = None
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -477,7 +480,12 @@ class _Cycle:
             )
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
-        fit = best_fit(self.index, groups, g, n, {})
+        if n == 1 and g > 0 and self.policy.pack_by_end:
+            fit = fit_by_end(
+                self.index, groups, g, math.inf if ends is None else ends, self.horizon()
+            )
+        else:
+            fit = best_fit(self.index, groups, g, n, {})
         from_held = False
         if fit is None and self.reservations:
             held_fit, holder = self.fit_with_held(groups, g, n)
@@ -498,6 +506,8 @@ class _Cycle:
             self.ledger.commit(r.team, model, gpus, preemptible, ends)
             self.starts.append(Start(r.id, Placement(allocs), model, borrowed))
             self.cycle_releases.append((ends, model, allocs))
+            if self._horizon is not None:
+                self.extend_horizon(allocs, math.inf if ends is None else ends)
             self._events = None
             if self.fluids is not None:
                 self.fluids[model].take(g * n, r.time_limit_s, at=self.now)
@@ -526,6 +536,21 @@ class _Cycle:
             tail=reasons.behind_tail(r, best),
             note=note,
         )
+
+    def horizon(self) -> dict[str, float]:
+        """When each node's running jobs end by their limits (inf: one has none)."""
+        if self._horizon is None:
+            self._horizon = {}
+            for end, job in zip(self.running_ends(), self.s.running, strict=True):
+                self.extend_horizon(job.placement.allocs, math.inf if end is None else end)
+        return self._horizon
+
+    def extend_horizon(self, allocs: Sequence[NodeAlloc], end: float) -> None:
+        horizon = self._horizon
+        assert horizon is not None
+        for a in allocs:
+            if end > horizon.get(a.node, -math.inf):
+                horizon[a.node] = end
 
     def fit_with_held(
         self, groups: Sequence[Group], g: int, n: int

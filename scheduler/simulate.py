@@ -42,6 +42,7 @@ POLICIES: dict[str, Policy] = {
         quotas=False,
         fair_share=False,
         priorities=False,
+        pack_by_end=False,
     ),
     "backfill": Policy(
         name="backfill",
@@ -50,6 +51,7 @@ POLICIES: dict[str, Policy] = {
         quotas=False,
         fair_share=False,
         priorities=False,
+        pack_by_end=False,
     ),
 }
 

@@ -215,6 +215,9 @@ class Policy:
     priorities: bool = True
     # Bounds the victim searches of one cycle; jobs beyond it try again next cycle.
     max_preemption_searches: int = 16
+    # A single-node job goes first to a node it does not keep busy past its running jobs'
+    # limits (capacity.fit_by_end); False: plain best fit, as the baselines place.
+    pack_by_end: bool = True
 
 
 @dataclass(frozen=True, slots=True)

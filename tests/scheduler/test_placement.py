@@ -6,7 +6,20 @@ import pytest
 
 from scheduler.types import Node, Policy
 
-from .builders import A100, H100, decide, gpus_of, job, nodes, running, snap, started, team, waits
+from .builders import (
+    A100,
+    H100,
+    NOW,
+    decide,
+    gpus_of,
+    job,
+    nodes,
+    running,
+    snap,
+    started,
+    team,
+    waits,
+)
 
 NO_QUOTA = Policy(quotas=False)
 
@@ -121,3 +134,62 @@ def test_a_mig_job_pinned_to_a_cluster_gets_a_slice_there() -> None:
     )
     d = decide(snap(cluster, [], [job("agent", mig="1g.10gb", cluster="west")]), NO_QUOTA)
     assert started(d)["agent"].placement.allocs[0].node == "m-west"
+
+
+# Single-node jobs go where they keep no node busy past its running jobs' time limits, so that
+# nodes empty whole for gangs (capacity.fit_by_end). NOW + limit is when a job would end.
+
+
+def test_a_job_goes_where_it_ends_before_the_jobs_already_there_rather_than_best_fit() -> None:
+    busy = [
+        running("soon", {"n1": range(7)}, started=NOW, limit=600.0),  # n1 empties at +600
+        running("late", {"n2": range(4)}, started=NOW, limit=20_000.0),
+    ]
+    s = snap(nodes(2), [], [job("x", limit=3600.0)], busy)
+    assert gpus_of(started(decide(s, NO_QUOTA))["x"]) == {"n2": (4,)}
+    # Plain best fit, as the baselines place, would have kept n1 busy until +3600.
+    best_fit_only = Policy(quotas=False, pack_by_end=False)
+    assert gpus_of(started(decide(s, best_fit_only))["x"]) == {"n1": (7,)}
+
+
+def test_among_nodes_it_outlasts_a_job_goes_where_it_outlasts_the_least() -> None:
+    busy = [
+        running("soon", {"n1": range(7)}, started=NOW, limit=600.0),
+        running("later", {"n2": range(4)}, started=NOW, limit=3000.0),
+    ]
+    d = decide(snap(nodes(2), [], [job("x", limit=3600.0)], busy), NO_QUOTA)
+    assert gpus_of(started(d)["x"]) == {"n2": (4,)}
+
+
+def test_an_idle_node_is_opened_only_when_no_busy_node_fits() -> None:
+    busy = [running("full", {"n1": range(8)}), running("most", {"n3": range(7)}, limit=600.0)]
+    d = decide(
+        snap(
+            nodes(3), [], [job("one", limit=7200.0, submit=1), job("two", gpus=2, submit=2)], busy
+        ),
+        NO_QUOTA,
+    )
+    assert gpus_of(started(d)["one"]) == {"n3": (7,)}  # outlasts "most", but n2 stays whole
+    assert gpus_of(started(d)["two"]) == {"n2": (0, 1)}
+
+
+def test_a_job_without_a_time_limit_joins_jobs_without_one() -> None:
+    busy = [
+        running("bounded", {"n1": range(7)}, limit=3600.0),
+        running("unbounded", {"n2": range(6)}, limit=None),
+    ]
+    d = decide(snap(nodes(2), [], [job("x", limit=None)], busy), NO_QUOTA)
+    assert gpus_of(started(d)["x"]) == {"n2": (6,)}
+
+
+def test_a_job_started_in_the_same_cycle_counts_for_where_the_next_one_goes() -> None:
+    busy = [
+        running("x1", {"n1": range(4)}, started=NOW, limit=1000.0),
+        running("y1", {"n2": range(7)}, started=NOW, limit=5000.0),
+    ]
+    pending = [job("a", gpus=2, limit=40_000.0, submit=1), job("b", limit=20_000.0, submit=2)]
+    d = decide(snap(nodes(2), [], pending, busy), NO_QUOTA)
+    assert set(gpus_of(started(d)["a"])) == {"n1"}  # n2 has one GPU free
+    # n1 now runs until +40,000 because of "a": "b" ends before that there, while on n2 it
+    # would outlast y1 by 15,000 s.
+    assert set(gpus_of(started(d)["b"])) == {"n1"}
