@@ -193,6 +193,8 @@ def fit_by_end(
     limit). First a partly used node the job does not keep busy longer (its end is at or
     before the horizon), fewest free GPUs first, then the earliest horizon; else the partly
     used node it extends least; an idle node last (best fit, as best_fit would choose).
+    It may read every partly used node (best_fit stops at the first that fits); it stops at
+    the first bucket that holds a node the job does not outlast.
     """
     # (0, free GPUs, horizon, name) for a node it does not extend; (1, extension, free GPUs,
     # name) for one it does: the smallest key wins.
