@@ -538,11 +538,16 @@ class _Cycle:
         )
 
     def horizon(self) -> dict[str, float]:
-        """When each node's running jobs end by their limits (inf: one has none)."""
+        """When each node's running jobs, and those started this cycle, end by their limits
+        (inf: one has none)."""
         if self._horizon is None:
             self._horizon = {}
-            for end, job in zip(self.running_ends(), self.s.running, strict=True):
-                self.extend_horizon(job.placement.allocs, math.inf if end is None else end)
+            ends = chain(
+                zip(self.running_ends(), (j.placement.allocs for j in self.s.running), strict=True),
+                ((end, allocs) for end, _, allocs in self.cycle_releases),
+            )
+            for end, allocs in ends:
+                self.extend_horizon(allocs, math.inf if end is None else end)
         return self._horizon
 
     def extend_horizon(self, allocs: Sequence[NodeAlloc], end: float) -> None:

@@ -193,3 +193,16 @@ def test_a_job_started_in_the_same_cycle_counts_for_where_the_next_one_goes() ->
     # n1 now runs until +40,000 because of "a": "b" ends before that there, while on n2 it
     # would outlast y1 by 15,000 s.
     assert set(gpus_of(started(d)["b"])) == {"n1"}
+
+
+def test_a_gang_started_earlier_in_the_cycle_counts_for_where_a_small_job_goes() -> None:
+    busy = [running("short", {"n3": range(6)}, started=NOW, limit=600.0)]
+    pending = [
+        job("gang", gpus=4, nodes=2, limit=36_000.0, submit=1),
+        job("x", limit=3600.0, submit=2),
+    ]
+    d = decide(snap(nodes(3), [], pending, busy), NO_QUOTA)
+    assert set(gpus_of(started(d)["gang"])) == {"n1", "n2"}
+    # The gang keeps n1 and n2 busy until +36,000: "x" ends well before that there, and
+    # would keep n3 busy 3,000 s past "short".
+    assert set(gpus_of(started(d)["x"])) <= {"n1", "n2"}
