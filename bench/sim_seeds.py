@@ -15,8 +15,6 @@ several points), so a policy is judged here by all seeds together.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import statistics
 import sys
@@ -28,19 +26,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scheduler import generate
-from scheduler.simulate import POLICIES, simulate
-from scheduler.workload import parse_cluster, parse_jobs
+from scheduler.simulate import simulate
+from scheduler.workload import csv_text, parse_cluster, parse_jobs
 
-BASELINES = ("gpuq", "backfill", "fifo")
+COMPARED = ("gpuq", "backfill", "fifo")
 
 
 def workload_texts(spec: generate.Spec) -> tuple[str, str]:
     """CLUSTER.json and JOBS.csv as `python -m scheduler generate` writes them."""
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(generate.COLUMNS)
-    w.writerows([r[c] for c in generate.COLUMNS] for r in generate.jobs(spec))
-    return json.dumps(generate.cluster(spec)), buf.getvalue()
+    rows = ([r[c] for c in generate.COLUMNS] for r in generate.jobs(spec))
+    return json.dumps(generate.cluster(spec)), csv_text(generate.COLUMNS, rows)
 
 
 def run(spec: generate.Spec, policy: str) -> dict[str, Any]:
@@ -74,8 +69,7 @@ def main() -> None:
     specs = {
         s: generate.Spec(args.jobs, s, args.teams, args.nodes, load=args.load) for s in args.seeds
     }
-    tasks = [(specs[s], p) for s in args.seeds for p in BASELINES]
-    assert all(p in POLICIES for p in BASELINES)
+    tasks = [(specs[s], p) for s in args.seeds for p in COMPARED]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = list(pool.map(run, *zip(*tasks, strict=True)))
     by = {(r["seed"], r["policy"]): r for r in rows}
@@ -93,7 +87,7 @@ def main() -> None:
         )
     print("\n| policy | mean utilization | mean of mean waits s |")
     print("|---|---:|---:|")
-    for p in BASELINES:
+    for p in COMPARED:
         utils = [by[(s, p)]["utilization"] for s in args.seeds]
         waits = [by[(s, p)]["mean_wait_s"] for s in args.seeds]
         print(f"| {p} | {statistics.mean(utils):.4f} | {statistics.mean(waits):,.0f} |")

@@ -6,8 +6,6 @@ Runs with plain python3 from the repository root, nothing installed.
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 import time
@@ -24,7 +22,7 @@ from .simulate import (
     simulate,
     summary,
 )
-from .workload import InputError, parse_cluster, parse_jobs
+from .workload import InputError, csv_text, parse_cluster, parse_jobs
 
 
 def _read(path: str) -> str:
@@ -32,14 +30,6 @@ def _read(path: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{path}: line 1, field -: cannot read ({e})") from e
-
-
-def _csv_text(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    w.writerows(rows)
-    return buf.getvalue()
 
 
 def _per_policy(path: str, policy: str, several: bool) -> Path:
@@ -63,11 +53,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(summary(result))
         if args.jobs_out:
             _per_policy(args.jobs_out, name, several).write_text(
-                _csv_text(JOBS_OUT_COLUMNS, jobs_rows(result))
+                csv_text(JOBS_OUT_COLUMNS, jobs_rows(result))
             )
         if args.runs_out:
             _per_policy(args.runs_out, name, several).write_text(
-                _csv_text(RUNS_COLUMNS, runs_rows(result))
+                csv_text(RUNS_COLUMNS, runs_rows(result))
             )
     if args.out:
         Path(args.out).write_text(json.dumps({"policies": report}, indent=2) + "\n")
@@ -81,7 +71,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     Path(args.cluster_out).write_text(json.dumps(generate.cluster(spec), indent=2) + "\n")
     rows = generate.jobs(spec)
     Path(args.workload_out).write_text(
-        _csv_text(generate.COLUMNS, [[r[c] for c in generate.COLUMNS] for r in rows])
+        csv_text(generate.COLUMNS, [[r[c] for c in generate.COLUMNS] for r in rows])
     )
     print(
         f"wrote {len(rows)} jobs for {spec.teams} teams on {spec.nodes} x {spec.gpus_per_node} GPUs"

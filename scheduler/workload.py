@@ -1,6 +1,7 @@
-"""The simulator's input files (CLUSTER.json, JOBS.csv) parsed from text.
+"""The simulator's input files (CLUSTER.json, JOBS.csv) parsed from text, and CSV text for
+the files it writes.
 
-Parsing is pure: the caller reads the files. Every error names the file, the line and the
+Parsing is pure: the caller reads and writes the files. Every error names the file, the line and the
 field, in one line, for the command's exit-2 message.
 """
 
@@ -10,6 +11,7 @@ import csv
 import io
 import json
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,3 +252,12 @@ def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> li
         )
         jobs.append(SimJob(request, duration, row.number("checkpoint_s", None, minimum=1e-9)))
     return jobs
+
+
+def csv_text(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A header row and the rows, as the simulator's CSV files hold them."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows(rows)
+    return buf.getvalue()
