@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from bisect import insort
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 from . import mig, reasons
 from .backfill import Fluid, Release, Reservation, earliest_start, end_time, releases, reserve
@@ -32,6 +33,7 @@ from .types import (
 )
 
 _preference = attrgetter("preference")
+_at_node = itemgetter(0, 1)
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,8 @@ class _Cycle:
         self.claimed: set[str] = set()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
+        # Jobs waiting for capacity so far, and the GPUs they need (capacity_wait).
+        self.ahead_all: tuple[int, float] = (0, 0.0)
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
         self.not_worth: reasons.PreemptionNote | None = None
         self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
@@ -424,12 +428,14 @@ class _Cycle:
         gpus = r.nodes * r.gpus_per_node
         model = r.gpu_model
         if model is None:
-            jobs, need = sum(ahead_jobs.values()), sum(ahead_gpus.values())
+            jobs, need = self.ahead_all
         else:
             jobs = ahead_jobs.get(model, 0) + ahead_jobs.get(None, 0)
             need = ahead_gpus.get(model, 0.0) + ahead_gpus.get(None, 0.0)
         ahead_jobs[model] = ahead_jobs.get(model, 0) + 1
         ahead_gpus[model] = ahead_gpus.get(model, 0.0) + gpus
+        # The sums over all models, kept as they grow (whole GPUs: float sums are exact).
+        self.ahead_all = (self.ahead_all[0] + 1, self.ahead_all[1] + gpus)
         reason = fail.reason
         if jobs and reason.code == "no_capacity":
             reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
@@ -508,7 +514,11 @@ class _Cycle:
             self.cycle_releases.append((ends, model, allocs))
             if self._horizon is not None:
                 self.extend_horizon(allocs, math.inf if ends is None else ends)
-            self._events = None
+            if self._events is not None and ends is not None:
+                # As releases() would place them: after the releases of the same instant
+                # and node already there (a stable sort of the list with these appended).
+                for a in allocs:
+                    insort(self._events, (ends, a.node, a.gpus), key=_at_node)
             if self.fluids is not None:
                 self.fluids[model].take(g * n, r.time_limit_s, at=self.now)
             return None
@@ -608,14 +618,32 @@ class _Cycle:
                 allocs = job.placement.allocs
                 if len(allocs) == 1:  # the usual case, without a comprehension's frame
                     a = allocs[0]
-                    per_node = {a.node: len(a.gpus)} if a.gpus else {}
+                    size = len(a.gpus)
+                    if not size:
+                        continue  # a MIG slice: victim searches free whole GPUs
+                    c = Candidate(
+                        job,
+                        values.get(r.priority, 0),
+                        r.id in borrowed,
+                        leaving,
+                        {a.node: size},
+                        size,
+                    )
+                    on_node.setdefault(a.node, []).append(c)
                 else:
                     per_node = {a.node: len(a.gpus) for a in allocs if a.gpus}
-                if not per_node:
-                    continue  # a MIG slice: victim searches free whole GPUs
-                c = Candidate(job, values.get(r.priority, 0), r.id in borrowed, leaving, per_node)
-                for node in per_node:
-                    on_node.setdefault(node, []).append(c)
+                    if not per_node:
+                        continue
+                    c = Candidate(
+                        job,
+                        values.get(r.priority, 0),
+                        r.id in borrowed,
+                        leaving,
+                        per_node,
+                        sum(per_node.values()),
+                    )
+                    for node in per_node:
+                        on_node.setdefault(node, []).append(c)
                 if leaving:
                     self._leaving.append(c)
                 elif c.borrowed:
@@ -632,9 +660,12 @@ class _Cycle:
         if not over:
             return set()
         key, preemptibles = self.ledger.key, self.preemptibles
+        teams = {team for team, _ in over}  # most teams borrow nothing: skip their jobs first
         by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
         for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
             r = job.request
+            if r.team not in teams:
+                continue
             k = key(r.team, job.gpu_model)
             if k is not None and k in over and preemptibles.get(r.priority, True):
                 by_key.setdefault(k, []).append((job, gpus))
@@ -814,11 +845,11 @@ class _Cycle:
         """Each team's running jobs that may leave: those already leaving first (their quota
         is coming back), then preemptible ones, lowest class first."""
         if self._own is None:
-            seen = {c.id: c for lst in self.candidates().values() for c in lst}
-            self._own = {}
-            order = sorted(seen.values(), key=lambda c: (not c.leaving, c.value, -c.start, c.id))
-            for c in order:
-                self._own.setdefault(c.team, []).append(c)
+            self.candidates()  # fills self._by_team: each candidate once, in its team's list
+            self._own = {
+                team: sorted(lst, key=lambda c: (not c.leaving, c.value, -c.start, c.id))
+                for team, lst in self._by_team.items()
+            }
         return self._own
 
     def victims(self, r: JobRequest, groups: Sequence[Group], p: Preemptor) -> Plan | None:

@@ -22,34 +22,51 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .capacity import FreeIndex, Group
 from .types import RunningJob
 
 
-# Not frozen: a cycle builds one per running job, and frozen fields cost a setattr call each.
-@dataclass(slots=True)
 class Candidate:
-    job: RunningJob
-    value: int  # priority-class value
-    borrowed: bool
-    leaving: bool  # already in its grace period
-    gpus: Mapping[str, int]  # GPUs it holds per node
-    # Copied out of the job: victim searches read them in their inner loop.
-    id: str = field(init=False)
-    team: str = field(init=False)
-    start: float = field(init=False)
-    size: int = field(init=False)  # GPUs it holds on all its nodes
-    # The victim order on a node: leaving, borrowed, lowest class, most recently started.
-    preference: tuple[bool, bool, int, float, str] = field(init=False)
+    """A running job that may be a victim. A plain slotted class, not frozen: a cycle builds
+    one per running job, and a dataclass's __init__ and __post_init__ cost twice the calls."""
 
-    def __post_init__(self) -> None:
-        self.id = self.job.request.id
-        self.team = self.job.request.team
-        self.start = self.job.start_time
-        self.size = sum(self.gpus.values())
-        self.preference = (not self.leaving, not self.borrowed, self.value, -self.start, self.id)
+    __slots__ = (
+        "borrowed",
+        "gpus",
+        "id",
+        "job",
+        "leaving",
+        "preference",
+        "size",
+        "start",
+        "team",
+        "value",
+    )
+
+    def __init__(
+        self,
+        job: RunningJob,
+        value: int,  # priority-class value
+        borrowed: bool,
+        leaving: bool,  # already in its grace period
+        gpus: Mapping[str, int],  # GPUs it holds per node
+        size: int,  # GPUs it holds on all its nodes
+    ) -> None:
+        r = job.request
+        self.job = job
+        self.value = value
+        self.borrowed = borrowed
+        self.leaving = leaving
+        self.gpus = gpus
+        # Copied out of the job: victim searches read them in their inner loop.
+        self.id = r.id
+        self.team = r.team
+        self.start = job.start_time
+        self.size = size
+        # The victim order on a node: leaving, borrowed, lowest class, most recently started.
+        self.preference = (not leaving, not borrowed, value, -self.start, self.id)
 
 
 @dataclass(frozen=True)

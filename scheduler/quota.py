@@ -81,10 +81,12 @@ class Ledger:
             for q in team.quotas:
                 self.accounts[(team.name, q.gpu_model)] = Account(q)
         self._key_cache: dict[tuple[str, str], tuple[str, str] | None] = {}
-        key = self.key
+        key, cached = self.key, self._key_cache
         self._held: dict[tuple[str, str], list[tuple[float | None, float]]] = {}
         for i, (job, gpus, preemptible) in enumerate(running):
-            k = key(job.request.team, job.gpu_model)
+            team_model = (job.request.team, job.gpu_model)
+            # key(), with its cache read inline: this runs for every running job.
+            k = cached[team_model] if team_model in cached else key(*team_model)
             if k is not None:
                 acc = self.accounts[k]
                 acc.used += gpus

@@ -12,7 +12,7 @@ simulated seconds in the simulator). Fields may be added with defaults; none may
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 ANY_MODEL = "*"
 
@@ -220,8 +220,11 @@ class Policy:
     pack_by_end: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Reason:
+# Reason and Wait are NamedTuples, immutable like the dataclasses here but built by
+# tuple.__new__: a cycle makes one Wait per pending job and one Reason per job waiting for
+# capacity, and a frozen dataclass sets each field through object.__setattr__ (a Wait cost
+# 1.1 us against 0.3 us; at 100k pending jobs that was about a tenth of a call).
+class Reason(NamedTuple):
     """Why a job does not start now: a code for machines, a sentence for people."""
 
     code: str  # e.g. "quota_exhausted", "no_capacity", "behind_higher_priority", "mig_unavailable"
@@ -248,8 +251,7 @@ class Preemption:
     message: str  # "preempted by job X: team A reclaimed its nominal A100 quota"
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(NamedTuple):
     job_id: str
     reason: Reason
     position: int  # 1-based position in scheduling order among pending jobs
