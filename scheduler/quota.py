@@ -272,6 +272,13 @@ class Ledger:
         after = acc.used + gpus
         if after <= q.nominal + 1e-9:
             return OK_NOMINAL
+        lendable = self.lendable(q.gpu_model, ends)
+        limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
+        new_borrow = after - q.nominal
+        over_limit = new_borrow > limit + 1e-9
+        if not over_limit and new_borrow - acc.borrowed <= lendable + 1e-9:
+            return OK_BORROWED
+        # Refused: the numbers, and the sentence, only now (a deep queue asks often).
         details: tuple[tuple[str, Any], ...] = (
             ("team", team),
             ("gpu_model", q.gpu_model),
@@ -279,14 +286,12 @@ class Ledger:
             ("nominal", q.nominal),
             ("borrowing_limit", q.borrowing_limit),
             ("requested", round(gpus, 4)),
-            ("lendable", round(self.lendable(q.gpu_model, ends), 4)),
+            ("lendable", round(lendable, 4)),
         )
         usage = (
             f"team {team} uses {gpus_text(acc.used)} of {gpus_text(q.nominal)} {q.gpu_model} GPUs"
         )
-        limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
-        new_borrow = after - q.nominal
-        if new_borrow > limit + 1e-9:
+        if over_limit:
             return Verdict(
                 False,
                 reason=Reason(
@@ -295,25 +300,22 @@ class Ledger:
                     details,
                 ),
             )
-        lendable = self.lendable(q.gpu_model, ends)
-        if new_borrow - acc.borrowed > lendable + 1e-9:
-            # Quota lent until a time that this job would outlast: say so, it is visible idle.
-            shorter = self.lendable(q.gpu_model, -math.inf) - lendable
-            more = ""
-            if shorter > 1e-9:
-                more = f"; {gpus_text(shorter)} more are lent only to jobs that end sooner"
-                details += (("lendable_to_shorter_jobs", round(shorter, 4)),)
-            return Verdict(
-                False,
-                reason=Reason(
-                    "quota_exhausted",
-                    f"{usage}; borrowing limit {acc.limit_text()}, but only "
-                    f"{gpus_text(lendable)} idle GPUs of other teams can be lent "
-                    f"(needs {gpus_text(gpus)}){more}",
-                    details,
-                ),
-            )
-        return OK_BORROWED
+        # Quota lent until a time that this job would outlast: say so, it is visible idle.
+        shorter = self.lendable(q.gpu_model, -math.inf) - lendable
+        more = ""
+        if shorter > 1e-9:
+            more = f"; {gpus_text(shorter)} more are lent only to jobs that end sooner"
+            details += (("lendable_to_shorter_jobs", round(shorter, 4)),)
+        return Verdict(
+            False,
+            reason=Reason(
+                "quota_exhausted",
+                f"{usage}; borrowing limit {acc.limit_text()}, but only "
+                f"{gpus_text(lendable)} idle GPUs of other teams can be lent "
+                f"(needs {gpus_text(gpus)}){more}",
+                details,
+            ),
+        )
 
     def commit(
         self, team: str, model: str, gpus: float, preemptible: bool, ends: float | None = None

@@ -75,7 +75,9 @@ def behind(
     capacity gets one of these reasons, and a deep queue has few shapes."""
     text, best = tail or behind_tail(r, best_nodes)
     if gpus_ahead % 1 == 0:  # gpus_text and the rounding below, for the usual whole count
-        gpus, value = f"{gpus_ahead:g}", gpus_ahead
+        # What f"{x:g}" prints for a whole x below a million, for less than float formatting.
+        gpus = str(int(gpus_ahead)) if gpus_ahead < 1e6 else f"{gpus_ahead:g}"
+        value = gpus_ahead
     else:
         gpus, value = gpus_text(gpus_ahead), round(gpus_ahead, 4)
     return Reason(
