@@ -1,7 +1,9 @@
 """Where a simulated run loses utilization, and when: GPUs busy before and after the last
 submit (a saturated queue drains after it), the work preemption threw away, and the GPUs
-idle before the last submit by what the waiting 1-GPU jobs were told; then the lost work by
-kind of preemption (reclaim, or a higher class of the same or another team).
+idle before the last submit by what the waiting 1-GPU jobs were told; how many jobs of less
+than a node were left waiting (the jobs that could refill a hole) and whether idle GPUs sat
+on idle nodes or in holes on partly used ones; then the lost work by kind of preemption
+(reclaim, or a higher class of the same or another team).
 
     python3 bench/sim_idle.py --cluster C.json --workload J.csv [--policy gpuq --policy backfill]
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from itertools import chain
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -47,6 +50,10 @@ class IdleLog:
     def __init__(self, cluster: Cluster) -> None:
         self.whole = sum(n.gpus for n in cluster.nodes if not n.mig and n.state == "up")
         self.calls: list[tuple[float, int, str]] = []
+        self.size = {n.name: n.gpus for n in cluster.nodes}
+        # Per call: (time, waiting jobs of less than a node, GPUs idle on idle nodes, GPUs
+        # idle on partly used nodes).
+        self.shape: list[tuple[float, int, int, int]] = []
         # Per preempted job: (when decided, "reclaim" | "priority, same team" | ...).
         self.preempted: dict[str, list[tuple[float, str]]] = {}
 
@@ -73,6 +80,39 @@ class IdleLog:
             causes = sorted({cause(w.reason) for w in decisions.waits if w.job_id in one_gpu})
             category = " + ".join(causes) if causes else ONLY_LARGER if decisions.waits else NOTHING
         self.calls.append((now, idle, category))
+        # What waits, and where the idle GPUs are: jobs of less than a whole node left
+        # waiting (the jobs that could refill a hole), and idle GPUs on idle nodes against
+        # holes on partly used ones.
+        free = {n.name: n.gpus for n in snapshot.nodes if not n.mig and n.state == "up"}
+        for allocs in chain(
+            (j.placement.allocs for j in snapshot.running),
+            (st.placement.allocs for st in decisions.starts),
+        ):
+            for a in allocs:
+                if a.node in free:
+                    free[a.node] -= len(a.gpus)
+        width = max((n.gpus for n in snapshot.nodes), default=0)
+        started = {st.job_id for st in decisions.starts}
+        small = sum(
+            1
+            for p in snapshot.pending
+            if p.request.id not in started
+            and p.request.nodes == 1
+            and p.request.gpus_per_node < width
+        )
+        idle_nodes = sum(f for name, f in free.items() if f == self.size[name])
+        self.shape.append((now, small, idle_nodes, sum(free.values()) - idle_nodes))
+
+    def shape_before(self, start: float, until: float) -> tuple[float, float, float]:
+        """Time averages before `until`: waiting jobs of less than a node, and GPUs idle on
+        idle nodes and on partly used ones (as a share of the whole GPUs)."""
+        small = whole = holes = 0.0
+        for (at, n, w, h), (nxt, *_) in zip(self.shape, self.shape[1:], strict=False):
+            span = min(nxt, until) - at
+            if span > 0:
+                small, whole, holes = small + n * span, whole + w * span, holes + h * span
+        span = max(until - start, 1e-9)
+        return small / span, whole / span / self.whole, holes / span / self.whole
 
     def idle_before(self, until: float) -> dict[str, float]:
         """GPU-seconds idle before `until`, per category: a call's idle GPUs stay idle until
@@ -128,6 +168,7 @@ def main() -> None:
     )
     print("|---|---:|---:|---:|---:|---:|---:|")
     idles: dict[str, dict[str, float]] = {}
+    shapes: dict[str, tuple[float, float, float]] = {}
     losses: dict[str, dict[str, float]] = {}
     span_before = total * max(last_submit - first_submit, 1e-9)
     for name in args.policy or ["gpuq", "backfill"]:
@@ -135,6 +176,7 @@ def main() -> None:
         result = simulate(cluster, jobs, name, observe=log)
         end = max((r.end_s for r in result.runs), default=last_submit)
         before, lost_before, after, lost_after, lost_by_kind = busy(result, jobs, last_submit, log)
+        shapes[name] = log.shape_before(first_submit, last_submit)
         idles[name] = idle = log.idle_before(last_submit)
         # With nothing pending the simulator skips calls, so GPUs freed then are not seen
         # above: the exact idle, from the runs, puts the rest under "nothing waits".
@@ -160,6 +202,15 @@ def main() -> None:
             if share >= 0.0005:
                 print(f"  - {share:.3f} {category}")
 
+    print(
+        "\nBefore the last submit, time averages over the scheduler's calls: jobs of less than"
+        " a node left waiting (what refills a hole), and GPUs idle while jobs wait, on idle"
+        " nodes and in holes on partly used nodes (share of the cluster):\n"
+    )
+    print("| policy | waiting jobs < 1 node | idle on idle nodes | idle in holes |")
+    print("|---|---:|---:|---:|")
+    for name, (small, whole, holes) in shapes.items():
+        print(f"| {name} | {small:.1f} | {whole:.3f} | {holes:.3f} |")
     print("\nWork lost to preemption, share of all lost work, by kind:\n")
     for name, lost in losses.items():
         total_lost = sum(lost.values())

@@ -1,4 +1,5 @@
-"""The scheduler's input and output: frozen dataclasses, standard library only.
+"""The scheduler's input and output: immutable, standard library only (frozen dataclasses;
+Reason and Wait, made once per waiting job, are NamedTuples).
 
 They have slots: a cycle reads a few hundred thousand of them and writes one Wait per pending
 job, and without a per-instance dict each is one object for the garbage collector, not two
