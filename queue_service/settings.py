@@ -140,8 +140,9 @@ GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)
 # After this many preemptions a job is not preempted for priority again ("unlimited": never).
 GPUQ_MAX_PRIORITY_PREEMPTIONS = env_count_or_unlimited("GPUQ_MAX_PRIORITY_PREEMPTIONS", 2)
 # A priority preemption may throw away at most this many GPU-seconds of work per GPU-second
-# of waiting it saves ("off": any). Reclaim of nominal quota is never weighed.
-GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 1.0)
+# of waiting it saves, the wait read from time limits ("off": any). Reclaim of nominal quota
+# is never weighed. The default is scheduler.types.Policy's.
+GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
 GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
 

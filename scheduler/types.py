@@ -204,7 +204,9 @@ class Policy:
     # seconds) at most this many times what the job would otherwise wait (its GPUs times
     # the time until running jobs' limits make room). Otherwise it waits; a job about to
     # free its GPUs is not killed to gain minutes. None: no such check. Reclaim: never.
-    preemption_loss_ratio: float | None = 1.0
+    # 0.5, not 1: the wait is read from time limits, which users pad (jobs tend to end well
+    # before them), so half the wait by limits is about the real one (docs/BENCHMARKS.md).
+    preemption_loss_ratio: float | None = 0.5
     backfill: bool = True
     preemption: bool = True
     quotas: bool = True  # False for the fifo/backfill baselines

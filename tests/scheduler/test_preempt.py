@@ -224,6 +224,25 @@ def test_the_preemption_cap_does_not_protect_from_reclaim() -> None:
 
 
 @pytest.mark.parametrize(
+    ("started_ago", "preempted"),
+    [
+        # 8 x 200 s lost against 1 x 3400 s of waiting by the limit: at most half, it preempts.
+        (200.0, True),
+        # 8 x 300 s lost against 1 x 3300 s: less than the wait, but more than half of it.
+        (300.0, False),
+    ],
+)
+def test_by_default_a_priority_preemption_loses_at_most_half_the_wait_by_time_limits(
+    started_ago: float, preempted: bool
+) -> None:
+    # Time limits are padded, so the wait they give is about twice the real one.
+    low = running("low", {"n1": range(8)}, priority="low", started=NOW - started_ago)
+    s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], [low])
+    d = decide(s, Policy(quotas=False))
+    assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
+
+
+@pytest.mark.parametrize(
     ("started_ago", "ratio", "preempted"),
     [
         # 8 GPUs x 600 s of work lost against 1 GPU x 3000 s of waiting: it waits.

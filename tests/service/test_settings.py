@@ -120,3 +120,32 @@ def test_the_service_refuses_to_start_without_a_secret_key() -> None:
     )
     assert result.returncode != 0
     assert "environment variable SECRET_KEY is required" in result.stderr
+
+
+def test_the_policy_settings_default_to_the_schedulers_own_defaults() -> None:
+    # Unset, the service's policy settings are Policy()'s defaults: the simulator and bench/
+    # measure the policy the service runs.
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(
+            ("GPUQ_FAIR_SHARE", "GPUQ_PREEMPTION", "GPUQ_MIN_RUNTIME", "GPUQ_MAX_PRIORITY")
+        )
+    }
+    environ.setdefault("SECRET_KEY", "test-only")
+    code = (
+        "import django, os;"
+        " os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'queue_service.settings');"
+        " django.setup(); from queue_service.jobs.snapshot import policy;"
+        " from scheduler.types import Policy; print(policy() == Policy())"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
