@@ -619,31 +619,17 @@ class _Cycle:
                 if len(allocs) == 1:  # the usual case, without a comprehension's frame
                     a = allocs[0]
                     size = len(a.gpus)
-                    if not size:
-                        continue  # a MIG slice: victim searches free whole GPUs
-                    c = Candidate(
-                        job,
-                        values.get(r.priority, 0),
-                        r.id in borrowed,
-                        leaving,
-                        {a.node: size},
-                        size,
-                    )
-                    on_node.setdefault(a.node, []).append(c)
+                    per_node = {a.node: size} if size else {}
                 else:
                     per_node = {a.node: len(a.gpus) for a in allocs if a.gpus}
-                    if not per_node:
-                        continue
-                    c = Candidate(
-                        job,
-                        values.get(r.priority, 0),
-                        r.id in borrowed,
-                        leaving,
-                        per_node,
-                        sum(per_node.values()),
-                    )
-                    for node in per_node:
-                        on_node.setdefault(node, []).append(c)
+                    size = sum(per_node.values())
+                if not size:
+                    continue  # a MIG slice: victim searches free whole GPUs
+                c = Candidate(
+                    job, values.get(r.priority, 0), r.id in borrowed, leaving, per_node, size
+                )
+                for node in per_node:
+                    on_node.setdefault(node, []).append(c)
                 if leaving:
                     self._leaving.append(c)
                 elif c.borrowed:

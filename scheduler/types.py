@@ -225,8 +225,8 @@ class Policy:
 
 # Reason and Wait are NamedTuples, immutable like the dataclasses here but built by
 # tuple.__new__: a cycle makes one Wait per pending job and one Reason per job waiting for
-# capacity, and a frozen dataclass sets each field through object.__setattr__ (a Wait cost
-# 1.1 us against 0.3 us; at 100k pending jobs that was about a tenth of a call).
+# capacity, and a frozen dataclass sets each field through object.__setattr__ (1.1 us
+# against 0.3 us per Wait: some 80 ms of a 100k call).
 class Reason(NamedTuple):
     """Why a job does not start now: a code for machines, a sentence for people."""
 
