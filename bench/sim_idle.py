@@ -151,7 +151,8 @@ def busy(
     return held_before, lost_before, held_after, lost_after, by_kind
 
 
-def main() -> None:
+def workload_args() -> tuple[Cluster, list[SimJob], list[str]]:
+    """--cluster, --workload and --policy (repeatable; default gpuq and backfill), read."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--cluster", required=True)
     parser.add_argument("--workload", required=True)
@@ -159,6 +160,11 @@ def main() -> None:
     args = parser.parse_args()
     cluster = parse_cluster(Path(args.cluster).read_text(), args.cluster)
     jobs = parse_jobs(Path(args.workload).read_text(), args.workload, cluster.priority_classes)
+    return cluster, jobs, args.policy or ["gpuq", "backfill"]
+
+
+def main() -> None:
+    cluster, jobs, policies = workload_args()
     total = float(sum(n.gpus for n in cluster.nodes))
     first_submit = min(j.request.submit_time for j in jobs)
     last_submit = max(j.request.submit_time for j in jobs)
@@ -171,7 +177,7 @@ def main() -> None:
     shapes: dict[str, tuple[float, float, float]] = {}
     losses: dict[str, dict[str, float]] = {}
     span_before = total * max(last_submit - first_submit, 1e-9)
-    for name in args.policy or ["gpuq", "backfill"]:
+    for name in policies:
         log = IdleLog(cluster)
         result = simulate(cluster, jobs, name, observe=log)
         end = max((r.end_s for r in result.runs), default=last_submit)
