@@ -1,8 +1,8 @@
 """How steady EASY reservations are in a simulated run: a job that holds the reservation and
-does not start at the next schedule() call has lost it, and the nodes drained for it are
-refilled. Per policy: the calls with a reservation, the reservations lost and why (the
-loser's reason at that call, and whether the next holder is of the same class), and the
-time from a job's first reservation to its start, by shape.
+neither holds it nor starts at the next schedule() call has lost it, and the GPUs held for it
+are free for other jobs again. Per policy: the calls with a reservation, the reservations
+lost and why (the loser's reason at that call, and whether the next holder is of the same
+class), and the time from a job's first reservation to its start, by shape.
 
     python3 bench/sim_reservations.py --cluster C.json --workload J.csv
                                       [--policy gpuq --policy backfill]
