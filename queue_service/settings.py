@@ -143,6 +143,9 @@ GPUQ_MAX_PRIORITY_PREEMPTIONS = env_count_or_unlimited("GPUQ_MAX_PRIORITY_PREEMP
 # of waiting it saves, the wait read from time limits ("off": any). Reclaim of nominal quota
 # is never weighed. The default is scheduler.types.Policy's.
 GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
+# Whether preemptible classes (normal, low) preempt lower classes for priority, or only
+# non-preemptible ones (high) do. Reclaim of nominal quota is not affected.
+GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", False)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
 GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
 

@@ -99,9 +99,10 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        if its time limit ends before the reservation starts. Without backfill (fifo) the
        first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
-       from teams running on borrowed quota; a higher class preempts lower preemptible ones
-       when the work it throws away is worth less than its wait (preempt.py). The minimal
-       victims get the grace period; the job starts after.
+       from teams running on borrowed quota; a higher, non-preemptible class (any higher
+       class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
+       the work it throws away is worth less than its wait (preempt.py). The minimal victims
+       get the grace period; the job starts after.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed.
     7. MIG: before the walk, mig.MigIndex.plan re-lays out idle GPUs for the queue's slice
@@ -175,6 +176,10 @@ class _Cycle:
 
     def preemptible(self, r: JobRequest) -> bool:
         return self.preemptibles.get(r.priority, True)
+
+    def preempts_for_priority(self, r: JobRequest) -> bool:
+        """May r preempt lower classes (Policy.preemptible_classes_preempt)?"""
+        return self.policy.preemptible_classes_preempt or not self.preemptible(r)
 
     def groups(self, model: str | None, r: JobRequest) -> list[Group]:
         """The capacity groups a job may use: of that model, its pool and its cluster."""
@@ -692,6 +697,7 @@ class _Cycle:
             policy.min_runtime_s,
             self.now,
             max_preemptions=self.max_preemptions,
+            priority=self.preempts_for_priority(r),
         )
         found = self.victims(r, groups, p)
         if found is None:
@@ -716,6 +722,8 @@ class _Cycle:
             return None
         if self.searches >= policy.max_preemption_searches:
             return None  # as the loop below would, before the candidates are built
+        if not self.preempts_for_priority(r):
+            return None  # displacing its own team's lower classes is a priority preemption
         value = self.value(r)
         own_all = self.own_candidates().get(r.team, [])
         if not own_all or not (own_all[0].leaving or own_all[0].value < value):
@@ -860,7 +868,9 @@ class _Cycle:
         leaving, a borrowed one or one of p's own team (preempt.py); a node with none of
         those cannot make room, so the search, which reads every candidate of every node
         it is given, is spared it."""
-        team, value = p.team, p.value
+        team = p.team
+        # Without priority preemption no class is lower for it: only reclaim and leaving jobs.
+        value = p.value if p.priority else -math.inf
         reach = [*self._leaving, *(c for c in self._by_team.get(team, ()) if c.value < value)]
         if not p.own_team_only:
             reach += (

@@ -1,11 +1,12 @@
 """Victim selection for reclaim and priority preemption.
 
 Reclaim: a team whose job fits within its nominal quota takes GPUs back from other teams'
-jobs that run on borrowed quota. Priority: a job preempts lower, preemptible classes of its
-own team, or of other teams where those run on borrowed quota (so no team's guarantee is
-taken by another team's priority), unless the victim ran less than the minimum run time or
-was already preempted Policy.max_priority_preemptions times, and only when it is worth it
-(the engine's check): the victims' GPU-seconds since they started at most
+jobs that run on borrowed quota. Priority: a job of a non-preemptible class (of any class
+with Policy.preemptible_classes_preempt) preempts lower, preemptible classes of its own team,
+or of other teams where those run on borrowed quota (so no team's guarantee is taken by
+another team's priority), unless the victim ran less than the minimum run time or was
+already preempted Policy.max_priority_preemptions times, and only when it is worth it (the
+engine's check): the victims' GPU-seconds since they started at most
 Policy.preemption_loss_ratio times the GPU-seconds the job would otherwise wait for room by
 running jobs' time limits. Reclaim is never weighed so. Non-preemptible classes are never
 victims. A job already in its grace period is a free victim: its GPUs are coming back
@@ -79,6 +80,9 @@ class Preemptor:
     now: float
     own_team_only: bool = False  # making room in its own team's quota
     max_preemptions: float = math.inf  # a job preempted this often is no priority victim
+    priority: bool = (
+        True  # may take lower classes for priority (Policy.preemptible_classes_preempt)
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +106,7 @@ def plan(
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead."""
     best: tuple[tuple[int, float], Plan] | None = None
-    team, value, reclaims, quotas = p.team, p.value, p.reclaims, p.quotas
+    team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
     max_preemptions = p.max_preemptions
     for group in groups:
@@ -139,7 +143,8 @@ def plan(
                     if reclaims and c.borrowed and c.team != team:
                         taken.append((c, "reclaim"))
                     elif (
-                        c.value < value
+                        priority
+                        and c.value < value
                         and now - c.start >= min_runtime_s
                         and c.job.preemptions < max_preemptions
                         and (not quotas or c.borrowed or c.team == team)

@@ -207,6 +207,12 @@ class Policy:
     # 0.5, not 1: the wait is read from time limits, which users pad (jobs tend to end well
     # before them), so half the wait by limits is about the real one (docs/BENCHMARKS.md).
     preemption_loss_ratio: float | None = 0.5
+    # Whether a job of a preemptible class preempts lower classes for priority (Kubernetes'
+    # preemptionPolicy PreemptLowerPriority, against Never). False: only classes that cannot
+    # be preempted do; a preemptible job still reclaims its team's nominal quota. Such a job
+    # may itself be displaced next, and on generated workloads these preemptions cost more
+    # utilization and mean wait than they save (docs/BENCHMARKS.md, eighth session).
+    preemptible_classes_preempt: bool = False
     backfill: bool = True
     preemption: bool = True
     quotas: bool = True  # False for the fifo/backfill baselines

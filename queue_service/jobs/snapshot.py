@@ -62,6 +62,7 @@ def policy() -> st.Policy:
         min_runtime_s=settings.GPUQ_MIN_RUNTIME_S,
         max_priority_preemptions=settings.GPUQ_MAX_PRIORITY_PREEMPTIONS,
         preemption_loss_ratio=settings.GPUQ_PREEMPTION_LOSS_RATIO,
+        preemptible_classes_preempt=settings.GPUQ_PREEMPTIBLE_CLASSES_PREEMPT,
     )
 
 

@@ -10,6 +10,10 @@ from scheduler.types import Policy
 
 from .builders import A100, NOW, decide, job, nodes, running, snap, team, waits
 
+# Most preemptors below are normal jobs, a preemptible class: they preempt lower classes only
+# where the policy lets preemptible classes do so (by default only non-preemptible ones do).
+NORMAL_PREEMPTS = Policy(preemptible_classes_preempt=True)
+
 
 def borrowed_cluster(b_jobs: int = 8, started_step: float = 10.0):  # type: ignore[no-untyped-def]
     """One 8-GPU node; team b (nominal 4) runs 8 one-GPU jobs: 4 of them on a's idle quota."""
@@ -57,10 +61,34 @@ def test_higher_class_preempts_lower_preemptible_class_of_its_own_team() -> None
     busy = [
         running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - 100 * i) for i in range(8)
     ]
-    d = decide(snap(nodes(1), [team("a", 8)], [job("hi", priority="normal", gpus=2)], busy))
+    s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal", gpus=2)], busy)
+    d = decide(s, NORMAL_PREEMPTS)
     assert {p.job_id for p in d.preemptions} == {"low0", "low1"}
     assert d.preemptions[0].kind == "priority"
     assert "outranks low (10)" in d.preemptions[0].message
+
+
+def test_by_default_a_preemptible_class_does_not_preempt_lower_classes() -> None:
+    # Kubernetes' preemptionPolicy Never for preemptible classes: normal waits, by nodes and
+    # by its own team's quota alike, where a non-preemptible class would preempt.
+    busy = [
+        running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - 100 * i) for i in range(8)
+    ]
+    for quotas in (True, False):
+        policy = Policy(quotas=quotas)
+        normal = snap(nodes(1), [team("a", 8)], [job("x", priority="normal", gpus=2)], busy)
+        assert decide(normal, policy).preemptions == ()
+        high = snap(nodes(1), [team("a", 8)], [job("x", priority="high", gpus=2)], busy)
+        preempted = decide(high, policy).preemptions
+        assert {p.job_id for p in preempted} == {"low0", "low1"}
+        assert {p.kind for p in preempted} == {"priority"}
+
+
+def test_by_default_a_preemptible_job_still_reclaims_its_teams_nominal_quota() -> None:
+    teams, busy = borrowed_cluster()
+    mine = job("a1", team="a", priority="low", gpus=2)  # the lowest class there is
+    d = decide(snap(nodes(1), teams, [mine], busy))
+    assert {(p.job_id, p.kind) for p in d.preemptions} == {("b7", "reclaim"), ("b6", "reclaim")}
 
 
 def test_a_job_displaces_its_own_lower_classes_only_to_run_within_nominal() -> None:
@@ -118,7 +146,8 @@ def test_min_runtime_protects_from_priority_preemption(age_s: float, preempted: 
         running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - age_s, limit=86400.0)
         for i in range(8)
     ]
-    d = decide(snap(nodes(1), [team("a", 8)], [job("hi")], busy), Policy(min_runtime_s=3600))
+    policy = replace(NORMAL_PREEMPTS, min_runtime_s=3600)
+    d = decide(snap(nodes(1), [team("a", 8)], [job("hi")], busy), policy)
     assert bool(d.preemptions) is preempted
 
 
@@ -199,7 +228,7 @@ def test_preemption_takes_the_victims_that_lose_the_least_work() -> None:
     small = running("small", {"n2": [0]}, priority="low", started=NOW - 1000)
     rest = running("rest", {"n2": range(1, 8)}, priority="normal")
     s = snap(nodes(3), [team("a", 24)], [job("x", priority="normal")], [gang, small, rest])
-    d = decide(s, Policy(quotas=False))
+    d = decide(s, replace(NORMAL_PREEMPTS, quotas=False))
     assert [p.job_id for p in d.preemptions] == ["small"]
 
 
@@ -212,7 +241,7 @@ def test_a_job_preempted_often_enough_is_not_preempted_for_priority_again(
     low = running("low", {"n1": range(8)}, priority="low", limit=86400.0)
     busy = [replace(low, preemptions=preempted_before)]
     s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], busy)
-    d = decide(s, Policy(max_priority_preemptions=cap))
+    d = decide(s, replace(NORMAL_PREEMPTS, max_priority_preemptions=cap))
     assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
 
 
@@ -238,7 +267,7 @@ def test_by_default_a_priority_preemption_loses_at_most_half_the_wait_by_time_li
     # Time limits are padded, so the wait they give is about twice the real one.
     low = running("low", {"n1": range(8)}, priority="low", started=NOW - started_ago)
     s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], [low])
-    d = decide(s, Policy(quotas=False))
+    d = decide(s, replace(NORMAL_PREEMPTS, quotas=False))
     assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
 
 
@@ -260,7 +289,7 @@ def test_priority_preemption_must_lose_less_work_than_the_job_would_wait(
     # for nodes (with them the next test's case: it waits for its own team's quota).
     low = running("low", {"n1": range(8)}, priority="low", started=NOW - started_ago)
     s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], [low])
-    d = decide(s, Policy(quotas=False, preemption_loss_ratio=ratio))
+    d = decide(s, replace(NORMAL_PREEMPTS, quotas=False, preemption_loss_ratio=ratio))
     assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
     if not preempted:
         w = waits(d)["hi"]
@@ -288,7 +317,7 @@ def test_displacing_its_own_lower_class_must_be_worth_it_too(
         running(f"low{i}", {"n1": [i]}, priority="low", started=NOW - started_ago, limit=limit)
         for i in range(4)
     ]
-    d = decide(snap(nodes(1), [team("a", 4)], [job("x", priority="normal")], busy))
+    d = decide(snap(nodes(1), [team("a", 4)], [job("x", priority="normal")], busy), NORMAL_PREEMPTS)
     assert len(d.preemptions) == (1 if preempted else 0)
     if not preempted:
         reason = waits(d)["x"].reason
@@ -304,7 +333,9 @@ def test_a_job_behind_others_still_says_why_it_does_not_preempt() -> None:
     # second is behind the first, and its reason keeps the note.
     low = running("low", {"n1": range(8)}, priority="low", started=NOW - 600)
     pending = [job("hi1", priority="normal", submit=1), job("hi2", priority="normal", submit=2)]
-    d = decide(snap(nodes(1), [team("a", 8)], pending, [low]), Policy(quotas=False))
+    d = decide(
+        snap(nodes(1), [team("a", 8)], pending, [low]), replace(NORMAL_PREEMPTS, quotas=False)
+    )
     assert d.preemptions == ()
     second = waits(d)["hi2"].reason
     assert second.code == "behind_higher_priority"
