@@ -27,6 +27,8 @@ VARIANTS = {
     "fifo": POLICIES["fifo"],
     "gpuq-no-quotas": replace(GPUQ, quotas=False),
     "gpuq-no-preemption": replace(GPUQ, preemption=False),
+    # Every higher class preempts lower ones, not only the non-preemptible classes.
+    "gpuq-preemptible-classes-preempt": replace(GPUQ, preemptible_classes_preempt=True),
     "gpuq-no-fair-share": replace(GPUQ, fair_share=False),
     "gpuq-no-priorities": replace(GPUQ, priorities=False),
     "gpuq-no-quotas-no-preemption": replace(GPUQ, quotas=False, preemption=False),
