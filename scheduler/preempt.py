@@ -80,9 +80,8 @@ class Preemptor:
     now: float
     own_team_only: bool = False  # making room in its own team's quota
     max_preemptions: float = math.inf  # a job preempted this often is no priority victim
-    priority: bool = (
-        True  # may take lower classes for priority (Policy.preemptible_classes_preempt)
-    )
+    # May take lower classes for priority (Policy.preemptible_classes_preempt).
+    priority: bool = True
 
 
 @dataclass(frozen=True)
