@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Mapping
 from itertools import chain
 from pathlib import Path
 
@@ -127,11 +128,15 @@ class IdleLog:
 
 
 def busy(
-    result: Result, jobs: list[SimJob], split: float, log: IdleLog
+    result: Result,
+    jobs: list[SimJob],
+    split: float,
+    preempted: Mapping[str, list[tuple[float, str]]],
 ) -> tuple[float, float, float, float, dict[str, float]]:
     """GPU-seconds held before and after `split`, of those the work preemption threw away
     (a preempted run keeps what it ran up to its last checkpoint), and that lost work by
-    the kind of the preemption that ended the run."""
+    the kind of the preemption that ended the run (`preempted`: IdleLog.preempted; a run
+    not found there counts as "unknown")."""
     checkpoint = {j.request.id: j.checkpoint_s for j in jobs}
     held_before = held_after = lost_before = lost_after = 0.0
     by_kind: dict[str, float] = {}
@@ -145,7 +150,7 @@ def busy(
             lost_from = run.start_s + kept
             lost_before += run.gpus * max(0.0, min(run.end_s, split) - lost_from)
             lost_after += run.gpus * max(0.0, run.end_s - max(lost_from, split))
-            decided = [k for at, k in log.preempted.get(run.job_id, ()) if at <= run.end_s]
+            decided = [k for at, k in preempted.get(run.job_id, ()) if at <= run.end_s]
             kind = decided[-1] if decided else "unknown"
             by_kind[kind] = by_kind.get(kind, 0.0) + run.gpus * (run.end_s - lost_from)
     return held_before, lost_before, held_after, lost_after, by_kind
@@ -181,7 +186,9 @@ def main() -> None:
         log = IdleLog(cluster)
         result = simulate(cluster, jobs, name, observe=log)
         end = max((r.end_s for r in result.runs), default=last_submit)
-        before, lost_before, after, lost_after, lost_by_kind = busy(result, jobs, last_submit, log)
+        before, lost_before, after, lost_after, lost_by_kind = busy(
+            result, jobs, last_submit, log.preempted
+        )
         shapes[name] = log.shape_before(first_submit, last_submit)
         idles[name] = idle = log.idle_before(last_submit)
         # With nothing pending the simulator skips calls, so GPUs freed then are not seen

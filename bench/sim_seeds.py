@@ -9,7 +9,10 @@ Plain standard-library script (run from the repository root). Each workload is w
 `python -m scheduler generate --jobs J --seed S --nodes N --teams T --load L` writes, parsed
 by the simulator's own readers; the runs are spread over `--workers` processes. One run's
 utilization turns on when the last few long jobs start (a tie-break can move it by
-several points), so a policy is judged here by all seeds together.
+several points), so a policy is judged here by all seeds together. Hence also, per run,
+the share of the GPUs doing useful work before the last submit (held minus what preemption
+later threw away), which a policy sustains while the queue stays full, and the share busy
+after it, in the drain (bench/sim_idle.py breaks both down further).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim_idle import busy
 
 from scheduler import generate
 from scheduler.simulate import simulate
@@ -43,7 +48,14 @@ def run(spec: generate.Spec, policy: str) -> dict[str, Any]:
     cluster = parse_cluster(cluster_text, f"seed {spec.seed} cluster")
     jobs = parse_jobs(jobs_text, f"seed {spec.seed} jobs", cluster.priority_classes)
     t0 = time.process_time()
-    report = simulate(cluster, jobs, policy).report
+    result = simulate(cluster, jobs, policy)
+    cpu_s = time.process_time() - t0
+    report = result.report
+    gpus = float(sum(n.gpus for n in cluster.nodes))
+    first_submit = min(j.request.submit_time for j in jobs)
+    last_submit = max(j.request.submit_time for j in jobs)
+    end = max((r.end_s for r in result.runs), default=last_submit)
+    before, lost_before, after, _, _ = busy(result, jobs, last_submit, {})
     return {
         "seed": spec.seed,
         "policy": policy,
@@ -53,7 +65,9 @@ def run(spec: generate.Spec, policy: str) -> dict[str, Any]:
         "jain": report["jain_fairness"],
         "preemptions": report["preemptions"],
         "lost_gpu_seconds": report["lost_gpu_seconds"],
-        "cpu_s": time.process_time() - t0,
+        "useful_before": (before - lost_before) / (gpus * max(last_submit - first_submit, 1e-9)),
+        "busy_after": after / (gpus * max(end - last_submit, 1e-9)),
+        "cpu_s": cpu_s,
     }
 
 
@@ -74,14 +88,15 @@ def main() -> None:
         rows = list(pool.map(run, *zip(*tasks, strict=True)))
     by = {(r["seed"], r["policy"]): r for r in rows}
     print(
-        "| seed | policy | utilization | makespan s | mean wait s | Jain | preemptions"
-        " | lost GPU-s | CPU s |"
+        "| seed | policy | utilization | useful before last submit | busy after"
+        " | makespan s | mean wait s | Jain | preemptions | lost GPU-s | CPU s |"
     )
-    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         jain = "-" if r["jain"] is None else f"{r['jain']:.4f}"
         print(
-            f"| {r['seed']} | {r['policy']} | {r['utilization']:.4f} | {r['makespan_s']:,.0f}"
+            f"| {r['seed']} | {r['policy']} | {r['utilization']:.4f}"
+            f" | {r['useful_before']:.3f} | {r['busy_after']:.3f} | {r['makespan_s']:,.0f}"
             f" | {r['mean_wait_s']:,.0f} | {jain} | {r['preemptions']:,}"
             f" | {r['lost_gpu_seconds']:,.0f} | {r['cpu_s']:.0f} |"
         )
