@@ -2,8 +2,8 @@
 submit (a saturated queue drains after it), the work preemption threw away, and the GPUs
 idle before the last submit by what the waiting 1-GPU jobs were told; how many jobs of less
 than a node were left waiting (the jobs that could refill a hole) and whether idle GPUs sat
-on idle nodes or in holes on partly used ones; then the lost work by kind of preemption
-(reclaim, or a higher class of the same or another team).
+on idle nodes or in holes on partly used ones; the jobs left waiting by shape; then the
+lost work by kind of preemption (reclaim, or a higher class of the same or another team).
 
     python3 bench/sim_idle.py --cluster C.json --workload J.csv [--policy gpuq --policy backfill]
 
@@ -55,6 +55,9 @@ class IdleLog:
         # Per call: (time, waiting jobs of less than a node, GPUs idle on idle nodes, GPUs
         # idle on partly used nodes).
         self.shape: list[tuple[float, int, int, int]] = []
+        # Per call: (time, jobs left waiting by shape, "NxG" or "MIG", and for jobs of whole
+        # nodes also by shape and reason, "NxG: reason").
+        self.backlog: list[tuple[float, dict[str, int]]] = []
         # Per preempted job: (when decided, "reclaim" | "priority, same team" | ...).
         self.preempted: dict[str, list[tuple[float, str]]] = {}
 
@@ -103,6 +106,17 @@ class IdleLog:
         )
         idle_nodes = sum(f for name, f in free.items() if f == self.size[name])
         self.shape.append((now, small, idle_nodes, sum(free.values()) - idle_nodes))
+        waiting: dict[str, int] = {}
+        reason = {w.job_id: w.reason for w in decisions.waits}
+        for p in snapshot.pending:
+            r = p.request
+            if r.id not in started:
+                k = "MIG" if r.mig_profile else f"{r.nodes}x{r.gpus_per_node}"
+                waiting[k] = waiting.get(k, 0) + 1
+                if r.gpus_per_node == width and r.id in reason:
+                    why = f"{k}: {cause(reason[r.id])}"
+                    waiting[why] = waiting.get(why, 0) + 1
+        self.backlog.append((now, waiting))
 
     def shape_before(self, start: float, until: float) -> tuple[float, float, float]:
         """Time averages before `until`: waiting jobs of less than a node, and GPUs idle on
@@ -114,6 +128,17 @@ class IdleLog:
                 small, whole, holes = small + n * span, whole + w * span, holes + h * span
         span = max(until - start, 1e-9)
         return small / span, whole / span / self.whole, holes / span / self.whole
+
+    def backlog_before(self, start: float, until: float) -> dict[str, float]:
+        """Jobs left waiting before `until`, by shape, as time averages."""
+        out: dict[str, float] = {}
+        for (at, waiting), (nxt, _) in zip(self.backlog, self.backlog[1:], strict=False):
+            span = min(nxt, until) - at
+            if span > 0:
+                for k, n in waiting.items():
+                    out[k] = out.get(k, 0.0) + n * span
+        span = max(until - start, 1e-9)
+        return {k: v / span for k, v in out.items()}
 
     def idle_before(self, until: float) -> dict[str, float]:
         """GPU-seconds idle before `until`, per category: a call's idle GPUs stay idle until
@@ -156,6 +181,12 @@ def busy(
     return held_before, lost_before, held_after, lost_after, by_kind
 
 
+def _shape_order(key: str) -> tuple[bool, list[int], str]:
+    """ "NxG" keys by nodes and GPUs, each followed by its "NxG: reason" keys; "MIG" last."""
+    shape, _, why = key.partition(": ")
+    return shape == "MIG", [] if shape == "MIG" else [int(x) for x in shape.split("x")], why
+
+
 def workload_args() -> tuple[Cluster, list[SimJob], list[str]]:
     """--cluster, --workload and --policy (repeatable; default gpuq and backfill), read."""
     parser = argparse.ArgumentParser()
@@ -181,6 +212,7 @@ def main() -> None:
     idles: dict[str, dict[str, float]] = {}
     shapes: dict[str, tuple[float, float, float]] = {}
     losses: dict[str, dict[str, float]] = {}
+    backlogs: dict[str, dict[str, float]] = {}
     span_before = total * max(last_submit - first_submit, 1e-9)
     for name in policies:
         log = IdleLog(cluster)
@@ -190,6 +222,7 @@ def main() -> None:
             result, jobs, last_submit, log.preempted
         )
         shapes[name] = log.shape_before(first_submit, last_submit)
+        backlogs[name] = log.backlog_before(first_submit, last_submit)
         idles[name] = idle = log.idle_before(last_submit)
         # With nothing pending the simulator skips calls, so GPUs freed then are not seen
         # above: the exact idle, from the runs, puts the rest under "nothing waits".
@@ -224,6 +257,14 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, (small, whole, holes) in shapes.items():
         print(f"| {name} | {small:.1f} | {whole:.3f} | {holes:.3f} |")
+    print(
+        "\nBefore the last submit, time averages over the scheduler's calls: jobs left waiting"
+        " by shape (nodes x GPUs per node), and jobs of whole nodes by what they were told:\n"
+    )
+    print("| shape | " + " | ".join(backlogs) + " |")
+    print("|---|" + "---:|" * len(backlogs))
+    for k in sorted({k for b in backlogs.values() for k in b}, key=_shape_order):
+        print(f"| {k} | " + " | ".join(f"{b.get(k, 0.0):.1f}" for b in backlogs.values()) + " |")
     print("\nWork lost to preemption, share of all lost work, by kind:\n")
     for name, lost in losses.items():
         total_lost = sum(lost.values())
