@@ -97,25 +97,21 @@ class IdleLog:
                     free[a.node] -= len(a.gpus)
         width = max((n.gpus for n in snapshot.nodes), default=0)
         started = {st.job_id for st in decisions.starts}
-        small = sum(
-            1
-            for p in snapshot.pending
-            if p.request.id not in started
-            and p.request.nodes == 1
-            and p.request.gpus_per_node < width
-        )
-        idle_nodes = sum(f for name, f in free.items() if f == self.size[name])
-        self.shape.append((now, small, idle_nodes, sum(free.values()) - idle_nodes))
-        waiting: dict[str, int] = {}
         reason = {w.job_id: w.reason for w in decisions.waits}
+        small = 0
+        waiting: dict[str, int] = {}
         for p in snapshot.pending:
             r = p.request
-            if r.id not in started:
-                k = "MIG" if r.mig_profile else f"{r.nodes}x{r.gpus_per_node}"
-                waiting[k] = waiting.get(k, 0) + 1
-                if r.gpus_per_node == width and r.id in reason:
-                    why = f"{k}: {cause(reason[r.id])}"
-                    waiting[why] = waiting.get(why, 0) + 1
+            if r.id in started:
+                continue
+            small += r.nodes == 1 and r.gpus_per_node < width
+            k = "MIG" if r.mig_profile else f"{r.nodes}x{r.gpus_per_node}"
+            waiting[k] = waiting.get(k, 0) + 1
+            if r.gpus_per_node == width and r.id in reason:
+                why = f"{k}: {cause(reason[r.id])}"
+                waiting[why] = waiting.get(why, 0) + 1
+        idle_nodes = sum(f for name, f in free.items() if f == self.size[name])
+        self.shape.append((now, small, idle_nodes, sum(free.values()) - idle_nodes))
         self.backlog.append((now, waiting))
 
     def shape_before(self, start: float, until: float) -> tuple[float, float, float]:
