@@ -3,7 +3,9 @@ submit (a saturated queue drains after it), the work preemption threw away, and 
 idle before the last submit by what the waiting 1-GPU jobs were told; how many jobs of less
 than a node were left waiting (the jobs that could refill a hole) and whether idle GPUs sat
 on idle nodes or in holes on partly used ones; the jobs left waiting by shape; then the
-lost work by kind of preemption (reclaim, or a higher class of the same or another team).
+lost work by kind of preemption (reclaim, or a higher class of the same or another team);
+last, the useful share of the cluster day by day (when a policy falls behind: at the start,
+in the steady state, or in the drain).
 
     python3 bench/sim_idle.py --cluster C.json --workload J.csv [--policy gpuq --policy backfill]
 
@@ -31,6 +33,7 @@ from scheduler.workload import Cluster, SimJob, parse_cluster, parse_jobs
 
 ONLY_LARGER = "only larger jobs wait"
 NOTHING = "nothing waits"
+DAY = 86_400.0
 
 
 def cause(reason: Reason) -> str:
@@ -177,6 +180,31 @@ def busy(
     return held_before, lost_before, held_after, lost_after, by_kind
 
 
+def useful_by_day(result: Result, jobs: list[SimJob], start: float, day: float) -> list[float]:
+    """GPU-seconds of useful work (held, minus what preemption later threw away) in each
+    `day` since `start`, the first submit."""
+    checkpoint = {j.request.id: j.checkpoint_s for j in jobs}
+    out: list[float] = []
+
+    def add(a: float, b: float, sign: float) -> None:
+        # [a, b) spread over the days it spans.
+        while b > a:
+            i = int((a - start) // day)
+            while len(out) <= i:
+                out.append(0.0)
+            edge = min(b, start + (i + 1) * day)
+            out[i] += sign * (edge - a)
+            a = edge
+
+    for run in result.runs:
+        add(run.start_s, run.end_s, run.gpus)
+        if run.ended_by == "preempted":
+            c = checkpoint.get(run.job_id)
+            kept = math.floor((run.end_s - run.start_s) / c) * c if c else 0.0
+            add(run.start_s + kept, run.end_s, -run.gpus)
+    return out
+
+
 def _shape_order(key: str) -> tuple[bool, list[int], str]:
     """ "NxG" keys by nodes and GPUs, each followed by its "NxG: reason" keys; "MIG" last."""
     shape, _, why = key.partition(": ")
@@ -209,6 +237,7 @@ def main() -> None:
     shapes: dict[str, tuple[float, float, float]] = {}
     losses: dict[str, dict[str, float]] = {}
     backlogs: dict[str, dict[str, float]] = {}
+    days: dict[str, list[float]] = {}
     span_before = total * max(last_submit - first_submit, 1e-9)
     for name in policies:
         log = IdleLog(cluster)
@@ -225,6 +254,7 @@ def main() -> None:
         unseen = span_before - before - sum(idle.values())
         idle[NOTHING] = idle.get(NOTHING, 0.0) + max(0.0, unseen)
         losses[name] = lost_by_kind
+        days[name] = useful_by_day(result, jobs, first_submit, DAY)
         span_after = total * max(end - last_submit, 1e-9)
         print(
             f"| {name} | {result.report['gpu_utilization']:.3f}"
@@ -268,6 +298,16 @@ def main() -> None:
             print(f"- {name}:")
             for kind, gpu_s in sorted(lost.items(), key=lambda kv: -kv[1]):
                 print(f"  - {gpu_s / total_lost:.3f} {kind} ({gpu_s:,.0f} GPU-s)")
+    print(
+        "\nUseful work by day since the first submit, share of the cluster (the last submit"
+        f" falls in day {int((last_submit - first_submit) // DAY)}; a policy's last day is"
+        " partly empty):\n"
+    )
+    print("| day | " + " | ".join(days) + " |")
+    print("|---:|" + "---:|" * len(days))
+    for i in range(max(len(d) for d in days.values())):
+        cells = (f"{d[i] / (total * DAY):.3f}" if i < len(d) else "" for d in days.values())
+        print(f"| {i} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
