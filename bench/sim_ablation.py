@@ -34,6 +34,11 @@ VARIANTS = {
     "gpuq-no-quotas-no-preemption": replace(GPUQ, quotas=False, preemption=False),
     # backfill plus fair share: the order alone differs from the baseline.
     "backfill+fair-share": replace(POLICIES["backfill"], fair_share=True),
+    # EASY backfill in the order the issue asks for (class, then fair share, then FIFO within
+    # a team), without quotas or preemption: what gpuq's other parts add or cost.
+    "backfill+priorities+fair-share": replace(
+        POLICIES["backfill"], fair_share=True, priorities=True
+    ),
     # Placement: gpuq with plain best fit, and the baseline with gpuq's end-time choice.
     "gpuq-best-fit": replace(GPUQ, pack_by_end=False),
     "backfill+pack-by-end": replace(POLICIES["backfill"], pack_by_end=True),

@@ -3,7 +3,7 @@ saturated workload under `gpuq`, `backfill` and `fifo`, then per seed whether `g
 utilization >= `backfill`, mean wait < `fifo` and Jain's index >= 0.9.
 
     python3 bench/sim_seeds.py [--seeds 3 5 7 11] [--jobs 20000] [--nodes 32] [--teams 4]
-                               [--load 1.3] [--workers 2]
+                               [--load 1.3] [--workers 2] [--also VARIANT ...] [--only-also]
 
 Plain standard-library script (run from the repository root). Each workload is what
 `python -m scheduler generate --jobs J --seed S --nodes N --teams T --load L` writes, parsed
@@ -12,7 +12,10 @@ utilization turns on when the last few long jobs start (a tie-break can move it 
 several points), so a policy is judged here by all seeds together. Hence also, per run,
 the share of the GPUs doing useful work before the last submit (held minus what preemption
 later threw away), which a policy sustains while the queue stays full, and the share busy
-after it, in the drain (bench/sim_idle.py breaks both down further).
+after it, in the drain (bench/sim_idle.py breaks both down further). `--also` adds policy
+variants of bench/sim_ablation.py to the table, each with a line saying on how many seeds
+gpuq's utilization is at least its; `--only-also` runs those variants alone (the three
+compared policies' runs are deterministic and often already known).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sim_ablation import VARIANTS
 from sim_idle import busy
 
 from scheduler import generate
@@ -48,7 +52,7 @@ def run(spec: generate.Spec, policy: str) -> dict[str, Any]:
     cluster = parse_cluster(cluster_text, f"seed {spec.seed} cluster")
     jobs = parse_jobs(jobs_text, f"seed {spec.seed} jobs", cluster.priority_classes)
     t0 = time.process_time()
-    result = simulate(cluster, jobs, policy)
+    result = simulate(cluster, jobs, policy, policy=VARIANTS[policy])
     cpu_s = time.process_time() - t0
     report = result.report
     gpus = float(sum(n.gpus for n in cluster.nodes))
@@ -79,11 +83,17 @@ def main() -> None:
     parser.add_argument("--teams", type=int, default=4)
     parser.add_argument("--load", type=float, default=1.3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--also", nargs="+", default=[], choices=sorted(set(VARIANTS) - {*COMPARED})
+    )
+    parser.add_argument("--only-also", action="store_true")
     args = parser.parse_args()
     specs = {
         s: generate.Spec(args.jobs, s, args.teams, args.nodes, load=args.load) for s in args.seeds
     }
-    tasks = [(specs[s], p) for s in args.seeds for p in COMPARED]
+    policies = [] if args.only_also else list(COMPARED)
+    policies += args.also
+    tasks = [(specs[s], p) for s in args.seeds for p in policies]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = list(pool.map(run, *zip(*tasks, strict=True)))
     by = {(r["seed"], r["policy"]): r for r in rows}
@@ -102,10 +112,12 @@ def main() -> None:
         )
     print("\n| policy | mean utilization | mean of mean waits s |")
     print("|---|---:|---:|")
-    for p in COMPARED:
+    for p in policies:
         utils = [by[(s, p)]["utilization"] for s in args.seeds]
         waits = [by[(s, p)]["mean_wait_s"] for s in args.seeds]
         print(f"| {p} | {statistics.mean(utils):.4f} | {statistics.mean(waits):,.0f} |")
+    if args.only_also:
+        return
     checks = {
         "gpuq utilization >= backfill": lambda s: (
             by[(s, "gpuq")]["utilization"] >= by[(s, "backfill")]["utilization"]
@@ -118,6 +130,10 @@ def main() -> None:
             None if by[(s, "gpuq")]["jain"] is None else by[(s, "gpuq")]["jain"] >= 0.9
         ),
     }
+    for v in args.also:
+        checks[f"gpuq utilization >= {v}"] = lambda s, v=v: (
+            by[(s, "gpuq")]["utilization"] >= by[(s, v)]["utilization"]
+        )
     print()
     for name, holds in checks.items():
         verdicts = {s: holds(s) for s in args.seeds}
