@@ -88,6 +88,8 @@ def main() -> None:
     )
     parser.add_argument("--only-also", action="store_true")
     args = parser.parse_args()
+    if args.only_also and not args.also:
+        parser.error("--only-also needs --also")
     specs = {
         s: generate.Spec(args.jobs, s, args.teams, args.nodes, load=args.load) for s in args.seeds
     }
