@@ -39,6 +39,10 @@ VARIANTS = {
     "backfill+priorities+fair-share": replace(
         POLICIES["backfill"], fair_share=True, priorities=True
     ),
+    # The same with gpuq's priority preemption (no quotas: any lower class is a victim).
+    "backfill+priorities+fair-share+preemption": replace(
+        POLICIES["backfill"], fair_share=True, priorities=True, preemption=True
+    ),
     # Placement: gpuq with plain best fit, and the baseline with gpuq's end-time choice.
     "gpuq-best-fit": replace(GPUQ, pack_by_end=False),
     "backfill+pack-by-end": replace(POLICIES["backfill"], pack_by_end=True),
