@@ -214,7 +214,9 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON only: a job spec does not survive form encoding, and the schema says what is taken.
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "queue_service.api.schema.GpuqAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "queue_service.api.pagination.JobCursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "queue_service.api.errors.exception_handler",

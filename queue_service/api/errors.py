@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, resolve
+from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
@@ -23,3 +26,33 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, Http404):
         return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
     return drf_handler(exc, context)
+
+
+@csrf_exempt  # it changes nothing, and API clients send no CSRF token
+def not_found(request: HttpRequest) -> JsonResponse:
+    """Any /api/ path that names no endpoint: a JSON 404, like every other API error. A path
+    that lacks only its trailing slash gets a 308 to it, which keeps the method and the body:
+    Django's APPEND_SLASH answers a POST with a 301 (or a 500 in debug), and clients follow
+    a 301 as a GET, so the job submitted would be lost without a word."""
+    if not request.path.endswith("/") and _endpoint(request.path + "/"):
+        target = request.path + "/"
+        if request.META.get("QUERY_STRING"):
+            target += "?" + request.META["QUERY_STRING"]
+        response = JsonResponse({"detail": f"API paths end with a slash: {target}"}, status=308)
+        response["Location"] = target
+        return response
+    return JsonResponse({"detail": "Not found."}, status=404)
+
+
+def _endpoint(path: str) -> bool:
+    try:
+        return resolve(path).url_name != "api-not-found"
+    except Resolver404:
+        return False
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's handler500: JSON under /api/, the plain page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Server error; it has been logged."}, status=500)
+    return defaults.server_error(request)

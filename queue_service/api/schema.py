@@ -1,10 +1,14 @@
-"""OpenAPI descriptions drf-spectacular cannot derive by itself."""
+"""OpenAPI descriptions drf-spectacular cannot derive by itself: the token scheme, and the
+error answers every operation can give (tests/service/test_api_schema.py holds the schema to
+what the API really returns)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
+from rest_framework import serializers
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
@@ -13,3 +17,74 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "an API token (gpuq_...)"}
+
+
+class ErrorSerializer(serializers.Serializer):
+    detail = serializers.CharField(help_text="what went wrong, in a sentence")
+
+
+# A 400's body: each field of the request names its messages; the whole body's problems come
+# under non_field_errors. Nested fields (retries, checkpoint) nest the same way.
+VALIDATION_ERROR = {
+    "type": "object",
+    "description": "field-level messages: {field: [message, ...]}",
+    "additionalProperties": {},
+    "example": {"gpus_per_node": ["Ensure this value is less than or equal to 16."]},
+}
+
+ERROR_TEXT = {
+    "400": "the request is not valid: field-level messages",
+    "401": "no valid credentials (an API token as Bearer, or a session)",
+    "403": "signed in, but not allowed to do this",
+    "404": "no such object among those you can see, or no such path",
+    "409": "the object is not in a state that allows this now",
+    "415": "the body is not JSON",
+    "502": "the cluster answered with an error",
+    "503": "the cluster did not answer",
+}
+
+
+class GpuqAutoSchema(AutoSchema):
+    """drf-spectacular's AutoSchema, plus the error answers: 401 and 403 everywhere (every
+    endpoint needs a signed-in user), 404 where the path names an object, 400 and 415 where
+    a body or query is parsed. Views add what only they can give (409, 502, 503) through
+    extend_schema."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        codes = ["401", "403"]
+        if "{" in self.path:
+            codes.append("404")
+        has_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer()
+        if has_body:
+            codes += ["400", "415"]
+        elif self.method == "GET" and self._validated_query():
+            codes.append("400")
+        for code in codes:
+            if code not in responses:
+                responses[code] = self.error_response(code, direction)
+        for code, response in responses.items():
+            if code in ERROR_TEXT and response.get("description") == "":
+                response["description"] = ERROR_TEXT[code]
+        return responses
+
+    def error_response(self, code: str, direction: Any) -> dict[str, Any]:
+        body = VALIDATION_ERROR if code == "400" else ErrorSerializer
+        response: dict[str, Any] = self._get_response_for_code(body, code, direction=direction)
+        response["description"] = ERROR_TEXT[code]
+        return response
+
+    def _validated_query(self) -> bool:
+        """Does this GET validate its query: parameters declared through a serializer, or a
+        paginated list (queue_service/api/pagination.py)?"""
+        if self._is_list_view() and self._get_paginator() is not None:
+            return True
+        return any(
+            isinstance(p, type) and issubclass(p, serializers.Serializer)
+            for p in self.get_override_parameters()
+        )
+
+
+def errors(*codes: int) -> dict[int, Any]:
+    """extend_schema responses for the error answers a view gives beyond the usual ones."""
+    return {code: VALIDATION_ERROR if code == 400 else ErrorSerializer for code in codes}

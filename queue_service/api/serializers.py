@@ -15,7 +15,7 @@ class JobSerializer(serializers.ModelSerializer):
     priority = serializers.SlugRelatedField(
         source="priority_class", slug_field="name", read_only=True
     )
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Job
@@ -63,9 +63,18 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 
 class LogsQuerySerializer(serializers.Serializer):
-    offset = serializers.IntegerField(min_value=0, default=0)
+    # 1 TiB: past any log (and past what a filesystem lets one seek to).
+    offset = serializers.IntegerField(min_value=0, max_value=2**40, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=1_048_576, default=65536)
     stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+
+
+class LogChunkSerializer(serializers.Serializer):
+    offset = serializers.IntegerField(help_text="where this chunk starts, in bytes")
+    next_offset = serializers.IntegerField(help_text="the offset to ask for next")
+    eof = serializers.BooleanField(help_text="the job ended and nothing follows")
+    text = serializers.CharField(help_text="the bytes as UTF-8, invalid sequences replaced")
+    data_base64 = serializers.CharField(help_text="the bytes themselves")
 
 
 class QuotaSerializer(serializers.ModelSerializer):
@@ -81,6 +90,15 @@ class QuotaSerializer(serializers.ModelSerializer):
             "max_running_jobs",
         ]
         extra_kwargs = {"borrowing_limit_gpus": {"required": False}}
+
+
+class QuotaBodySerializer(QuotaSerializer):
+    """A quota's values, for PUT .../quotas/{gpu_model}/: the model comes from the path."""
+
+    gpu_model = None  # type: ignore[assignment]
+
+    class Meta(QuotaSerializer.Meta):
+        fields = [f for f in QuotaSerializer.Meta.fields if f != "gpu_model"]
 
 
 class MembershipSerializer(serializers.ModelSerializer):
@@ -145,3 +163,10 @@ class TokenSerializer(serializers.ModelSerializer):
         model = ApiToken
         fields = ["id", "name", "hint", "created_at", "last_used_at"]
         read_only_fields = ["id", "hint", "created_at", "last_used_at"]
+
+
+class TokenCreatedSerializer(TokenSerializer):
+    key = serializers.CharField(read_only=True, help_text="the token itself, shown only once")
+
+    class Meta(TokenSerializer.Meta):
+        fields = [*TokenSerializer.Meta.fields, "key"]

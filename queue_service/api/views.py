@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
@@ -24,8 +24,8 @@ from queue_service.jobs.spec import JobSpecSerializer
 from queue_service.tenancy import services as team_services
 from queue_service.tenancy.models import ApiToken, Membership, Team
 
-from . import schema  # noqa: F401  (registers the token auth scheme)
 from . import serializers as s
+from .schema import errors
 
 JOB_FILTERS = {
     "state": "state__in",
@@ -34,8 +34,27 @@ JOB_FILTERS = {
     "cluster": "cluster__name__in",
     "priority": "priority_class__name__in",
 }
+FILTER_PARAMETERS = {
+    name: OpenApiParameter(name, str, description=f"only these {what}, comma-separated")
+    for name, what in [
+        ("state", "states"),
+        ("kind", "kinds (training, agent)"),
+        ("team", "teams (slugs)"),
+        ("cluster", "clusters"),
+        ("priority", "priority classes"),
+    ]
+}
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            *FILTER_PARAMETERS.values(),
+            OpenApiParameter("user", str, description="only this user's jobs (me: yours)"),
+            OpenApiParameter("name", str, description="only names containing this text"),
+        ]
+    )
+)
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = s.JobSerializer
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
@@ -82,7 +101,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         result = job_services.preview_submit(request.user, dict(request.data))
         return Response(s.PreviewSerializer(result).data)
 
-    @extend_schema(request=None, responses=s.JobSerializer)
+    @extend_schema(request=None, responses={200: s.JobSerializer, **errors(409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         job = job_services.cancel_job(request.user, self.get_object())
@@ -94,7 +113,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = self.get_object()
         return Response(s.JobEventSerializer(job.events.all(), many=True).data)
 
-    @extend_schema(parameters=[s.LogsQuerySerializer])
+    @extend_schema(
+        parameters=[s.LogsQuerySerializer],
+        responses={200: s.LogChunkSerializer, **errors(502, 503)},
+    )
     @action(detail=True, methods=["get"], pagination_class=None)
     def logs(self, request: Request, pk: str) -> Response:
         job = self.get_object()
@@ -115,7 +137,10 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 class QueueView(APIView):
     """Pending jobs you can see, in scheduling order, with position, reason and estimate."""
 
-    @extend_schema(responses=s.JobSerializer(many=True))
+    @extend_schema(
+        responses=s.JobSerializer(many=True),
+        parameters=[FILTER_PARAMETERS["team"], FILTER_PARAMETERS["cluster"]],
+    )
     def get(self, request: Request) -> Response:
         qs = (
             Job.objects.for_user(request.user)
@@ -155,7 +180,10 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         members = team.memberships.select_related("user").order_by("user__username")
         return Response(s.MembershipSerializer(members, many=True).data)
 
-    @extend_schema(request=s.MembershipSerializer, responses={204: None})
+    @extend_schema(
+        methods=["PATCH"], request=s.MembershipSerializer, responses=s.MembershipSerializer
+    )
+    @extend_schema(methods=["DELETE"], responses={204: None, **errors(400)})
     @action(detail=True, methods=["patch", "delete"], url_path=r"members/(?P<username>[^/]+)")
     def member(self, request: Request, slug: str, username: str) -> Response:
         team = self.get_object()
@@ -178,7 +206,8 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
         return Response(s.QuotaSerializer(team.quotas.all(), many=True).data)
 
-    @extend_schema(request=s.QuotaSerializer, responses=s.QuotaSerializer)
+    @extend_schema(methods=["PUT"], request=s.QuotaBodySerializer, responses=s.QuotaSerializer)
+    @extend_schema(methods=["DELETE"], responses={204: None, **errors(400)})
     @action(detail=True, methods=["put", "delete"], url_path=r"quotas/(?P<gpu_model>[^/]+)")
     def quota(self, request: Request, slug: str, gpu_model: str) -> Response:
         team = self.get_object()
@@ -227,6 +256,7 @@ class TokenViewSet(
             return ApiToken.objects.none()
         return ApiToken.objects.filter(user=self.request.user)
 
+    @extend_schema(responses={201: s.TokenCreatedSerializer})
     def create(self, request: Request) -> Response:
         body = s.TokenSerializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -210,6 +210,8 @@ class LocalBackend:
         if not path.exists():
             return LogChunk(b"", offset, eof=finished)
         with path.open("rb") as f:
+            if offset >= os.fstat(f.fileno()).st_size:  # past the end: nothing, and no seek
+                return LogChunk(b"", offset, eof=finished)
             f.seek(offset)
             data = f.read(limit)
             at_end = f.read(1) == b""

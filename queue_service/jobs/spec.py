@@ -112,7 +112,7 @@ class MemoryField(DurationField):
     {
         "oneOf": [
             {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            {"type": "string"},
+            {"type": "string", "minLength": 1},
         ],
         "description": "argv (no shell), or one string run by /bin/sh -c",
     }

@@ -180,6 +180,15 @@ def test_logs_are_read_by_byte_offsets(backend: LocalBackend) -> None:
     assert (rest.data, rest.next_offset, rest.eof) == (b"efghij", 10, True)
 
 
+@pytest.mark.parametrize("offset", [10, 11, 2**40, 2**62])
+def test_an_offset_at_or_past_the_end_reads_nothing(backend: LocalBackend, offset: int) -> None:
+    # A seek past what the filesystem allows fails with EINVAL; no seek is made there.
+    eid = backend.submit(request(["printf", "abcdefghij"])).external_id
+    wait_for(backend, eid, finished)
+    chunk = backend.logs(eid, offset, 100)
+    assert (chunk.data, chunk.next_offset, chunk.eof) == (b"", offset, True)
+
+
 def test_a_repeated_submit_adopts_the_first_and_runs_once(backend: LocalBackend) -> None:
     req = request(["/bin/sh", "-c", "echo run >> ../runs.txt"])
     first = backend.submit(req)
