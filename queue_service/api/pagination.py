@@ -27,7 +27,11 @@ class JobCursorPagination(CursorPagination):
             size = 0
         if size < 1:
             raise ValidationError(
-                {self.page_size_query_param: ["must be a whole number from 1 (at most 500 used)"]}
+                {
+                    self.page_size_query_param: [
+                        f"must be a whole number from 1 (at most {self.max_page_size} used)"
+                    ]
+                }
             )
         return min(size, self.max_page_size)
 
