@@ -77,8 +77,30 @@ class LogChunkSerializer(serializers.Serializer):
     data_base64 = serializers.CharField(help_text="the bytes themselves")
 
 
+# No site has a million GPUs: a larger quota is a typo, and the ceiling keeps the scheduler's
+# sums of quotas far from float overflow.
+MAX_QUOTA_GPUS = 1_000_000
+
+
+class GpuAmountField(serializers.FloatField):
+    """A number of GPUs (fractions for MIG slices). JSON true/false are not numbers here:
+    DRF's FloatField would take them as 1 and 0."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool):
+            self.fail("invalid")
+        return float(super().to_internal_value(data))
+
+
 class QuotaSerializer(serializers.ModelSerializer):
     gpu_model = serializers.RegexField(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$", max_length=64)
+    nominal_gpus = GpuAmountField(min_value=0, max_value=MAX_QUOTA_GPUS)
+    borrowing_limit_gpus = GpuAmountField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, required=False, allow_null=True
+    )
+    lending_limit_gpus = GpuAmountField(
+        min_value=0, max_value=MAX_QUOTA_GPUS, required=False, allow_null=True
+    )
 
     class Meta:
         model = Quota
@@ -89,7 +111,6 @@ class QuotaSerializer(serializers.ModelSerializer):
             "lending_limit_gpus",
             "max_running_jobs",
         ]
-        extra_kwargs = {"borrowing_limit_gpus": {"required": False}}
 
 
 class QuotaBodySerializer(QuotaSerializer):

@@ -120,7 +120,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @action(detail=True, methods=["get"], pagination_class=None)
     def logs(self, request: Request, pk: str) -> Response:
         job = self.get_object()
-        query = s.LogsQuerySerializer(data=request.query_params)
+        # A plain dict: a QueryDict makes `?stream=` mean "not given" instead of invalid.
+        query = s.LogsQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         chunk = read_logs(job, **query.validated_data)
         return Response(

@@ -195,13 +195,33 @@ class CheckpointSerializer(serializers.Serializer):
 class JobSpecSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=128)
     kind = serializers.ChoiceField(choices=["training", "agent"], default="training")
-    image = serializers.CharField(required=False, allow_null=True, default=None, max_length=512)
+    # Formats are RegexFields so that the OpenAPI schema carries their patterns.
+    image = serializers.RegexField(
+        IMAGE,
+        required=False,
+        allow_null=True,
+        default=None,
+        max_length=512,
+        error_messages={"invalid": "must be an image reference without spaces"},
+    )
     command = CommandField()
     env = EnvField(required=False, default=dict)
     nodes = serializers.IntegerField(min_value=1, max_value=512, default=1)
     gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, required=False)
-    gpu_model = serializers.CharField(required=False, allow_null=True, default=None)
-    mig_profile = serializers.CharField(required=False, allow_null=True, default=None)
+    gpu_model = serializers.RegexField(
+        GPU_MODEL,
+        required=False,
+        allow_null=True,
+        default=None,
+        error_messages={"invalid": "must look like A100-SXM4-80GB (letters, digits, ._-)"},
+    )
+    mig_profile = serializers.RegexField(
+        MIG_PROFILE,
+        required=False,
+        allow_null=True,
+        default=None,
+        error_messages={"invalid": "must look like 1g.10gb or 3g.40gb (<g>g.<mem>gb[+me])"},
+    )
     cpus_per_gpu = serializers.IntegerField(
         min_value=1, max_value=256, required=False, allow_null=True, default=None
     )
@@ -217,25 +237,6 @@ class JobSpecSerializer(serializers.Serializer):
     def validate_name(self, value: str) -> str:
         if CONTROL.search(value) or "\n" in value or not value.strip():
             raise serializers.ValidationError("must be non-empty text without control characters")
-        return value
-
-    def validate_image(self, value: str | None) -> str | None:
-        if value is not None and not IMAGE.match(value):
-            raise serializers.ValidationError("must be an image reference without spaces")
-        return value
-
-    def validate_gpu_model(self, value: str | None) -> str | None:
-        if value is not None and not GPU_MODEL.match(value):
-            raise serializers.ValidationError(
-                "must look like A100-SXM4-80GB (letters, digits, ._-)"
-            )
-        return value
-
-    def validate_mig_profile(self, value: str | None) -> str | None:
-        if value is not None and not MIG_PROFILE.match(value):
-            raise serializers.ValidationError(
-                "must look like 1g.10gb or 3g.40gb (<g>g.<mem>gb[+me])"
-            )
         return value
 
     def validate_time_limit(self, value: int | None) -> int:

@@ -228,3 +228,56 @@ def test_a_log_offset_past_any_file_is_a_400_not_a_server_error(
     response = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/?offset=306628461563388736")
     assert response.status_code == 400
     assert "offset" in response.json()
+
+
+# (method, path, body, the field the server names): bodies the server refuses for their form,
+# which the documented request schema must refuse too, or generated clients send them.
+MALFORMED: list[tuple[str, str, dict[str, Any], str]] = [
+    ("post", "/api/v1/jobs/", spec(kind="agent", mig_profile="0"), "mig_profile"),
+    ("post", "/api/v1/jobs/", spec(gpu_model="A100 80GB"), "gpu_model"),
+    ("post", "/api/v1/jobs/", spec(image="nvcr.io/x y"), "image"),
+    ("post", "/api/v1/jobs/preview/", spec(gpu_model="-A100"), "gpu_model"),
+    (
+        "post",
+        "/api/v1/teams/{slug}/quotas/",
+        {"gpu_model": "H100", "nominal_gpus": True},
+        "nominal_gpus",
+    ),
+    ("put", "/api/v1/teams/{slug}/quotas/{gpu_model}/", {"nominal_gpus": 1e308}, "nominal_gpus"),
+    (
+        "put",
+        "/api/v1/teams/{slug}/quotas/{gpu_model}/",
+        {"nominal_gpus": 4, "lending_limit_gpus": False},
+        "lending_limit_gpus",
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), MALFORMED)
+def test_the_schema_refuses_what_the_server_refuses(
+    client_for: Any,
+    people: dict[str, Any],
+    schema: dict[str, Any],
+    method: str,
+    path: str,
+    body: dict[str, Any],
+    field: str,
+) -> None:
+    url = path.format(slug="vision", gpu_model="SIM-A100")
+    response = getattr(client_for("dana"), method)(url, body, format="json")
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    documented = schema["paths"][path][method]["requestBody"]["content"]["application/json"]
+    doc = {**_json_schema(documented["schema"]), "components": _json_schema(schema["components"])}
+    with pytest.raises(jsonschema.ValidationError) as refused:
+        jsonschema.validate(body, doc)
+    assert field in refused.value.absolute_path or field in refused.value.message
+
+
+def test_an_empty_log_query_parameter_is_a_400_not_the_default(
+    client_for: Any, people: dict[str, Any]
+) -> None:
+    job = submit_job(people["alice"], spec(name="blank")).job
+    response = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/?stream=")
+    assert response.status_code == 400
+    assert list(response.json()) == ["stream"]
