@@ -71,10 +71,11 @@ def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) ->
                 f"(other models already take {nominal_elsewhere:g})"
             ]
         borrowing = values.get("borrowing_limit_gpus")
-        if borrowing is None or borrowing > team.max_borrowing_gpus:
-            errors["borrowing_limit_gpus"] = [
-                f"at most {team.max_borrowing_gpus:g} GPUs for this team (set by the site)"
-            ]
+        ceiling = f"at most {team.max_borrowing_gpus:g} GPUs for this team (set by the site)"
+        if borrowing is None:  # omitted, or null: no limit, which only site staff may set
+            errors["borrowing_limit_gpus"] = [f"a team admin must give a limit: {ceiling}"]
+        elif borrowing > team.max_borrowing_gpus:
+            errors["borrowing_limit_gpus"] = [ceiling]
     if errors:
         raise ValidationError(errors)
     quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)

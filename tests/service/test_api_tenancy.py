@@ -116,6 +116,26 @@ def test_a_team_admin_stays_within_the_sites_ceiling(client_for: Any) -> None:
     assert "nominal_gpus" in response.json()
 
 
+@pytest.mark.parametrize(
+    ("borrowing", "message"),
+    [
+        ({}, "a team admin must give a limit: at most"),
+        ({"borrowing_limit_gpus": None}, "a team admin must give a limit: at most"),
+        ({"borrowing_limit_gpus": 500}, "at most"),
+    ],
+)
+def test_a_team_admin_cannot_borrow_without_the_sites_limit(
+    client_for: Any, borrowing: dict[str, Any], message: str
+) -> None:
+    response = client_for("dana").put(
+        "/api/v1/teams/vision/quotas/SIM-A100/", {"nominal_gpus": 8, **borrowing}, format="json"
+    )
+    assert response.status_code == 400
+    (text,) = response.json()["borrowing_limit_gpus"]
+    assert text.startswith(message)
+    assert text.endswith("GPUs for this team (set by the site)")
+
+
 def test_a_team_admin_manages_members_but_keeps_an_admin(client_for: Any) -> None:
     dana = client_for("dana")
     assert (
