@@ -215,7 +215,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     # JSON only: a job spec does not survive form encoding, and the schema says what is taken.
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["queue_service.api.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "queue_service.api.schema.GpuqAutoSchema",
     "DEFAULT_PAGINATION_CLASS": "queue_service.api.pagination.JobCursorPagination",
     "PAGE_SIZE": 50,

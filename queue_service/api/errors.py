@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, resolve
 from django.views import defaults
@@ -25,6 +27,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response({"detail": f"the cluster did not answer: {exc.message}"}, status=code)
     if isinstance(exc, Http404):
         return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    if isinstance(exc, RequestDataTooBig):  # Django's 400 page would be HTML, and vague
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"detail": f"the body is larger than {limit:,} bytes"},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     return drf_handler(exc, context)
 
 

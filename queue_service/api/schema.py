@@ -38,6 +38,7 @@ ERROR_TEXT = {
     "403": "signed in, but not allowed to do this",
     "404": "no such object among those you can see, or no such path",
     "409": "the object is not in a state that allows this now",
+    "413": "the body is larger than the site accepts",
     "415": "the body is not JSON",
     "502": "the cluster answered with an error",
     "503": "the cluster did not answer",
@@ -46,9 +47,9 @@ ERROR_TEXT = {
 
 class GpuqAutoSchema(AutoSchema):
     """drf-spectacular's AutoSchema, plus the error answers: 401 and 403 everywhere (every
-    endpoint needs a signed-in user), 404 where the path names an object, 400 and 415 where
-    a body or query is parsed. Views add what only they can give (409, 502, 503) through
-    extend_schema."""
+    endpoint needs a signed-in user), 404 where the path names an object, 400, 413 and 415
+    where a body is parsed, 400 where a query is. Views add what only they can give (409,
+    502, 503) through extend_schema."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
@@ -57,7 +58,7 @@ class GpuqAutoSchema(AutoSchema):
             codes.append("404")
         has_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer()
         if has_body:
-            codes += ["400", "415"]
+            codes += ["400", "413", "415"]
         elif self.method == "GET" and self._validated_query():
             codes.append("400")
         for code in codes:

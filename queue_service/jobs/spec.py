@@ -14,6 +14,8 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from queue_service.shape import shape_problem
+
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$")
 GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -306,8 +308,13 @@ def load_yaml_spec(text: str) -> dict[str, Any]:
         raise YamlError(f"line {line}: {exc.problem}", line) from None
     except yaml.YAMLError as exc:
         raise YamlError(str(exc), None) from None
+    except RecursionError:
+        raise YamlError("the file is nested too deeply", None) from None
     if not isinstance(data, dict):
         raise YamlError("the file must be a mapping of fields (name:, command:, ...)", 1)
+    problem = shape_problem(data)
+    if problem is not None:
+        raise YamlError(f"the file {problem}", None)
     return data
 
 
@@ -316,7 +323,7 @@ def yaml_field_lines(text: str) -> dict[str, int]:
     lines: dict[str, int] = {}
     try:
         node = yaml.compose(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         return lines
     if isinstance(node, yaml.MappingNode):
         for key, _ in node.value:

@@ -31,6 +31,7 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("alice", "post", "/api/v1/jobs/", [1, 2]),
     ("alice", "post", "/api/v1/jobs/preview/", spec(name="would-it")),
     ("alice", "post", "/api/v1/jobs/preview/", {"nodes": 0}),
+    ("alice", "post", "/api/v1/jobs/preview/", spec(name="x" * 3_000_000)),  # 413
     ("bob", "get", "/api/v1/jobs/{job}/", None),
     ("charlie", "get", "/api/v1/jobs/{job}/", None),
     ("alice", "get", "/api/v1/jobs/not-a-job-id/", None),
@@ -153,7 +154,7 @@ def test_the_calls_cover_success_and_error_answers(
     answers: list[tuple[str, str, str, Any]],
 ) -> None:
     statuses = {status for _, _, status, _ in answers}
-    assert {"200", "201", "204", "400", "401", "403", "404", "409"} <= statuses
+    assert {"200", "201", "204", "400", "401", "403", "404", "409", "413"} <= statuses
 
 
 def test_every_operation_is_exercised(

@@ -82,6 +82,24 @@ def test_malformed_json_is_a_400(client_for: Any) -> None:
     assert response.status_code == 400
 
 
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ("[" * 100_000 + "]" * 100_000, 400, "nested too deeply"),
+        ('{"name": "deep", "command": ' + "[" * 40 + "]" * 40 + "}", 400, "nested more than 32"),
+        ('{"name": "big", "command": ["' + "x" * 3_000_000 + '"]}', 413, "larger than 2,621,440"),
+    ],
+    ids=["past the recursion limit", "40 levels", "over the body limit"],
+)
+def test_a_body_too_deep_or_too_large_is_refused_before_validation(
+    client_for: Any, body: str, status: int, message: str
+) -> None:
+    response = client_for("alice").post("/api/v1/jobs/", data=body, content_type="application/json")
+    assert response.status_code == status
+    assert message in response.json()["detail"]
+    assert Job.objects.count() == 0
+
+
 def test_valid_spec_is_normalized(client_for: Any) -> None:
     response = client_for("alice").post(
         "/api/v1/jobs/",

@@ -89,3 +89,33 @@ def test_a_bad_env_line_is_shown_with_the_apis_messages_for_the_other_fields(
     assert "This field is required." in html  # command
     assert "Ensure this value is less than or equal to 16." in html
     assert not Job.objects.exists()
+
+
+def _alias_bomb() -> str:
+    """Nine levels of nine aliases: 9**9 (387 million) strings once expanded, 700 bytes."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "\n".join([*lines, "name: *i", "command: *i", ""])
+
+
+HOSTILE_YAML = [
+    ("alias bomb", _alias_bomb(), "holds more than 100,000 values"),
+    ("nested past the recursion limit", "name: " + "[" * 5000 + "]" * 5000, "nested too deeply"),
+    ("nested 40 deep", "name: x\ncommand: " + "[" * 40 + "]" * 40, "nested more than 32 levels"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "text", "message"), HOSTILE_YAML, ids=[c[0] for c in HOSTILE_YAML]
+)
+@pytest.mark.parametrize("path", ["/submit/", "/submit/preview/"])
+def test_hostile_pasted_yaml_is_refused_without_expanding_it(
+    alice: Client, case: str, text: str, message: str, path: str
+) -> None:
+    # The alias bomb used to hang the worker (str() of the expansion, gigabytes), and deep
+    # nesting to end in a RecursionError: a 500.
+    response = alice.post(path, {"mode": "yaml", "yaml": text})
+    assert response.status_code == (400 if path == "/submit/" else 200)
+    assert message in response.content.decode()
+    assert Job.objects.count() == 0
