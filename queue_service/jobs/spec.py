@@ -21,6 +21,8 @@ MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$")
 GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}$")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 RETRY_CAUSES = ("node_failure", "preemption")
@@ -128,8 +130,11 @@ class CommandField(serializers.Field):
         if isinstance(data, str):
             if not data.strip():
                 self.fail("invalid", message="must not be empty")
-            if "\x00" in data or len(data) > 65536:
-                self.fail("invalid", message="must be under 64 KiB and contain no NUL byte")
+            if UNSTORABLE.search(data) or len(data) > 65536:
+                self.fail(
+                    "invalid",
+                    message="must be under 64 KiB, without NUL bytes or lone surrogates",
+                )
             return data
         if isinstance(data, list):
             if not data:
@@ -139,8 +144,11 @@ class CommandField(serializers.Field):
             for i, arg in enumerate(data):
                 if not isinstance(arg, str):
                     self.fail("invalid", message=f"argument {i} must be a string")
-                if "\x00" in arg or len(arg) > 65536:
-                    self.fail("invalid", message=f"argument {i} is too long or has a NUL byte")
+                if UNSTORABLE.search(arg) or len(arg) > 65536:
+                    self.fail(
+                        "invalid",
+                        message=f"argument {i} is too long, or has a NUL byte or lone surrogate",
+                    )
             if not data[0].strip():
                 self.fail("invalid", message="the program (argument 0) must not be empty")
             return list(data)
@@ -166,8 +174,8 @@ class EnvField(serializers.DictField):
                 errors[name] = "is set by gpuq or the backend and cannot be overridden"
             elif isinstance(value, bool) or not isinstance(value, str | int | float):
                 errors[name] = "value must be a string or a number"
-            elif "\x00" in str(value) or len(str(value)) > 32768:
-                errors[name] = "value is too long or has a NUL byte"
+            elif UNSTORABLE.search(str(value)) or len(str(value)) > 32768:
+                errors[name] = "value is too long, or has a NUL byte or lone surrogate"
             else:
                 out[name] = str(value)
         if errors:

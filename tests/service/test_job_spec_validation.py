@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -21,6 +22,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("env name with dash", {"env": {"BAD-NAME": "x"}}, "env"),
     ("env overrides CUDA_VISIBLE_DEVICES", {"env": {"CUDA_VISIBLE_DEVICES": "0"}}, "env"),
     ("env value a list", {"env": {"A": ["x"]}}, "env"),
+    # A lone surrogate (JSON's "\ud800") cannot be stored in PostgreSQL: these were 500s.
+    ("env value with a lone surrogate", {"env": {"A": "x\udfff"}}, "env"),
+    ("argument with a lone surrogate", {"command": ["echo", "\ud800"]}, "command"),
+    ("shell command with a lone surrogate", {"command": "echo \ud800"}, "command"),
     ("zero nodes", {"nodes": 0}, "nodes"),
     ("too many GPUs per node", {"gpus_per_node": 17}, "gpus_per_node"),
     ("negative GPUs", {"gpus_per_node": -1}, "gpus_per_node"),
@@ -58,7 +63,10 @@ def test_invalid_spec_is_a_400_naming_the_field(
     client_for: Any, case: str, overrides: dict[str, Any], field: str
 ) -> None:
     body = {k: v for k, v in spec(**overrides).items() if v is not None}
-    response = client_for("alice").post("/api/v1/jobs/", body, format="json")
+    # json.dumps escapes what UTF-8 cannot carry (a lone surrogate), as clients do.
+    response = client_for("alice").post(
+        "/api/v1/jobs/", json.dumps(body), content_type="application/json"
+    )
     assert response.status_code == 400, response.content
     assert field in response.json(), response.json()
     assert Job.objects.count() == 0
