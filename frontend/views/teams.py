@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -25,6 +25,7 @@ from .common import my_teams, permission_as_403, signed_in
 
 DEFAULT_DAYS = 14
 MAX_DAYS = 366
+EARLIEST = date(2000, 1, 1)
 
 
 @signed_in
@@ -68,15 +69,18 @@ def _period(request: HttpRequest) -> tuple[date, date, str]:
     """The report's [first, last] days from ?from=&to= (ISO dates); the last 14 days by
     default. Returns an error to show instead of guessing when they make no sense."""
     today = timezone.now().date()
+    default = today - timedelta(days=DEFAULT_DAYS - 1), today
     try:
         last = date.fromisoformat(request.GET["to"]) if request.GET.get("to") else today
-        first = (
-            date.fromisoformat(request.GET["from"])
-            if request.GET.get("from")
-            else last - timedelta(days=DEFAULT_DAYS - 1)
-        )
+        first = date.fromisoformat(request.GET["from"]) if request.GET.get("from") else None
     except ValueError:
-        return today - timedelta(days=DEFAULT_DAYS - 1), today, "Dates look like 2025-01-31."
+        return *default, "Dates look like 2025-01-31."
+    # Days far from now are typos, and near date.min or date.max the report's arithmetic
+    # overflows (a 500).
+    if not EARLIEST <= last <= today or not (first is None or EARLIEST <= first <= today):
+        return *default, f"Dates run from {EARLIEST.isoformat()} to today."
+    if first is None:
+        first = max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1))
     if first > last:
         return last, last, "The period starts after it ends; showing its last day."
     if (last - first).days >= MAX_DAYS:
@@ -116,7 +120,9 @@ def _render(request: HttpRequest, team: Team, status: int = 200, **extra: Any) -
 @require_GET
 def usage_download(request: HttpRequest, slug: str) -> HttpResponse:
     team = _admin_team(request, slug)
-    first, last, _ = _period(request)
+    first, last, period_error = _period(request)
+    if period_error:  # the page's link always sends a good period: this URL was made by hand
+        return HttpResponseBadRequest(period_error, content_type="text/plain")
     report = usage_report(team, first, last, timezone.now())
     response = HttpResponse(usage_csv(report), content_type="text/csv; charset=utf-8")
     name = f"gpuq-usage-{team.slug}-{first.isoformat()}-{last.isoformat()}.csv"

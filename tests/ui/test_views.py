@@ -119,3 +119,32 @@ def test_hostile_pasted_yaml_is_refused_without_expanding_it(
     assert response.status_code == (400 if path == "/submit/" else 200)
     assert message in response.content.decode()
     assert Job.objects.count() == 0
+
+
+@pytest.fixture
+def dana(people: Any) -> Client:
+    client = Client()
+    client.force_login(people["dana"])  # vision's team admin
+    return client
+
+
+PERIODS = [
+    ("to=0001-01-01", "Dates run from 2000-01-01 to today."),
+    ("from=9999-12-31&to=9999-12-31", "Dates run from 2000-01-01 to today."),
+    ("from=1999-12-31", "Dates run from 2000-01-01 to today."),
+    ("to=31/01/2025", "Dates look like 2025-01-31."),
+    ("from=2024-01-01&to=2025-06-01", "At most 366 days at once."),
+]
+
+
+@pytest.mark.parametrize(("query", "message"), PERIODS, ids=[q for q, _ in PERIODS])
+def test_a_report_period_out_of_range_is_explained_not_a_server_error(
+    dana: Client, query: str, message: str
+) -> None:
+    # Days near date.min or date.max overflowed the report's arithmetic: a 500.
+    page = dana.get(f"/teams/vision/?{query}")
+    assert page.status_code == 200
+    assert message in page.content.decode()
+    download = dana.get(f"/teams/vision/usage.csv?{query}")
+    assert download.status_code == 400
+    assert download.content.decode() == message
