@@ -22,7 +22,7 @@ from queue_service.backends import BackendError
 from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
-from queue_service.jobs.dispatch import read_logs
+from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
 from queue_service.jobs.models import Job, PriorityClass
 from queue_service.jobs.reports import mig_choices
 from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
@@ -78,7 +78,7 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     job = visible_job(request.user, pk)
     stream = _stream(request)
     try:
-        offset = max(int(request.GET.get("offset", "0")), 0)
+        offset = min(max(int(request.GET.get("offset", "0")), 0), MAX_LOG_OFFSET)
     except ValueError:
         offset = 0
     context: dict[str, Any] = {"job": job, "stream": stream, "offset": offset, "eof": False}

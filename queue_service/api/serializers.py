@@ -5,6 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from queue_service.clusters.models import Cluster, Node
+from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
@@ -64,7 +65,7 @@ class JobEventSerializer(serializers.ModelSerializer):
 
 class LogsQuerySerializer(serializers.Serializer):
     # 1 TiB: past any log (and past what a filesystem lets one seek to).
-    offset = serializers.IntegerField(min_value=0, max_value=2**40, default=0)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_LOG_OFFSET, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=1_048_576, default=65536)
     stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
 

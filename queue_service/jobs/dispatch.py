@@ -368,7 +368,14 @@ def _redispatch_stale(cluster: Cluster) -> None:
             continue  # back in admitted; retried later
 
 
+# A terabyte into a log: beyond it, offsets only break the backends' seeks (SFTP packs them
+# in 64 bits, the local backend's seek refuses them).
+MAX_LOG_OFFSET = 2**40
+
+
 def read_logs(job: Job, *, offset: int, limit: int, stream: str) -> LogChunk:
+    if not 0 <= offset <= MAX_LOG_OFFSET:
+        raise ValueError(f"a log offset runs from 0 to {MAX_LOG_OFFSET}")
     if not job.external_id or job.cluster is None:
         return LogChunk(b"", offset, eof=job.state in Job.TERMINAL)
     return backend_for(job.cluster).logs(job.external_id, offset=offset, limit=limit, stream=stream)

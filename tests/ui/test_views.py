@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
 from tests.conftest import spec
@@ -148,3 +149,14 @@ def test_a_report_period_out_of_range_is_explained_not_a_server_error(
     download = dana.get(f"/teams/vision/usage.csv?{query}")
     assert download.status_code == 400
     assert download.content.decode() == message
+
+
+def test_a_log_poll_past_a_terabyte_asks_from_the_cap(
+    alice: Client, people: Any, local_cluster: Any
+) -> None:
+    # Unbounded, such an offset reached the backends' seeks (SFTP packs it in 64 bits).
+    job = submit_job(people["alice"], spec()).job
+    html = alice.get(f"/jobs/{job.pk}/log/?offset={10**30}").content.decode()
+    assert f"offset={MAX_LOG_OFFSET}" in html
+    with pytest.raises(ValueError, match="a log offset runs from 0 to 1099511627776"):
+        read_logs(job, offset=MAX_LOG_OFFSET + 1, limit=10, stream="stdout")
