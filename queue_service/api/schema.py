@@ -47,20 +47,19 @@ ERROR_TEXT = {
 
 class GpuqAutoSchema(AutoSchema):
     """drf-spectacular's AutoSchema, plus the error answers: 401 and 403 everywhere (every
-    endpoint needs a signed-in user), 404 where the path names an object, 400, 413 and 415
-    where a body is parsed, 400 where a query is. Views add what only they can give (409,
-    502, 503) through extend_schema."""
+    endpoint needs a signed-in user), 400 everywhere (a body or query that is not valid, or
+    a NUL byte in the path or query), 404 where the path names an object, 413 and 415 where
+    a body is parsed. Views add what only they can give (409, 502, 503) through
+    extend_schema."""
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)
-        codes = ["401", "403"]
+        # Any request may be a 400: a NUL byte in its path or query (middleware.py).
+        codes = ["400", "401", "403"]
         if "{" in self.path:
             codes.append("404")
-        has_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer()
-        if has_body:
-            codes += ["400", "413", "415"]
-        elif self.method == "GET" and self._validated_query():
-            codes.append("400")
+        if self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer():
+            codes += ["413", "415"]
         for code in codes:
             if code not in responses:
                 responses[code] = self.error_response(code, direction)
@@ -74,16 +73,6 @@ class GpuqAutoSchema(AutoSchema):
         response: dict[str, Any] = self._get_response_for_code(body, code, direction=direction)
         response["description"] = ERROR_TEXT[code]
         return response
-
-    def _validated_query(self) -> bool:
-        """Does this GET validate its query: parameters declared through a serializer, or a
-        paginated list (queue_service/api/pagination.py)?"""
-        if self._is_list_view() and self._get_paginator() is not None:
-            return True
-        return any(
-            isinstance(p, type) and issubclass(p, serializers.Serializer)
-            for p in self.get_override_parameters()
-        )
 
 
 def errors(*codes: int) -> dict[int, Any]:

@@ -42,6 +42,7 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),  # 409: it already ended
     ("alice", "get", "/api/v1/queue/?team=vision", None),
+    ("alice", "get", "/api/v1/queue/?team=%00", None),  # 400 (middleware.py)
     ("alice", "get", "/api/v1/teams/", None),
     ("alice", "get", "/api/v1/teams/vision/", None),
     ("charlie", "get", "/api/v1/teams/vision/", None),
