@@ -33,6 +33,21 @@ DURATION_UNIT = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>s|m|min|h|d)?$")
 MEMORY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]i?B?|[kmgt])?$")
 UNIT_S = {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 UNIT_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, None: 1}
+# Larger is a typo, and unbounded a 400-digit number overflowed float(): a 500.
+MAX_DURATION_S = 100 * 365 * 86400
+MAX_MEMORY_MB = 1024**3  # a pebibyte per node
+
+
+def _whole(amount: float, most: float, too_large: str) -> int:
+    """`amount` rounded up, once it is known to be a positive number no larger than `most`
+    (YAML's .nan and .inf are floats too; a JSON integer may have 400 digits)."""
+    if amount != amount:
+        raise ValueError("must be a number")
+    if amount <= 0:
+        raise ValueError("must be positive")
+    if amount > most:
+        raise ValueError(too_large)
+    return int(-(-float(amount) // 1))
 
 
 def parse_duration(value: Any) -> int:
@@ -40,7 +55,7 @@ def parse_duration(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int | float):
-        seconds = float(value)
+        seconds = value
     elif isinstance(value, str):
         text = value.strip().lower()
         if m := DURATION.match(text):
@@ -53,12 +68,12 @@ def parse_duration(value: Any) -> int:
         elif m := DURATION_UNIT.match(text):
             seconds = float(m["n"]) * UNIT_S[m["u"]]
         else:
-            raise ValueError(f"{value!r} is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)")
+            raise ValueError(
+                f"{value[:40]!r} is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)"
+            )
     else:
         raise ValueError("expected a duration")
-    if seconds <= 0:
-        raise ValueError("must be positive")
-    return int(-(-seconds // 1))
+    return _whole(seconds, MAX_DURATION_S, "at most 100 years")
 
 
 def parse_memory_mb(value: Any) -> int:
@@ -66,15 +81,17 @@ def parse_memory_mb(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError("expected a size")
     if isinstance(value, int | float):
-        mb = float(value)
+        mb = value
     elif isinstance(value, str) and (m := MEMORY.match(value.strip())):
         unit = (m["u"] or "")[:1].upper() or None
         mb = float(m["n"]) * UNIT_MB[unit]
+    elif isinstance(value, str):
+        raise ValueError(f"{value[:40]!r} is not a size (use MB as a number, or 512M, 64G, 1T)")
     else:
-        raise ValueError(f"{value!r} is not a size (use MB as a number, or 512M, 64G, 1T)")
-    if mb < 1:
+        raise ValueError("expected a size (MB as a number, or 512M, 64G, 1T)")
+    if mb == mb and mb < 1:
         raise ValueError("must be at least 1 MB")
-    return int(-(-mb // 1))
+    return _whole(mb, MAX_MEMORY_MB, "at most 1024T (a pebibyte)")
 
 
 @extend_schema_field(

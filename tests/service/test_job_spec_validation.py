@@ -43,6 +43,16 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("retries max negative", {"retries": {"max": -1}}, "retries"),
     ("retry on an unknown cause", {"retries": {"on": ["oom"]}}, "retries"),
     ("memory nonsense", {"memory": "lots"}, "memory"),
+    # A 400-digit number overflowed float(): these were 500s.
+    ("memory of 400 digits", {"memory": 10**400}, "memory"),
+    ("time limit of 400 digits", {"time_limit": 10**400}, "time_limit"),
+    ("memory past a pebibyte", {"memory": "2048T"}, "memory"),
+    ("memory of 400 digit characters", {"memory": "9" * 400 + "G"}, "memory"),
+    (
+        "checkpoint interval of 400 digits",
+        {"checkpoint": {"dir": "/c", "interval": 10**400}},
+        "checkpoint",
+    ),
     ("checkpoint without dir", {"checkpoint": {"interval": "10m"}}, "checkpoint"),
     (
         "checkpoint interval over the time limit",
