@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -9,7 +10,7 @@ from urllib.parse import urlsplit
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django_htmx.http import HttpResponseClientRedirect
 from rest_framework import exceptions as drf
@@ -44,7 +45,12 @@ def permission_as_403() -> Iterator[None]:
 
 
 def visible_job(user: Any, pk: Any) -> Job:
-    """A job of one of the user's teams, or 404: outsiders cannot tell it exists."""
+    """A job of one of the user's teams, or 404: outsiders cannot tell it exists. `pk` may
+    come from a query string (?from=): anything but a UUID is a 404 too, not a 500."""
+    try:
+        pk = uuid.UUID(str(pk))
+    except ValueError:
+        raise Http404("no such job") from None
     return get_object_or_404(
         Job.objects.for_user(user).select_related("team", "user", "priority_class", "cluster"),
         pk=pk,

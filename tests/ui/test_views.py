@@ -160,3 +160,10 @@ def test_a_log_poll_past_a_terabyte_asks_from_the_cap(
     assert f"offset={MAX_LOG_OFFSET}" in html
     with pytest.raises(ValueError, match="a log offset runs from 0 to 1099511627776"):
         read_logs(job, offset=MAX_LOG_OFFSET + 1, limit=10, stream="stdout")
+
+
+@pytest.mark.parametrize("source", ["not-a-uuid", "0" * 40, "00000000-0000-0000-0000-000000000000"])
+def test_copying_from_something_that_is_not_a_visible_job_is_a_404(
+    alice: Client, source: str
+) -> None:
+    assert alice.get(f"/submit/?from={source}").status_code == 404
