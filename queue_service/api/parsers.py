@@ -2,9 +2,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
 
+from queue_service.jobs.spec import YamlError, load_yaml_spec
 from queue_service.shape import shape_problem
 
 
@@ -23,3 +26,25 @@ class JSONParser(parsers.JSONParser):
         if problem is not None:
             raise ParseError(f"the JSON body {problem}")
         return data
+
+
+class YAMLParser(parsers.BaseParser):
+    """A job file as it is (application/yaml, RFC 9512), for the job endpoints: the same
+    loader, bounds and line numbers as the UI's pasted YAML (queue_service/jobs/spec.py)."""
+
+    media_type = "application/yaml"
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        # DRF hands JSON the body Django has bounded, and other parsers the raw stream.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        raw = stream.read(limit + 1)
+        if len(raw) > limit:
+            raise RequestDataTooBig("the YAML body is larger than DATA_UPLOAD_MAX_MEMORY_SIZE")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"YAML parse error - not UTF-8 at byte {exc.start}") from None
+        try:
+            return load_yaml_spec(text)
+        except YamlError as exc:
+            raise ParseError(f"YAML parse error - {exc}") from None

@@ -25,6 +25,7 @@ from queue_service.tenancy import services as team_services
 from queue_service.tenancy.models import ApiToken, Membership, Team
 
 from . import serializers as s
+from .parsers import JSONParser, YAMLParser
 from .schema import errors
 
 JOB_FILTERS = {
@@ -57,6 +58,9 @@ FILTER_PARAMETERS = {
 )
 class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     serializer_class = s.JobSerializer
+    # A job file may be sent as it is: `curl --data-binary @job.yaml -H 'Content-Type:
+    # application/yaml'`.
+    parser_classes = [JSONParser, YAMLParser]
     lookup_value_regex = "[0-9a-fA-F-]{32,36}"
 
     def get_queryset(self) -> QuerySet[Job]:

@@ -1,0 +1,80 @@
+"""A job file goes to the API as it is (Content-Type: application/yaml), with the same
+validation, bounds and line numbers as the UI's pasted YAML, and the same job as its JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queue_service.jobs.models import Job
+
+YAML = "application/yaml"
+JOB_FILE = """\
+# a job file, as users keep them next to their code
+name: yaml-train
+command: [torchrun, --nproc-per-node=8, train.py]
+nodes: 2
+gpus_per_node: 8
+time_limit: 2h
+env:
+  EPOCHS: 3
+retries: {max: 1}
+"""
+SAME_AS_JSON = {
+    "name": "yaml-train",
+    "command": ["torchrun", "--nproc-per-node=8", "train.py"],
+    "nodes": 2,
+    "gpus_per_node": 8,
+    "time_limit": "2h",
+    "env": {"EPOCHS": 3},
+    "retries": {"max": 1},
+}
+
+
+def test_a_yaml_job_file_makes_the_same_job_as_its_json(client_for: Any) -> None:
+    client = client_for("alice")
+    from_yaml = client.post("/api/v1/jobs/", data=JOB_FILE, content_type=YAML)
+    from_json = client.post("/api/v1/jobs/", SAME_AS_JSON, format="json")
+    assert from_yaml.status_code == from_json.status_code == 201
+    assert from_yaml.json()["spec"] == from_json.json()["spec"]
+    assert from_yaml.json()["spec"]["time_limit"] == 7200
+
+
+def test_a_yaml_job_file_can_be_previewed(client_for: Any, local_cluster: Any) -> None:
+    response = client_for("alice").post("/api/v1/jobs/preview/", data=JOB_FILE, content_type=YAML)
+    assert response.status_code == 200
+    assert set(response.json()) == {"starts_now", "reason", "position", "estimated_start"}
+    assert Job.objects.count() == 0
+
+
+BAD_FILES = [
+    ("a bad field", JOB_FILE.replace("nodes: 2", "nodes: 0"), 400, "nodes"),
+    ("a syntax error", "name: x\ncommand: [a, b\n", 400, "line 3"),
+    ("not a mapping", "- just\n- a list\n", 400, "must be a mapping"),
+    ("not UTF-8", b"name: \xff\xfe\ncommand: true\n", 400, "not UTF-8 at byte 6"),
+    (
+        "an alias bomb",
+        'a: &a ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]\n'
+        + "".join(
+            f"{c}: &{c} [" + ", ".join([f"*{p}"] * 10) + "]\n"
+            for p, c in zip("abcde", "bcdef", strict=True)
+        )
+        + "name: *f\ncommand: *f\n",
+        400,
+        "holds more than 100,000 values",
+    ),
+    ("over the body limit", "name: x\ncommand: '" + "y" * 3_000_000 + "'\n", 413, "larger than"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "status", "word"), BAD_FILES, ids=[c[0] for c in BAD_FILES]
+)
+def test_a_bad_yaml_job_file_is_refused_with_a_reason(
+    client_for: Any, case: str, body: str | bytes, status: int, word: str
+) -> None:
+    response = client_for("alice").post("/api/v1/jobs/", data=body, content_type=YAML)
+    assert response.status_code == status, response.content
+    assert word in str(response.json())
+    assert Job.objects.count() == 0
