@@ -1,7 +1,8 @@
 """A NUL byte anywhere a user can put one is a 400, never a 500. PostgreSQL text cannot
 hold NUL, so a lookup, filter or insert given one fails with a DataError: every GET below
-was a 500 before queue_service/middleware.py, as were the first three forms (token name,
-member, quota to delete); the last two were refused by their fields already."""
+was a 500 before queue_service/middleware.py (but `?%00=x`, a parameter nobody reads: a
+200), as were the first three forms (token name, member, quota to delete); the last two
+were refused by their fields already."""
 
 from __future__ import annotations
 
