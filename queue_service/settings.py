@@ -5,6 +5,7 @@ Secrets may come from VAR or from a file named by VAR_FILE (Docker/Kubernetes se
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
@@ -44,6 +45,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):  # float() takes "nan" and "inf"
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
     if value < minimum:
         raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
     return value
@@ -114,6 +117,18 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 CSRF_TRUSTED_ORIGINS = env_list(
     "CSRF_TRUSTED_ORIGINS", "http://127.0.0.1:8000,http://localhost:8000"
 )
+# Served over HTTPS (TLS ends at a proxy that sets X-Forwarded-Proto): cookies only over TLS,
+# plain HTTP redirected. HSTS is a separate promise browsers keep for its whole max-age, so
+# it is off until GPUQ_HSTS_SECONDS says otherwise.
+HTTPS = env_bool("GPUQ_HTTPS", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_HSTS_SECONDS = int(env_float("GPUQ_HSTS_SECONDS", 0))
+if SECURE_HSTS_SECONDS and not HTTPS:
+    raise ImproperlyConfigured("GPUQ_HSTS_SECONDS needs GPUQ_HTTPS=1")
+# Promises for the whole domain, not only gpuq's host: the operator's to make.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GPUQ_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("GPUQ_HSTS_PRELOAD", False)
 
 DATABASES = {"default": database_from_url(env("DATABASE_URL", "sqlite:///var/gpuq.sqlite3"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -71,6 +71,16 @@ def test_a_bad_or_too_small_number_names_the_variable(monkeypatch: pytest.Monkey
         env_float("GPUQ_N", 1.0)
 
 
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "1e999"])
+def test_a_number_that_is_not_finite_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    # float() takes all of these; a cycle interval of nan would never fire.
+    monkeypatch.setenv("GPUQ_N", raw)
+    with pytest.raises(ImproperlyConfigured, match=f"GPUQ_N='{raw}' is not a finite number"):
+        env_float("GPUQ_N", 1.0)
+
+
 @pytest.mark.parametrize(("raw", "value"), [("3", 3), ("unlimited", None), (" 1 ", 1)])
 def test_counts_parse(monkeypatch: pytest.MonkeyPatch, raw: str, value: int | None) -> None:
     monkeypatch.setenv("GPUQ_C", raw)
@@ -149,3 +159,47 @@ def test_the_policy_settings_default_to_the_schedulers_own_defaults() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
+
+
+def _deploy_check(**extra: str) -> subprocess.CompletedProcess[str]:
+    # As a deployment's: none of the test run's own settings (the browser tests allow async
+    # unsafe calls, which the deploy check rightly refuses).
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUQ_", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"))
+    }
+    environ.update(SECRET_KEY="x" * 60 + "-a-long-random-production-key", **extra)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_behind_tls_the_deploy_check_is_clean() -> None:
+    # GPUQ_HTTPS=1: secure cookies, the proxy's X-Forwarded-Proto trusted, HTTP redirected.
+    result = _deploy_check(
+        GPUQ_HTTPS="1",
+        GPUQ_HSTS_SECONDS="31536000",
+        GPUQ_HSTS_INCLUDE_SUBDOMAINS="1",
+        GPUQ_HSTS_PRELOAD="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_without_tls_the_deploy_check_names_what_is_missing() -> None:
+    result = _deploy_check()
+    assert result.returncode != 0
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in result.stderr
+
+
+def test_hsts_without_https_is_refused() -> None:
+    result = _deploy_check(GPUQ_HSTS_SECONDS="3600")
+    assert result.returncode != 0
+    assert "GPUQ_HSTS_SECONDS needs GPUQ_HTTPS=1" in result.stderr
