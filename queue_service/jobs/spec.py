@@ -38,13 +38,14 @@ MAX_DURATION_S = 100 * 365 * 86400
 MAX_MEMORY_MB = 1024**3  # a pebibyte per node
 
 
-def _whole(amount: float, most: float, too_large: str) -> int:
-    """`amount` rounded up, once it is known to be a positive number no larger than `most`
-    (YAML's .nan and .inf are floats too; a JSON integer may have 400 digits)."""
+def _whole(amount: float, most: float, too_large: str, *, least: float = 0.0) -> int:
+    """`amount` rounded up, once it is known to be a number above 0 (at least `least`, if
+    given) and no larger than `most` (YAML's .nan and .inf are floats too; a JSON integer
+    may have 400 digits)."""
     if amount != amount:
         raise ValueError("must be a number")
-    if amount <= 0:
-        raise ValueError("must be positive")
+    if amount <= 0 or amount < least:
+        raise ValueError(f"must be at least {least:g} MB" if least else "must be positive")
     if amount > most:
         raise ValueError(too_large)
     return int(-(-float(amount) // 1))
@@ -89,9 +90,7 @@ def parse_memory_mb(value: Any) -> int:
         raise ValueError(f"{value[:40]!r} is not a size (use MB as a number, or 512M, 64G, 1T)")
     else:
         raise ValueError("expected a size (MB as a number, or 512M, 64G, 1T)")
-    if mb == mb and mb < 1:
-        raise ValueError("must be at least 1 MB")
-    return _whole(mb, MAX_MEMORY_MB, "at most 1024T (a pebibyte)")
+    return _whole(mb, MAX_MEMORY_MB, "at most 1024T (a pebibyte)", least=1)
 
 
 @extend_schema_field(
