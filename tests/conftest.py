@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
@@ -139,3 +140,44 @@ def spec(**overrides: Any) -> dict[str, Any]:
     }
     base.update(overrides)
     return base
+
+
+class JobLoop:
+    """The embedded worker's loop (sync clusters, schedule, dispatch) on a background thread."""
+
+    def __init__(self, interval_s: float = 0.25) -> None:
+        self.interval_s = interval_s
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="job-loop", daemon=True)
+
+    def _run(self) -> None:
+        from django.db import connection
+
+        from queue_service.jobs.dispatch import run_once
+
+        try:
+            while not self._stop.is_set():
+                try:
+                    run_once()
+                except Exception as exc:  # shown by the test that owns the loop
+                    self.errors.append(exc)
+                self._stop.wait(self.interval_s)
+        finally:
+            connection.close()
+
+    def start(self) -> JobLoop:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def job_loop(local_cluster: Any, live_server: Any) -> Iterator[JobLoop]:
+    loop = JobLoop().start()
+    yield loop
+    loop.stop()
+    assert not loop.errors, f"the job loop failed: {loop.errors[:3]}"

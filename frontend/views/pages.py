@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from django.db.models import F, QuerySet
@@ -11,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import ValidationError
 
 from frontend import charts
+from queue_service import cli
 from queue_service.clusters.models import Cluster
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs.models import Job
@@ -218,6 +220,17 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     except ValidationError:
         return _account(request, error="That token does not exist (already revoked?).", status=404)
     return redirect("account")
+
+
+@require_GET
+def cli_download(request: HttpRequest) -> HttpResponse:
+    """The gpuq command as one file (it needs only Python), as Argo CD and Jenkins serve their
+    CLIs: the version that matches this server. It holds no secret, so no sign-in."""
+    response = HttpResponse(
+        Path(cli.__file__).read_bytes(), content_type="text/x-python; charset=utf-8"
+    )
+    response["Content-Disposition"] = 'attachment; filename="gpuq"'
+    return response
 
 
 def _account(request: HttpRequest, status: int = 200, **extra: Any) -> HttpResponse:

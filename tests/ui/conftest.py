@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -83,44 +82,3 @@ def sign_in(new_page: Callable[..., Any]) -> Callable[..., Any]:
         return page
 
     return as_user
-
-
-class JobLoop:
-    """The embedded worker's loop (sync clusters, schedule, dispatch) on a background thread."""
-
-    def __init__(self, interval_s: float = 0.25) -> None:
-        self.interval_s = interval_s
-        self.errors: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="job-loop", daemon=True)
-
-    def _run(self) -> None:
-        from django.db import connection
-
-        from queue_service.jobs.dispatch import run_once
-
-        try:
-            while not self._stop.is_set():
-                try:
-                    run_once()
-                except Exception as exc:  # shown by the test that owns the loop
-                    self.errors.append(exc)
-                self._stop.wait(self.interval_s)
-        finally:
-            connection.close()
-
-    def start(self) -> JobLoop:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
-@pytest.fixture
-def job_loop(local_cluster: Any, live_server: Any) -> Iterator[JobLoop]:
-    loop = JobLoop().start()
-    yield loop
-    loop.stop()
-    assert not loop.errors, f"the job loop failed: {loop.errors[:3]}"

@@ -1,0 +1,478 @@
+#!/usr/bin/env python3
+"""gpuq: the queue from a terminal, over the REST API (what sbatch, squeue, scancel and
+`sky logs` are to their systems).
+
+    gpuq submit job.yaml [--dry-run]      gpuq ls [--state running,pending] [--mine]
+    gpuq show ID                          gpuq logs ID [-f] [--stderr]
+    gpuq cancel ID [ID ...]               gpuq queue [--team vision]
+
+Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN, or --url and --token.
+Exit status: 0 done, 1 the server or the network said no, 2 a usage error.
+
+Standard library only, so this one file runs wherever Python 3.11 does: the service serves
+it at /cli/gpuq, and it imports nothing of the service (tests/service/test_cli.py checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import IO, Any, NoReturn
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+LOG_CHUNK = 1_048_576  # the API's largest log read
+
+
+class CliError(Exception):
+    """What the user is told on stderr before exit status 1."""
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    # urllib follows a 301/302 for a POST as a GET without the body: a submit would turn
+    # into a listing and the job would be lost without a word. Say where the server points.
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class Api:
+    """The REST API with a bearer token; every call has a timeout."""
+
+    def __init__(self, url: str, token: str, timeout_s: float) -> None:
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            raise ValueError(f"GPUQ_URL must start with http:// or https://, not {url!r}")
+        self.base = url.rstrip("/") + "/api/v1/"
+        self.token = token
+        self.timeout_s = timeout_s
+        self._opener = urllib.request.build_opener(_NoRedirects)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: bytes | None = None,
+        content_type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Any:
+        url = self.base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        request = urllib.request.Request(url, data=body, method=method)  # noqa: S310 (http(s) only: __init__)
+        request.add_header("Authorization", f"Bearer {self.token}")
+        request.add_header("Accept", "application/json")
+        if content_type:
+            request.add_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            request.add_header(name, value)
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                data = response.read()
+        except urllib.error.HTTPError as exc:
+            raise CliError(_http_error(exc)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            raise CliError(f"cannot reach {self.base}: {why}") from None
+        return json.loads(data) if data else None
+
+
+def _http_error(exc: urllib.error.HTTPError) -> str:
+    if 300 <= exc.code < 400:
+        where = exc.headers.get("Location", "?")
+        return (
+            f"the server answered {exc.code}, redirecting to {where};"
+            " set GPUQ_URL to where it points"
+        )
+    raw = exc.read()
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return f"the server answered {exc.code} {exc.reason}"
+    if exc.code == 401:
+        return f"not signed in: {_flatten(body)[0]} (check GPUQ_TOKEN)"
+    return f"the server answered {exc.code}:\n" + "\n".join("  " + line for line in _flatten(body))
+
+
+def _flatten(body: Any, prefix: str = "") -> list[str]:
+    """DRF's error bodies, one line per field: {"retries": {"max": ["..."]}} -> retries.max."""
+    if isinstance(body, Mapping):
+        if set(body) == {"detail"} and not prefix:
+            return [clean(str(body["detail"]))]
+        return [
+            line
+            for key, value in body.items()
+            for line in _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+        ]
+    if isinstance(body, list) and all(isinstance(v, str) for v in body):
+        return [f"{prefix}: {clean(v)}" if prefix else clean(v) for v in body]
+    if isinstance(body, list):
+        return [line for i, v in enumerate(body) for line in _flatten(v, f"{prefix}[{i}]")]
+    return [f"{prefix}: {clean(str(body))}" if prefix else clean(str(body))]
+
+
+def clean(text: str) -> str:
+    """Text other people chose (job names, reasons) as it may reach a terminal: control
+    characters shown escaped, so a name cannot move the cursor, retitle the window or hide
+    a line."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
+def job_id(value: str) -> str:
+    """A job id as the API gives it. Checked here so nothing but a UUID is put in a path."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a job id: {value!r}") from None
+
+
+def page_size(value: str) -> int:
+    try:
+        size = int(value)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= 500:
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to 500, not {value!r}")
+    return size
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def table(rows: Sequence[Sequence[str]], out: IO[str]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row[:-1], widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip(), file=out)
+
+
+def when(value: str | None) -> str:
+    if not value:
+        return "-"
+    moment = datetime.fromisoformat(value).astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def age(value: str | None, now: datetime) -> str:
+    if not value:
+        return "-"
+    seconds = max(0, int((now - datetime.fromisoformat(value)).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def gpus(job: Mapping[str, Any]) -> str:
+    spec = job.get("spec") or {}
+    if spec.get("mig_profile"):
+        return f"mig {spec['mig_profile']}"
+    nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 0)
+    return f"{nodes}x{per_node}" if nodes != 1 else str(per_node)
+
+
+def why(job: Mapping[str, Any]) -> str:
+    reason = job.get("reason") or {}
+    return clean(str(reason.get("message", "")))
+
+
+# -- commands ------------------------------------------------------------------------------
+
+
+def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    try:
+        body = sys.stdin.buffer.read() if args.file == "-" else _read(args.file)
+    except OSError as exc:
+        raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+    # A job file is YAML, or JSON, which goes as JSON: YAML reads most JSON, but not JSON
+    # indented with tabs.
+    try:
+        json.loads(body)
+        kind = "application/json"
+    except ValueError:
+        kind = "application/yaml"
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    if args.dry_run:
+        result = api.call("POST", "jobs/preview/", body=body, content_type=kind)
+        if args.json:
+            return _dump(result, out)
+        if result["starts_now"]:
+            print("would start now", file=out)
+        else:
+            print(f"would wait: {why(result)}", file=out)
+            if result.get("position"):
+                print(f"position: {result['position']}", file=out)
+            if result.get("estimated_start"):
+                print(f"estimated start: {when(result['estimated_start'])}", file=out)
+        return 0
+    job = api.call("POST", "jobs/", body=body, content_type=kind, headers=headers)
+    if args.json:
+        return _dump(job, out)
+    print(f"{job['id']}  {clean(job['name'])}  {job['state']}", file=out)
+    return 0
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    query: dict[str, str | int] = {"page_size": args.limit}
+    for name in ("state", "team", "name", "kind", "priority", "cluster"):
+        if getattr(args, name):
+            query[name] = getattr(args, name)
+    if args.mine:
+        query["user"] = "me"
+    page = api.call("GET", "jobs/", query=query)
+    jobs = page["results"]
+    if args.json:
+        return _dump(jobs, out)
+    rows = [["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "AGE", "REASON"]]
+    for job in jobs:
+        rows.append(
+            [
+                job["id"],
+                clean(job["name"]),
+                job["team"],
+                job["user"],
+                job["state"],
+                gpus(job),
+                age(job["submitted_at"], now),
+                why(job) if job["state"] == "pending" else "",
+            ]
+        )
+    table(rows, out)
+    if page.get("next"):
+        print(f"(the {len(jobs)} newest shown; --limit shows up to 500)", file=out)
+    return 0
+
+
+def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    query = {name: getattr(args, name) for name in ("team", "cluster") if getattr(args, name)}
+    jobs = api.call("GET", "queue/", query=query)
+    if args.json:
+        return _dump(jobs, out)
+    rows = [["POS", "ID", "NAME", "TEAM", "PRIORITY", "GPUS", "WAITED", "EST. START", "REASON"]]
+    for job in jobs:
+        rows.append(
+            [
+                str(job["queue_position"] or "-"),
+                job["id"],
+                clean(job["name"]),
+                job["team"],
+                job["priority"],
+                gpus(job),
+                age(job["submitted_at"], now),
+                when(job["estimated_start"]),
+                why(job),
+            ]
+        )
+    table(rows, out)
+    return 0
+
+
+def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    job = api.call("GET", f"jobs/{args.id}/")
+    events = api.call("GET", f"jobs/{args.id}/events/")
+    if args.json:
+        return _dump({**job, "events": events}, out)
+    fields = [
+        ("id", job["id"]),
+        ("name", clean(job["name"])),
+        ("state", job["state"]),
+        ("team", f"{job['team']} (user {job['user']}, priority {job['priority']})"),
+        ("gpus", gpus(job) + (f" {job['gpu_model']}" if job.get("gpu_model") else "")),
+    ]
+    if job["state"] == "pending":
+        fields.append(("why", why(job) or "not considered yet"))
+        if job.get("queue_position"):
+            fields.append(("position", str(job["queue_position"])))
+        if job.get("estimated_start"):
+            fields.append(("estimated start", when(job["estimated_start"])))
+    if job.get("cluster"):
+        fields.append(("cluster", clean(job["cluster"])))
+    if job.get("placement"):
+        fields.append(("placement", ", ".join(map(_alloc, job["placement"]))))
+    if job.get("exit_code") is not None:
+        fields.append(("exit code", str(job["exit_code"])))
+    fields += [("submitted", when(job["submitted_at"])), ("attempts", str(job["attempts"]))]
+    width = max(len(name) for name, _ in fields)
+    for name, value in fields:
+        print(f"{name + ':':<{width + 1}}  {value}", file=out)
+    print("events:", file=out)
+    for e in events:
+        state = e["to_state"] or ""
+        print(f"  {when(e['at'])}  {state:<11}  {clean(e['message'])}", file=out)
+    return 0
+
+
+def _alloc(a: Mapping[str, Any]) -> str:
+    """n1 GPUs 0,1 | n3 GPU 2 MIG 1g.10gb"""
+    mig = a.get("mig")
+    if mig:
+        return f"{clean(a['node'])} GPU {mig['gpu']} MIG {clean(str(mig['profile']))}"
+    return f"{clean(a['node'])} GPUs {','.join(map(str, a.get('gpus', [])))}"
+
+
+def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    failed = 0
+    for ident in args.ids:
+        try:
+            job = api.call("POST", f"jobs/{ident}/cancel/")
+        except CliError as exc:
+            failed += 1
+            print(f"gpuq: {ident}: {exc}", file=sys.stderr)
+            continue
+        print(f"{job['id']}  {job['state']}", file=out)
+    return 1 if failed else 0
+
+
+def cmd_logs(
+    api: Api,
+    args: argparse.Namespace,
+    out: IO[str],
+    now: datetime,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """The job's output from the start; with -f, what follows too until the job ends (as
+    `tail -f`, or `kubectl logs -f`). The bytes are written as the job wrote them."""
+    offset = 0
+    sink = getattr(out, "buffer", None)
+    while True:
+        chunk = api.call(
+            "GET",
+            f"jobs/{args.id}/logs/",
+            query={"offset": offset, "limit": LOG_CHUNK, "stream": args.stream},
+        )
+        data = base64.b64decode(chunk["data_base64"])
+        if data:
+            if sink is not None:
+                out.flush()
+                sink.write(data)
+                sink.flush()
+            else:
+                out.write(data.decode("utf-8", errors="replace"))
+                out.flush()
+        if chunk["eof"]:
+            return 0
+        if not data:
+            if not args.follow:
+                if chunk["next_offset"] == 0:  # silence would look like an empty log
+                    state = api.call("GET", f"jobs/{args.id}/")["state"]
+                    print(
+                        f"gpuq: no output yet (the job is {state}); -f waits for it",
+                        file=sys.stderr,
+                    )
+                return 0
+            sleep(args.interval)
+        offset = chunk["next_offset"]
+
+
+def _dump(value: Any, out: IO[str]) -> int:
+    json.dump(value, out, indent=2)
+    out.write("\n")
+    return 0
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="gpuq",
+        description="Submit and follow GPU jobs on a gpuq service.",
+        epilog="GPUQ_URL and GPUQ_TOKEN configure the service and your API token"
+        " (make one on your account page).",
+    )
+    top.add_argument("--url", help=f"the service (GPUQ_URL; default {DEFAULT_URL})")
+    top.add_argument("--token", help="your API token (GPUQ_TOKEN)")
+    top.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, run: Any, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(run=run)
+        p.add_argument("--json", action="store_true", help="print the API's JSON")
+        return p
+
+    p = command("submit", cmd_submit, "submit a job file (YAML or JSON; - for stdin)")
+    p.add_argument("file")
+    p.add_argument("--dry-run", action="store_true", help="say whether it would start now")
+    p.add_argument("--idempotency-key", help="a repeat with the same key returns the first job")
+
+    p = command("ls", cmd_ls, "your jobs and your teams', newest first")
+    p.add_argument("--state", help="comma-separated, e.g. pending,running")
+    p.add_argument("--team")
+    p.add_argument("--kind", choices=["training", "agent"])
+    p.add_argument("--priority")
+    p.add_argument("--cluster")
+    p.add_argument("--name", help="names containing this text")
+    p.add_argument("--mine", action="store_true", help="only jobs you submitted")
+    p.add_argument("--limit", type=page_size, default=50, help="at most 500 (default 50)")
+
+    p = command("queue", cmd_queue, "pending jobs in scheduling order, and why each waits")
+    p.add_argument("--team")
+    p.add_argument("--cluster")
+
+    p = command("show", cmd_show, "one job: state, why it waits, placement, events")
+    p.add_argument("id", type=job_id)
+
+    p = command("logs", cmd_logs, "a job's output")
+    p.add_argument("id", type=job_id)
+    p.add_argument("-f", "--follow", action="store_true", help="until the job ends")
+    p.add_argument("--stderr", dest="stream", action="store_const", const="stderr")
+    p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    p.set_defaults(stream="stdout")
+
+    p = command("cancel", cmd_cancel, "cancel jobs (yours, or your team's as its admin)")
+    p.add_argument("ids", nargs="+", type=job_id, metavar="ID")
+    return top
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    environ: Mapping[str, str] = os.environ,
+    out: IO[str] | None = None,
+) -> int:
+    top = parser()
+    args = top.parse_args(argv)
+    token = args.token or environ.get("GPUQ_TOKEN", "")
+    if not token:
+        _usage(top, "no API token: set GPUQ_TOKEN or pass --token (your account page makes one)")
+    url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
+    if not args.timeout > 0:
+        _usage(top, "--timeout must be more than 0 seconds")
+    try:
+        api = Api(url, token, args.timeout)
+    except ValueError as exc:
+        _usage(top, str(exc))
+    stream = out or sys.stdout
+    try:
+        code: int = args.run(api, args, stream, datetime.now(UTC))
+        return code
+    except CliError as exc:
+        print(f"gpuq: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _usage(top: argparse.ArgumentParser, message: str) -> NoReturn:
+    top.error(message)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,360 @@
+"""The `gpuq` command against the real service: pytest-django's live server over HTTP (on
+the test PostgreSQL), real tokens, and the embedded job loop running the local backend.
+Alice and Bob are teammates in vision, Charlie is in language."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from queue_service.cli import clean, main
+from queue_service.jobs.models import Job
+from queue_service.jobs.snapshot import run_cycle
+from queue_service.tenancy.services import create_token
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+
+Gpuq = Callable[..., Run]
+
+
+@pytest.fixture
+def gpuq(live_server: Any, people: dict[str, Any]) -> Gpuq:
+    """`gpuq ARGS...` as one of the people, against the live server; stdout is written as
+    bytes (the `logs` path) and read back as UTF-8."""
+    tokens: dict[str, str] = {}
+
+    def run(who: str, *argv: str, url: str | None = None) -> Run:
+        if who not in tokens:
+            tokens[who] = create_token(people[who], "cli")[1]
+        raw = io.BytesIO()
+        out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+        err = io.StringIO()
+        env = {"GPUQ_URL": url or live_server.url, "GPUQ_TOKEN": tokens[who]}
+        with contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv), environ=env, out=out)
+            except SystemExit as exc:  # argparse's usage errors
+                code = int(exc.code or 0)
+        out.flush()
+        return Run(code, raw.getvalue().decode(), err.getvalue())
+
+    return run
+
+
+@pytest.fixture
+def job_file(tmp_path: Path) -> Callable[[str], str]:
+    def write(text: str) -> str:
+        path = tmp_path / f"job-{uuid.uuid4().hex[:6]}.yaml"
+        path.write_text(text)
+        return str(path)
+
+    return write
+
+
+def fields(run: Run) -> dict[str, str]:
+    """`gpuq show`'s "label:  value" lines, before its events."""
+    head = run.out.split("\nevents:\n")[0]
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in head.splitlines())}
+
+
+def submitted_id(run: Run) -> str:
+    assert run.code == 0, run.err
+    return run.out.split()[0]
+
+
+def test_a_job_file_submitted_runs_and_its_output_follows_to_the_end(
+    gpuq: Gpuq, job_file: Any, job_loop: Any
+) -> None:
+    path = job_file(
+        "name: hello\n"
+        "gpus_per_node: 2\n"
+        'command: ["/bin/sh", "-c", "echo hello from GPUs $CUDA_VISIBLE_DEVICES; sleep 1;'
+        ' echo done"]\n'
+    )
+    submit = gpuq("alice", "submit", path)
+    job_id = submitted_id(submit)
+    assert submit.out.split()[1:] == ["hello", "pending"]
+
+    logs = gpuq("alice", "logs", "-f", job_id)
+
+    assert logs.code == 0, logs.err
+    assert logs.out == "hello from GPUs 0,1\ndone\n"
+    assert Job.objects.get(pk=job_id).state == Job.State.SUCCEEDED
+    shown = gpuq("alice", "show", job_id)
+    about = fields(shown)
+    assert (about["state"], about["exit code"], about["placement"]) == (
+        "succeeded",
+        "0",
+        "n1 GPUs 0,1",
+    )
+    assert [line.split()[3] for line in shown.out.splitlines() if line.startswith("  ")] == [
+        "pending",
+        "admitted",
+        "dispatching",
+        "queued",
+        "running",
+        "succeeded",
+    ]
+
+
+def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(gpuq: Gpuq, job_file: Any) -> None:
+    bad = gpuq("alice", "submit", job_file("name: x\ngpus_per_node: -1\nretries: {max: 99}\n"))
+    assert bad.code == 1 and bad.out == ""
+    assert "the server answered 400:" in bad.err
+    assert "  command: This field is required." in bad.err
+    assert "  gpus_per_node: " in bad.err
+    assert "  retries.max: " in bad.err
+    syntax = gpuq("alice", "submit", job_file("name: x\ncommand: [unclosed\n"))
+    assert syntax.code == 1 and "line 3" in syntax.err
+    missing = gpuq("alice", "submit", "/nonexistent/job.yaml")
+    assert missing.code == 1 and "cannot read /nonexistent/job.yaml" in missing.err
+    assert not Job.objects.exists()
+
+
+def test_a_json_job_file_indented_with_tabs_is_sent_as_json(gpuq: Gpuq, job_file: Any) -> None:
+    # YAML, which reads most JSON, refuses tabs as indentation.
+    tabbed = job_file('{\n\t"name": "tabs",\n\t"command": ["/bin/true"]\n}\n')
+    assert gpuq("alice", "submit", tabbed).out.split()[1:] == ["tabs", "pending"]
+    flow = job_file("{name: flow, command: [/bin/true]}\n")  # YAML, not JSON
+    assert gpuq("alice", "submit", flow).out.split()[1:] == ["flow", "pending"]
+
+
+def test_dry_run_says_why_a_job_would_wait_and_stores_nothing(
+    gpuq: Gpuq, job_file: Any, local_cluster: Any
+) -> None:
+    fits = gpuq("alice", "submit", "--dry-run", job_file("name: a\ncommand: [/bin/true]\n"))
+    assert (fits.code, fits.out) == (0, "would start now\n")
+    too_big = gpuq(
+        "alice",
+        "submit",
+        "--dry-run",
+        job_file("name: b\nnodes: 3\ngpus_per_node: 4\ncommand: [/bin/true]\n"),
+    )
+    assert too_big.code == 0 and too_big.out.startswith("would wait: needs 3 nodes x 4")
+    assert not Job.objects.exists()
+
+
+def test_the_same_idempotency_key_submits_once(gpuq: Gpuq, job_file: Any) -> None:
+    path = job_file("name: once\ncommand: [/bin/true]\n")
+    first = gpuq("alice", "submit", "--idempotency-key", "k-1", path)
+    again = gpuq("alice", "submit", "--idempotency-key", "k-1", path)
+    assert submitted_id(first) == submitted_id(again)
+    assert Job.objects.count() == 1
+
+
+def test_queue_and_show_say_why_a_job_waits(gpuq: Gpuq, job_file: Any, local_cluster: Any) -> None:
+    big = submitted_id(
+        gpuq(
+            "alice",
+            "submit",
+            job_file("name: big\nnodes: 2\ngpus_per_node: 4\ncommand: [/bin/true]\n"),
+        )
+    )
+    small = submitted_id(
+        gpuq("bob", "submit", job_file("name: small\ngpus_per_node: 4\ncommand: [/bin/true]\n"))
+    )
+    run_cycle()  # admits big on all 8 GPUs; small waits
+
+    queue = gpuq("charlie", "queue")  # an outsider sees no vision job
+    assert queue.out.splitlines() == [
+        "POS  ID  NAME  TEAM  PRIORITY  GPUS  WAITED  EST. START  REASON"
+    ]
+    queue = gpuq("alice", "queue")
+    _, row = queue.out.splitlines()
+    assert row.split()[:6] == ["1", small, "small", "vision", "normal", "4"]
+    assert "needs 1 node x 4 free GPU; the best now is 0 nodes" in row
+    about = fields(gpuq("alice", "show", small))
+    assert about["state"] == "pending"
+    assert about["why"] == "needs 1 node x 4 free GPU; the best now is 0 nodes"
+    assert about["position"] == "1"
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", about["estimated start"])
+
+    listed = gpuq("bob", "ls", "--state", "admitted").out.splitlines()
+    assert [line.split()[:5] for line in listed[1:]] == [
+        [big, "big", "vision", "alice", "admitted"]
+    ]
+    mine = gpuq("bob", "ls", "--mine", "--json")
+    assert [j["id"] for j in json.loads(mine.out)] == [small]
+
+
+def test_an_outsider_can_neither_see_nor_cancel_a_job(gpuq: Gpuq, job_file: Any) -> None:
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: mine\ncommand: [/bin/true]\n")))
+
+    assert gpuq("charlie", "ls").out.splitlines()[1:] == []
+    shown = gpuq("charlie", "show", job_id)
+    assert (shown.code, shown.out) == (1, "")
+    assert "404" in shown.err and "Not found." in shown.err
+    cancel = gpuq("charlie", "cancel", job_id)
+    assert cancel.code == 1 and "Not found." in cancel.err
+    teammate = gpuq("bob", "cancel", job_id)  # sees it, may not cancel it
+    assert teammate.code == 1
+    assert "only the job's owner or a team admin can cancel it" in teammate.err
+    assert Job.objects.get(pk=job_id).state == Job.State.PENDING
+
+
+def test_cancel_reports_each_job_and_fails_if_any_failed(gpuq: Gpuq, job_file: Any) -> None:
+    one = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [/bin/true]\n")))
+    two = submitted_id(gpuq("alice", "submit", job_file("name: two\ncommand: [/bin/true]\n")))
+    stranger = str(uuid.uuid4())
+
+    result = gpuq("alice", "cancel", one, stranger, two)
+
+    assert result.code == 1
+    assert result.out.splitlines() == [f"{one}  cancelled", f"{two}  cancelled"]
+    assert f"gpuq: {stranger}: the server answered 404" in result.err
+    again = gpuq("alice", "cancel", one)
+    assert again.code == 1 and "the job already ended (cancelled)" in again.err
+
+
+def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
+    # What the server lets through in a name (it refuses C0 controls): C1's CSI, which
+    # 8-bit terminals read as ESC [ (here: clear the screen), a right-to-left override that
+    # reverses what follows on screen, and a tab.
+    hostile = "\x9b2J\u202eevil\tname"
+    path = job_file(json.dumps({"name": hostile, "command": ["true"]}))
+    job_id = submitted_id(gpuq("alice", "submit", path))
+    assert Job.objects.get(pk=job_id).name == hostile  # stored as given
+
+    for argv in (["ls"], ["show", job_id], ["queue"], ["submit", path]):
+        out = gpuq("bob", *argv).out
+        assert not {"\x9b", "\u202e", "\t"} & set(out), argv
+    assert r"\x9b2J\u202eevil\tname" in gpuq("bob", "ls").out
+    assert clean("plain name, ünïcode") == "plain name, ünïcode"
+
+
+def test_job_ids_are_checked_before_any_request(gpuq: Gpuq) -> None:
+    for bad in ("../tokens", "1; rm -rf /", "' OR 1=1"):
+        result = gpuq("alice", "show", bad)
+        assert result.code == 2 and f"not a job id: {bad!r}" in result.err
+
+
+def test_configuration_errors_are_usage_errors(live_server: Any) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main(["ls"], environ={"GPUQ_URL": live_server.url}, out=io.StringIO())
+    assert exit_.value.code == 2 and "no API token: set GPUQ_TOKEN" in err.getvalue()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main(["ls"], environ={"GPUQ_URL": "file:///etc/passwd", "GPUQ_TOKEN": "x"})
+    assert exit_.value.code == 2 and "must start with http:// or https://" in err.getvalue()
+
+
+def test_a_wrong_token_is_told_to_check_it(live_server: Any, db: Any) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["ls"], environ={"GPUQ_URL": live_server.url, "GPUQ_TOKEN": "gpuq_nope"})
+    assert code == 1
+    assert (
+        err.getvalue().startswith("gpuq: not signed in: ") and "check GPUQ_TOKEN" in err.getvalue()
+    )
+
+
+def test_an_unreachable_service_is_a_clear_error(gpuq: Gpuq) -> None:
+    result = gpuq("alice", "ls", url="http://127.0.0.1:9")
+    assert result.code == 1
+    assert result.err.startswith("gpuq: cannot reach http://127.0.0.1:9/api/v1/: ")
+
+
+@pytest.fixture
+def redirecting_server() -> Iterator[tuple[str, list[str]]]:
+    """A server that answers everything with a 301 to https, as a TLS front door would,
+    and records what it was asked."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            self.send_response(301)
+            self.send_header("Location", "https://gpuq.example" + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST = answer
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_redirect_is_reported_not_followed(
+    gpuq: Gpuq, job_file: Any, redirecting_server: tuple[str, list[str]]
+) -> None:
+    # urllib would follow a 301 for a POST as a GET: the submit would become a listing.
+    url, seen = redirecting_server
+    result = gpuq("alice", "submit", job_file("name: x\ncommand: [/bin/true]\n"), url=url)
+    assert result.code == 1
+    assert "redirecting to https://gpuq.example/api/v1/jobs/" in result.err
+    assert seen == ["POST /api/v1/jobs/"]
+
+
+def test_logs_of_a_job_not_started_say_so_instead_of_printing_nothing(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: x\ncommand: [/bin/true]\n")))
+    result = gpuq("bob", "logs", job_id)
+    assert (result.code, result.out) == (0, "")
+    assert result.err == "gpuq: no output yet (the job is pending); -f waits for it\n"
+
+
+def test_the_server_hands_out_the_command_as_one_file_that_runs_on_bare_python(
+    live_server: Any, people: dict[str, Any], tmp_path: Path
+) -> None:
+    response = httpx.get(live_server.url + "/cli/gpuq", timeout=30)
+    assert response.headers["Content-Disposition"] == 'attachment; filename="gpuq"'
+    script = tmp_path / "gpuq"
+    script.write_bytes(response.content)
+    _, token = create_token(people["alice"], "laptop")
+    # -I -S: no site-packages, no PYTHONPATH, no current directory: the standard library only.
+    listed = subprocess.run(
+        [sys.executable, "-I", "-S", str(script), "--url", live_server.url, "ls"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"GPUQ_TOKEN": token, "PATH": "/usr/bin:/bin"},
+        cwd=tmp_path,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.split() == ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "AGE", "REASON"]
+
+
+def test_the_gpuq_command_is_installed_and_imports_nothing_of_the_service() -> None:
+    gpuq = Path(sys.executable).parent / "gpuq"
+    assert gpuq.exists(), "pip install -e . puts the gpuq console script beside python"
+    usage = subprocess.run([gpuq, "--help"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 0 and "submit" in usage.stdout and "logs" in usage.stdout
+    probe = (
+        "import sys; before = set(sys.modules); import queue_service.cli; "
+        "print(sorted({m.split('.')[0] for m in set(sys.modules) - before}"
+        " - set(sys.stdlib_module_names)))"
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert imported.stdout.strip() == "['queue_service']"
