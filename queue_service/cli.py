@@ -2,7 +2,7 @@
 """gpuq: the queue from a terminal, over the REST API (what sbatch, squeue, scancel and
 `sky logs` are to their systems).
 
-    gpuq submit job.yaml [--dry-run]      gpuq ls [--state running,pending] [--mine]
+    gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
     gpuq cancel ID [ID ...]               gpuq queue [--team vision]
 
@@ -25,7 +25,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, NoReturn
 
@@ -220,7 +220,21 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if args.json:
         return _dump(job, out)
     print(f"{job['id']}  {clean(job['name'])}  {job['state']}", file=out)
-    return 0
+    if not args.follow:
+        return 0
+    # As `srun` or `sbatch --wait`: the output as it comes, then the job's own exit status.
+    write_logs(api, job["id"], "stdout", True, args.interval, out)
+    job = api.call("GET", f"jobs/{job['id']}/")
+    if job["state"] == "succeeded":
+        return 0
+    code = job["exit_code"]
+    # The reason the job ended says the exit code when there was one.
+    detail = why(job) or ("" if code is None else f"exit code {code}")
+    print(
+        f"gpuq: job {job['id']} ended {job['state']}: {detail or 'no reason given'}",
+        file=sys.stderr,
+    )
+    return code if isinstance(code, int) and 0 < code < 256 else 1
 
 
 def _read(path: str) -> bytes:
@@ -339,22 +353,25 @@ def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     return 1 if failed else 0
 
 
-def cmd_logs(
-    api: Api,
-    args: argparse.Namespace,
-    out: IO[str],
-    now: datetime,
-    sleep: Callable[[float], None] = time.sleep,
-) -> int:
+def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """The job's output from the start; with -f, what follows too until the job ends (as
-    `tail -f`, or `kubectl logs -f`). The bytes are written as the job wrote them."""
+    `tail -f`, or `kubectl logs -f`)."""
+    write_logs(api, args.id, args.stream, args.follow, args.interval, out)
+    return 0
+
+
+def write_logs(
+    api: Api, ident: str, stream: str, follow: bool, interval_s: float, out: IO[str]
+) -> None:
+    """Write the bytes as the job wrote them, from offset 0 until the end of what there is
+    (or, following, until the job ends)."""
     offset = 0
     sink = getattr(out, "buffer", None)
     while True:
         chunk = api.call(
             "GET",
-            f"jobs/{args.id}/logs/",
-            query={"offset": offset, "limit": LOG_CHUNK, "stream": args.stream},
+            f"jobs/{ident}/logs/",
+            query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
         )
         data = base64.b64decode(chunk["data_base64"])
         if data:
@@ -366,17 +383,17 @@ def cmd_logs(
                 out.write(data.decode("utf-8", errors="replace"))
                 out.flush()
         if chunk["eof"]:
-            return 0
+            return
         if not data:
-            if not args.follow:
+            if not follow:
                 if chunk["next_offset"] == 0:  # silence would look like an empty log
-                    state = api.call("GET", f"jobs/{args.id}/")["state"]
+                    state = api.call("GET", f"jobs/{ident}/")["state"]
                     print(
                         f"gpuq: no output yet (the job is {state}); -f waits for it",
                         file=sys.stderr,
                     )
-                return 0
-            sleep(args.interval)
+                return
+            time.sleep(interval_s)
         offset = chunk["next_offset"]
 
 
@@ -411,6 +428,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="say whether it would start now")
     p.add_argument("--idempotency-key", help="a repeat with the same key returns the first job")
+    p.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="then print its output until it ends, and exit with its exit status",
+    )
+    p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")
     p.add_argument("--state", help="comma-separated, e.g. pending,running")
@@ -455,6 +479,8 @@ def main(
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not args.timeout > 0:
         _usage(top, "--timeout must be more than 0 seconds")
+    if args.command == "submit" and args.follow and (args.json or args.dry_run):
+        _usage(top, "submit -f prints the job's output: not with --json or --dry-run")
     try:
         api = Api(url, token, args.timeout)
     except ValueError as exc:

@@ -119,6 +119,27 @@ def test_a_job_file_submitted_runs_and_its_output_follows_to_the_end(
     ]
 
 
+def test_submit_follow_prints_the_output_and_exits_with_the_job_s_status(
+    gpuq: Gpuq, job_file: Any, job_loop: Any
+) -> None:
+    failing = gpuq(
+        "alice", "submit", "-f", job_file('name: seven\ncommand: "echo going; exit 7"\n')
+    )
+    job_id, name, state = failing.out.splitlines()[0].split()
+    assert (name, state, failing.out.splitlines()[1:]) == ("seven", "pending", ["going"])
+    assert failing.code == 7
+    assert failing.err == f"gpuq: job {job_id} ended failed: exit code 7\n"
+    ok = gpuq("alice", "submit", "--follow", job_file('name: ok\ncommand: "echo fine"\n'))
+    assert (ok.code, ok.out.splitlines()[1:], ok.err) == (0, ["fine"], "")
+    missing = gpuq("alice", "submit", "-f", job_file('name: m\ncommand: ["/no/such/program"]\n'))
+    assert (
+        missing.code == 127
+    )  # the local backend's exit code for a program not found, as a shell's
+    assert missing.err.endswith(": could not start: No such file or directory\n"), missing.err
+    both = gpuq("alice", "submit", "-f", "--json", job_file("name: x\ncommand: [/bin/true]\n"))
+    assert both.code == 2 and "not with --json or --dry-run" in both.err
+
+
 def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(gpuq: Gpuq, job_file: Any) -> None:
     bad = gpuq("alice", "submit", job_file("name: x\ngpus_per_node: -1\nretries: {max: 99}\n"))
     assert bad.code == 1 and bad.out == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,3 +168,17 @@ def test_copying_from_something_that_is_not_a_visible_job_is_a_404(
     alice: Client, source: str
 ) -> None:
     assert alice.get(f"/submit/?from={source}").status_code == 404
+
+
+def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
+    alice: Client, db: Any
+) -> None:
+    from queue_service import cli
+
+    page = alice.get("/me/").content.decode()
+    assert 'href="/cli/gpuq"' in page and 'curl -sSo gpuq "$GPUQ_URL/cli/gpuq"' in page
+    download = Client().get("/cli/gpuq")  # no session
+    assert download.status_code == 200
+    assert download.content == Path(cli.__file__).read_bytes()
+    assert download.content.startswith(b"#!/usr/bin/env python3\n")
+    assert Client().post("/cli/gpuq").status_code == 405
