@@ -7,7 +7,8 @@
     gpuq cancel ID [ID ...]               gpuq queue [--team vision]
 
 Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN, or --url and --token.
-Exit status: 0 done, 1 the server or the network said no, 2 a usage error.
+Exit status: 0 done, 1 the server or the network said no, 2 a usage error (and `submit -f`:
+the job's own; 130 interrupted; 141 the reader of the output left, as `gpuq logs ID | head`).
 
 Standard library only, so this one file runs wherever Python 3.11 does: the service serves
 it at /cli/gpuq, and it imports nothing of the service (tests/service/test_cli.py checks).
@@ -494,6 +495,12 @@ def main(
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `gpuq logs ID | head`: the reader left. Stop quietly with SIGPIPE's status, as cat
+        # does; stdout goes to /dev/null so the interpreter's last flush fails no more.
+        if stream is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _usage(top: argparse.ArgumentParser, message: str) -> NoReturn:

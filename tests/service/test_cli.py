@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ import httpx
 import pytest
 
 from queue_service.cli import clean, main
+from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.tenancy.services import create_token
+from tests.conftest import spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -342,6 +346,35 @@ def test_logs_of_a_job_not_started_say_so_instead_of_printing_nothing(
     result = gpuq("bob", "logs", job_id)
     assert (result.code, result.out) == (0, "")
     assert result.err == "gpuq: no output yet (the job is pending); -f waits for it\n"
+
+
+def test_a_reader_that_leaves_early_stops_the_output_quietly(
+    live_server: Any, people: dict[str, Any], local_cluster: Any
+) -> None:
+    # More output than a pipe holds (64 KiB), so writing runs into the closed pipe.
+    job = submit_job(people["alice"], spec(command="seq 1 200000")).job
+    job = run_until_ended(job)
+    _, token = create_token(people["alice"], "pipe")
+    env = {"GPUQ_URL": live_server.url, "GPUQ_TOKEN": token, "PATH": "/usr/bin:/bin"}
+    gpuq = Path(sys.executable).parent / "gpuq"
+    with subprocess.Popen(
+        [gpuq, "logs", str(job.pk)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as reader:
+        assert reader.stdout is not None and reader.stderr is not None
+        assert reader.stdout.read(8) == b"1\n2\n3\n4\n"
+        reader.stdout.close()  # as `head` does
+        assert reader.wait(timeout=60) == 141
+        assert reader.stderr.read() == b""  # no traceback
+
+
+def run_until_ended(job: Job) -> Job:
+    deadline = time.monotonic() + 30
+    while not job.is_terminal:
+        assert time.monotonic() < deadline, f"job stuck in {job.state}"
+        run_once()
+        time.sleep(0.1)
+        job.refresh_from_db()
+    return job
 
 
 def test_the_server_hands_out_the_command_as_one_file_that_runs_on_bare_python(
