@@ -389,8 +389,9 @@ def write_logs(
             if not follow:
                 if chunk["next_offset"] == 0:  # silence would look like an empty log
                     state = api.call("GET", f"jobs/{ident}/")["state"]
+                    where = " on stderr" if stream == "stderr" else ""
                     print(
-                        f"gpuq: no output yet (the job is {state}); -f waits for it",
+                        f"gpuq: no output yet{where} (the job is {state}); -f waits for it",
                         file=sys.stderr,
                     )
                 return

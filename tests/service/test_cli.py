@@ -346,6 +346,8 @@ def test_logs_of_a_job_not_started_say_so_instead_of_printing_nothing(
     result = gpuq("bob", "logs", job_id)
     assert (result.code, result.out) == (0, "")
     assert result.err == "gpuq: no output yet (the job is pending); -f waits for it\n"
+    other = gpuq("bob", "logs", "--stderr", job_id)
+    assert other.err == "gpuq: no output yet on stderr (the job is pending); -f waits for it\n"
 
 
 def test_a_reader_that_leaves_early_stops_the_output_quietly(
