@@ -5,6 +5,7 @@
     gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
     gpuq cancel ID [ID ...]               gpuq queue [--team vision]
+    gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
 
 Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN, or --url and --token.
 Exit status: 0 done, 1 the server or the network said no, 2 a usage error (and `submit -f`:
@@ -341,6 +342,44 @@ def _alloc(a: Mapping[str, Any]) -> str:
     return f"{clean(a['node'])} GPUs {','.join(map(str, a.get('gpus', [])))}"
 
 
+def cmd_usage(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    query = {name: getattr(args, name) for name in ("from", "to") if getattr(args, name)}
+    usage = api.call("GET", f"teams/{args.team}/usage/", query=query)
+    if args.json:
+        return _dump(usage, out)
+    print(
+        f"team {usage['team']}, {usage['from']} to {usage['to']} (UTC days):"
+        f" {usage['total_gpu_hours']:g} GPU-hours",
+        file=out,
+    )
+    if usage["users"]:
+        rows = [["USER", "GPU-HOURS"]]
+        rows += [[u["user"], f"{u['gpu_hours']:g}"] for u in usage["users"]]
+        table(rows, out)
+    rows = [["QUOTA", "IN USE", "NOMINAL", "BORROWING LIMIT", "BORROWED"]]
+    for q in usage["quotas"]:
+        limit = q["borrowing_limit_gpus"]
+        rows.append(
+            [
+                clean(q["gpu_model"]),
+                f"{q['used_gpus']:g}",
+                f"{q['nominal_gpus']:g}",
+                "none" if limit is None else f"{limit:g}",
+                f"{q['borrowed_gpus']:g}",
+            ]
+        )
+    print(file=out)
+    table(rows, out)
+    return 0
+
+
+def team_slug(value: str) -> str:
+    """A team as the API names it (a slug). Checked here so nothing else is put in a path."""
+    if not value or not all(c.isascii() and (c.isalnum() or c in "-_") for c in value):
+        raise argparse.ArgumentTypeError(f"not a team slug: {value!r}")
+    return value
+
+
 def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     failed = 0
     for ident in args.ids:
@@ -461,6 +500,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stderr", dest="stream", action="store_const", const="stderr")
     p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
     p.set_defaults(stream="stdout")
+
+    p = command("usage", cmd_usage, "a team's GPU-hours per user and its quotas in use (admins)")
+    p.add_argument("team", type=team_slug)
+    p.add_argument("--from", help="the first UTC day, YYYY-MM-DD (default: 14 days to --to)")
+    p.add_argument("--to", help="the last UTC day (default: today)")
 
     p = command("cancel", cmd_cancel, "cancel jobs (yours, or your team's as its admin)")
     p.add_argument("ids", nargs="+", type=job_id, metavar="ID")

@@ -142,6 +142,24 @@ def spec(**overrides: Any) -> dict[str, Any]:
     return base
 
 
+def record_runs(job: Any, *runs: tuple[Any, Any]) -> None:
+    """A job's runs [start, end) as the dispatcher records them (end None: still running),
+    attempts numbered from 1: history for usage reports and fair share."""
+    from queue_service.jobs.models import JobRun
+
+    for attempt, (start, end) in enumerate(runs, start=1):
+        JobRun.objects.create(
+            job=job,
+            attempt=attempt,
+            team_id=job.team_id,
+            user_id=job.user_id,
+            gpus=job.gpus,
+            started_at=start,
+            ended_at=end,
+            ended_by="" if end is None else "pending",
+        )
+
+
 class JobLoop:
     """The embedded worker's loop (sync clusters, schedule, dispatch) on a background thread."""
 

@@ -17,15 +17,18 @@ from frontend import charts
 from frontend.forms import flatten_errors
 from queue_service.api.serializers import QuotaSerializer
 from queue_service.clusters.models import Node
-from queue_service.jobs.reports import quota_usage, usage_csv, usage_report
+from queue_service.jobs.reports import (
+    DEFAULT_DAYS,
+    EARLIEST,
+    MAX_DAYS,
+    quota_usage,
+    usage_csv,
+    usage_report,
+)
 from queue_service.tenancy import services as team_services
 from queue_service.tenancy.models import Membership, Quota, Team
 
 from .common import my_teams, permission_as_403, signed_in
-
-DEFAULT_DAYS = 14
-MAX_DAYS = 366
-EARLIEST = date(2000, 1, 1)
 
 
 @signed_in
@@ -75,8 +78,6 @@ def _period(request: HttpRequest) -> tuple[date, date, str]:
         first = date.fromisoformat(request.GET["from"]) if request.GET.get("from") else None
     except ValueError:
         return *default, "Dates look like 2025-01-31."
-    # Days far from now are typos, and near date.min or date.max the report's arithmetic
-    # overflows (a 500).
     if not EARLIEST <= last <= today or not (first is None or EARLIEST <= first <= today):
         return *default, f"Dates run from {EARLIEST.isoformat()} to today."
     if first is None:

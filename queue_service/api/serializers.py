@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 
 from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
+from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
@@ -192,3 +195,71 @@ class TokenCreatedSerializer(TokenSerializer):
 
     class Meta(TokenSerializer.Meta):
         fields = [*TokenSerializer.Meta.fields, "key"]
+
+
+class UsageQuerySerializer(serializers.Serializer):
+    """A usage report's period: ?from=&to=, ISO days (UTC), the last 14 days by default."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # "from" is a keyword: the fields are named here rather than as class attributes.
+        return {
+            "from": serializers.DateField(
+                required=False, help_text=f"the first day; default: {DEFAULT_DAYS} days to `to`"
+            ),
+            "to": serializers.DateField(required=False, help_text="the last day; default: today"),
+        }
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        today = timezone.now().date()
+        last = attrs.get("to", today)
+        first = attrs.get("from", max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1)))
+        errors: dict[str, list[str]] = {}
+        for name, day in (("from", first), ("to", last)):
+            if not EARLIEST <= day <= today:
+                errors[name] = [f"days run from {EARLIEST.isoformat()} to today ({today})"]
+        if not errors and first > last:
+            errors["from"] = [f"{first} is after to ({last})"]
+        if not errors and (last - first).days >= MAX_DAYS:
+            errors["from"] = [f"at most {MAX_DAYS} days at once"]
+        if errors:
+            raise serializers.ValidationError(errors)
+        return {"first": first, "last": last}
+
+
+class UserHoursSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+
+
+class DayHoursSerializer(serializers.Serializer):
+    day = serializers.DateField()
+    user = serializers.CharField()
+    gpu_hours = serializers.FloatField()
+
+
+class QuotaUsageSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    used_gpus = serializers.FloatField(help_text="held by the team's admitted and running jobs")
+    nominal_gpus = serializers.FloatField()
+    borrowing_limit_gpus = serializers.FloatField(allow_null=True)
+    borrowed_gpus = serializers.FloatField(help_text="used beyond nominal")
+
+
+class TeamUsageSerializer(serializers.Serializer):
+    """What a team admin reads: GPU-hours per user and per UTC day (from every run, so a
+    preempted run counts; a run still going counts up to now), and the quotas in use now."""
+
+    team = serializers.CharField()
+    total_gpu_hours = serializers.FloatField()
+    users = UserHoursSerializer(many=True, help_text="users with usage, alphabetical")
+    days = DayHoursSerializer(many=True, help_text="days and users with usage, oldest first")
+    quotas = QuotaUsageSerializer(many=True)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        return {
+            "team": fields.pop("team"),
+            "from": serializers.DateField(),
+            "to": serializers.DateField(),
+            **fields,
+        }

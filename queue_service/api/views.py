@@ -7,10 +7,11 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.shortcuts import get_object_or_404
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -20,6 +21,7 @@ from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import read_logs
 from queue_service.jobs.models import Job, PriorityClass
+from queue_service.jobs.reports import team_usage
 from queue_service.jobs.spec import JobSpecSerializer
 from queue_service.tenancy import services as team_services
 from queue_service.tenancy.models import ApiToken, Membership, Team
@@ -225,6 +227,19 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         values = dict(body.validated_data)
         quota = team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
         return Response(s.QuotaSerializer(quota).data)
+
+    @extend_schema(parameters=[s.UsageQuerySerializer], responses=s.TeamUsageSerializer)
+    @action(detail=True, methods=["get"])
+    def usage(self, request: Request, slug: str) -> Response:
+        """GPU-hours per user and day, and the quotas in use now: for the team's admins."""
+        team = self.get_object()
+        if not team_services.is_team_admin(request.user, team):
+            raise PermissionDenied("only an admin of this team can read its usage")
+        query = s.UsageQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        first, last = query.validated_data["first"], query.validated_data["last"]
+        summary = team_usage(team, first, last, timezone.now())
+        return Response(s.TeamUsageSerializer(summary).data)
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):

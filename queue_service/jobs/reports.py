@@ -22,6 +22,13 @@ from .models import Job, JobRun
 
 # --- usage: GPU-hours per user per day -------------------------------------------------------
 
+# A report's period, for the UI and the API alike: the last DEFAULT_DAYS days unless asked,
+# at most MAX_DAYS, no day before EARLIEST (days far from now are typos, and near date.min or
+# date.max the report's arithmetic overflows).
+DEFAULT_DAYS = 14
+MAX_DAYS = 366
+EARLIEST = date(2000, 1, 1)
+
 
 def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
     """Seconds of [start, end) that fall on each UTC day."""
@@ -86,6 +93,35 @@ def usage_csv(report: UsageReport) -> str:
 
 def _cell(text: str) -> str:
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+def team_usage(team: Team, first: date, last: date, now: datetime) -> dict[str, Any]:
+    """The API's usage answer: usage_report's GPU-hours per user and per day with usage, and
+    quota_usage's quotas in use now."""
+    report = usage_report(team, first, last, now)
+    return {
+        "team": team.slug,
+        "from": first,
+        "to": last,
+        "total_gpu_hours": round(report.total(), 4),
+        "users": [{"user": u, "gpu_hours": round(report.total(u), 4)} for u in report.users],
+        "days": [
+            {"day": day, "user": u, "gpu_hours": round(report.gpu_hours[(day, u)], 4)}
+            for day in report.days
+            for u in report.users
+            if report.gpu_hours.get((day, u))
+        ],
+        "quotas": [
+            {
+                "gpu_model": q.gpu_model,
+                "used_gpus": q.used,
+                "nominal_gpus": q.nominal,
+                "borrowing_limit_gpus": q.borrowing_limit,
+                "borrowed_gpus": q.borrowed,
+            }
+            for q in quota_usage([team])
+        ],
+    }
 
 
 # --- quota usage -------------------------------------------------------------------------------

@@ -62,6 +62,9 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("alice", "put", "/api/v1/teams/vision/quotas/H100/", {"nominal_gpus": 6}),
     ("dana", "delete", "/api/v1/teams/vision/quotas/H100/", None),
     ("dana", "delete", "/api/v1/teams/vision/quotas/H100/", None),  # 400: no such quota
+    ("dana", "get", "/api/v1/teams/vision/usage/", None),
+    ("dana", "get", "/api/v1/teams/vision/usage/?from=2025-02-30", None),
+    ("alice", "get", "/api/v1/teams/vision/usage/", None),  # 403: a member, not an admin
     ("alice", "get", "/api/v1/clusters/", None),
     ("alice", "get", "/api/v1/clusters/nowhere/", None),
     ("alice", "get", "/api/v1/priority-classes/", None),
@@ -104,7 +107,7 @@ def _template(url: str, job: Job) -> str:
         (r"^/api/v1/jobs/not-a-job-id/$", "/api/v1/jobs/{id}/"),
         (r"^/api/v1/teams/[^/]+/members/[^/]+/$", "/api/v1/teams/{slug}/members/{username}/"),
         (r"^/api/v1/teams/[^/]+/quotas/[^/]+/$", "/api/v1/teams/{slug}/quotas/{gpu_model}/"),
-        (r"^/api/v1/teams/[^/]+/(members|quotas)/$", r"/api/v1/teams/{slug}/\1/"),
+        (r"^/api/v1/teams/[^/]+/(members|quotas|usage)/$", r"/api/v1/teams/{slug}/\1/"),
         (r"^/api/v1/teams/[^/]+/$", "/api/v1/teams/{slug}/"),
         (r"^/api/v1/clusters/[^/]+/$", "/api/v1/clusters/{name}/"),
         (r"^/api/v1/priority-classes/[^/]+/$", "/api/v1/priority-classes/{name}/"),

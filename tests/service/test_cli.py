@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import date, timedelta
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
@@ -222,6 +223,29 @@ def test_queue_and_show_say_why_a_job_waits(gpuq: Gpuq, job_file: Any, local_clu
     ]
     mine = gpuq("bob", "ls", "--mine", "--json")
     assert [j["id"] for j in json.loads(mine.out)] == [small]
+
+
+def test_a_team_admin_reads_usage_and_a_member_is_told_who_may(
+    gpuq: Gpuq, job_file: Any, local_cluster: Any
+) -> None:
+    submitted_id(
+        gpuq("alice", "submit", job_file("name: u\ngpus_per_node: 2\ncommand: [/bin/true]\n"))
+    )
+    run_cycle()  # admitted: 2 GPUs held
+    first, last = (str(date.today() - timedelta(days=n)) for n in (30, 29))
+    usage = gpuq("dana", "usage", "vision", "--from", first, "--to", last)
+    assert usage.code == 0, usage.err
+    assert usage.out.splitlines() == [
+        f"team vision, {first} to {last} (UTC days): 0 GPU-hours",
+        "",
+        "QUOTA     IN USE  NOMINAL  BORROWING LIMIT  BORROWED",
+        "SIM-A100  2       8        8                0",
+    ]
+    member = gpuq("alice", "usage", "vision")
+    assert member.code == 1 and "only an admin of this team can read its usage" in member.err
+    bad = gpuq("dana", "usage", "vision", "--from", "2026-02-30")
+    assert bad.code == 1 and "  from: Date has wrong format." in bad.err
+    assert gpuq("dana", "usage", "../jobs").code == 2
 
 
 def test_an_outsider_can_neither_see_nor_cancel_a_job(gpuq: Gpuq, job_file: Any) -> None:

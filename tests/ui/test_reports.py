@@ -23,7 +23,7 @@ from queue_service.jobs.reports import (
 )
 from queue_service.jobs.services import submit_job
 from queue_service.tenancy.models import Quota
-from tests.conftest import spec
+from tests.conftest import record_runs, spec
 
 T0 = datetime(2025, 3, 10, 8, 0, tzinfo=UTC)  # the fake clock's start
 
@@ -49,17 +49,7 @@ def test_splitting_by_day_keeps_every_second_on_its_utc_day(
 
 def ran(job: Job, *runs: tuple[float, float | None]) -> None:
     """Record the job's runs [a, b) in hours after T0 (b None: still running)."""
-    for attempt, (a, b) in enumerate(runs, start=1):
-        JobRun.objects.create(
-            job=job,
-            attempt=attempt,
-            team_id=job.team_id,
-            user_id=job.user_id,
-            gpus=job.gpus,
-            started_at=at(a),
-            ended_at=None if b is None else at(b),
-            ended_by="" if b is None else "pending",
-        )
+    record_runs(job, *((at(a), None if b is None else at(b)) for a, b in runs))
 
 
 def test_the_usage_report_counts_gpu_hours_per_user_per_day(people: Any, teams: Any) -> None:
