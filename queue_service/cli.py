@@ -7,7 +7,8 @@
     gpuq cancel ID [ID ...]               gpuq queue [--team vision]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
 
-Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN, or --url and --token.
+Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN (or a file named by
+GPUQ_TOKEN_FILE), or --url and --token.
 Exit status: 0 done, 1 the server or the network said no, 2 a usage error (and `submit -f`:
 the job's own; 130 interrupted; 141 the reader of the output left, as `gpuq logs ID | head`).
 
@@ -455,7 +456,7 @@ def parser() -> argparse.ArgumentParser:
         " (make one on your account page).",
     )
     top.add_argument("--url", help=f"the service (GPUQ_URL; default {DEFAULT_URL})")
-    top.add_argument("--token", help="your API token (GPUQ_TOKEN)")
+    top.add_argument("--token", help="your API token (GPUQ_TOKEN, or GPUQ_TOKEN_FILE)")
     top.add_argument("--timeout", type=float, default=30.0, help="seconds per request (default 30)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -520,8 +521,19 @@ def main(
     top = parser()
     args = top.parse_args(argv)
     token = args.token or environ.get("GPUQ_TOKEN", "")
+    token_file = environ.get("GPUQ_TOKEN_FILE", "")
+    if not token and token_file:  # as the service's own secrets: VAR or VAR_FILE
+        try:
+            with open(token_file, encoding="utf-8") as f:
+                token = f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            _usage(top, f"GPUQ_TOKEN_FILE={token_file!r} cannot be read: {exc}")
     if not token:
-        _usage(top, "no API token: set GPUQ_TOKEN or pass --token (your account page makes one)")
+        _usage(
+            top,
+            "no API token: set GPUQ_TOKEN (or GPUQ_TOKEN_FILE) or pass --token"
+            " (your account page makes one)",
+        )
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not args.timeout > 0:
         _usage(top, "--timeout must be more than 0 seconds")

@@ -309,6 +309,32 @@ def test_configuration_errors_are_usage_errors(live_server: Any) -> None:
     assert exit_.value.code == 2 and "must start with http:// or https://" in err.getvalue()
 
 
+def test_the_token_may_come_from_a_file(
+    live_server: Any, people: dict[str, Any], tmp_path: Path
+) -> None:
+    _, token = create_token(people["alice"], "file")
+    (tmp_path / "token").write_text(token + "\n")
+    out = io.StringIO()
+    env = {"GPUQ_URL": live_server.url, "GPUQ_TOKEN_FILE": str(tmp_path / "token")}
+    assert main(["ls"], environ=env, out=out) == 0
+    assert out.getvalue().split() == [
+        "ID",
+        "NAME",
+        "TEAM",
+        "USER",
+        "STATE",
+        "GPUS",
+        "AGE",
+        "REASON",
+    ]
+    err = io.StringIO()
+    env["GPUQ_TOKEN_FILE"] = str(tmp_path / "missing")
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main(["ls"], environ=env, out=out)
+    assert exit_.value.code == 2
+    assert f"GPUQ_TOKEN_FILE='{tmp_path}/missing' cannot be read" in err.getvalue()
+
+
 def test_a_wrong_token_is_told_to_check_it(live_server: Any, db: Any) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
