@@ -86,7 +86,12 @@ class Api:
         except (urllib.error.URLError, OSError) as exc:
             why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
             raise CliError(f"cannot reach {self.base}: {why}") from None
-        return json.loads(data) if data else None
+        try:
+            return json.loads(data) if data else None
+        except ValueError:
+            raise CliError(
+                f"{url} answered with something other than JSON: is GPUQ_URL a gpuq service?"
+            ) from None
 
 
 def _http_error(exc: urllib.error.HTTPError) -> str:

@@ -351,19 +351,22 @@ def test_an_unreachable_service_is_a_clear_error(gpuq: Gpuq) -> None:
     assert result.err.startswith("gpuq: cannot reach http://127.0.0.1:9/api/v1/: ")
 
 
-@pytest.fixture
-def redirecting_server() -> Iterator[tuple[str, list[str]]]:
-    """A server that answers everything with a 301 to https, as a TLS front door would,
-    and records what it was asked."""
+@contextlib.contextmanager
+def other_server(status: int, body: bytes = b"") -> Iterator[tuple[str, list[str]]]:
+    """A server that is not gpuq: it answers everything with `status` (a 301 to https, as a
+    TLS front door would, or a 200 page) and records what it was asked."""
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
         def answer(self) -> None:
             seen.append(f"{self.command} {self.path}")
-            self.send_response(301)
-            self.send_header("Location", "https://gpuq.example" + self.path)
-            self.send_header("Content-Length", "0")
+            self.send_response(status)
+            if status == 301:
+                self.send_header("Location", "https://gpuq.example" + self.path)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
+            self.wfile.write(body)
 
         do_GET = do_POST = answer
 
@@ -373,20 +376,31 @@ def redirecting_server() -> Iterator[tuple[str, list[str]]]:
     server = HTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", seen
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
-def test_a_redirect_is_reported_not_followed(
-    gpuq: Gpuq, job_file: Any, redirecting_server: tuple[str, list[str]]
-) -> None:
+def test_a_redirect_is_reported_not_followed(gpuq: Gpuq, job_file: Any) -> None:
     # urllib would follow a 301 for a POST as a GET: the submit would become a listing.
-    url, seen = redirecting_server
-    result = gpuq("alice", "submit", job_file("name: x\ncommand: [/bin/true]\n"), url=url)
+    with other_server(301) as (url, seen):
+        result = gpuq("alice", "submit", job_file("name: x\ncommand: [/bin/true]\n"), url=url)
     assert result.code == 1
     assert "redirecting to https://gpuq.example/api/v1/jobs/" in result.err
     assert seen == ["POST /api/v1/jobs/"]
+
+
+def test_a_url_that_is_not_gpuq_is_said_so(gpuq: Gpuq) -> None:
+    with other_server(200, b"<html>a wiki</html>") as (url, seen):
+        result = gpuq("alice", "queue", url=url)
+    assert seen == ["GET /api/v1/queue/"]
+    assert result.code == 1
+    assert result.err == (
+        f"gpuq: {url}/api/v1/queue/ answered with something other than JSON:"
+        " is GPUQ_URL a gpuq service?\n"
+    )
 
 
 def test_logs_of_a_job_not_started_say_so_instead_of_printing_nothing(
