@@ -203,3 +203,20 @@ def test_hsts_without_https_is_refused() -> None:
     result = _deploy_check(GPUQ_HSTS_SECONDS="3600")
     assert result.returncode != 0
     assert "GPUQ_HSTS_SECONDS needs GPUQ_HTTPS=1" in result.stderr
+
+
+def test_a_test_run_holds_the_machine_wide_lab_lock() -> None:
+    # What makes a second run (another checkout, say) wait instead of flushing this run's
+    # Redis database and cancelling its Slurm jobs.
+    from queue_service.testenv import LOCK_PATH
+
+    probe = (
+        "import fcntl, sys\n"
+        f"f = open({LOCK_PATH!r})\n"
+        "try:\n"
+        "    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n"
+        "    sys.exit(3)\n"
+    )
+    taken = subprocess.run([sys.executable, "-c", probe], timeout=60, check=False)
+    assert taken.returncode == 3, "the lab lock is free while tests run"
