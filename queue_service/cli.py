@@ -34,6 +34,7 @@ from typing import IO, Any, NoReturn
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 LOG_CHUNK = 1_048_576  # the API's largest log read
+ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "lost"})
 
 
 class CliError(Exception):
@@ -231,8 +232,7 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if not args.follow:
         return 0
     # As `srun` or `sbatch --wait`: the output as it comes, then the job's own exit status.
-    write_logs(api, job["id"], "stdout", True, args.interval, out)
-    job = api.call("GET", f"jobs/{job['id']}/")
+    job = follow_job(api, job["id"], args.interval, out)
     if job["state"] == "succeeded":
         return 0
     code = job["exit_code"]
@@ -243,6 +243,48 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
         file=sys.stderr,
     )
     return code if isinstance(code, int) and 0 < code < 256 else 1
+
+
+def follow_job(api: Api, ident: str, interval_s: float, out: IO[str]) -> dict[str, Any]:
+    """Write the job's stdout to `out` and its stderr to stderr as they come, until the job
+    has ended and both are read out; return the job as it ended. The end is the job's state,
+    not the logs' eof: a backend sees its process end before gpuq's next sync records it. A
+    new attempt (a requeue after preemption) writes new logs: they are read from the start."""
+    offsets = {"stdout": 0, "stderr": 0}
+    attempts = None
+    while True:
+        job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
+        if job["attempts"] != attempts:
+            attempts, offsets = job["attempts"], {"stdout": 0, "stderr": 0}
+        read = False
+        for stream, sink in (("stdout", out), ("stderr", sys.stderr)):
+            chunk = api.call(
+                "GET",
+                f"jobs/{ident}/logs/",
+                query={"offset": offsets[stream], "limit": LOG_CHUNK, "stream": stream},
+            )
+            data = base64.b64decode(chunk["data_base64"])
+            _write(data, sink)
+            offsets[stream] = chunk["next_offset"]
+            read = read or bool(data)
+        if job["state"] in ENDED and not read:
+            return job
+        if not read:
+            time.sleep(interval_s)
+
+
+def _write(data: bytes, sink: IO[str]) -> None:
+    """The bytes as the job wrote them (decoded only where the stream takes no bytes)."""
+    if not data:
+        return
+    raw = getattr(sink, "buffer", None)
+    sink.flush()
+    if raw is not None:
+        raw.write(data)
+        raw.flush()
+    else:
+        sink.write(data.decode("utf-8", errors="replace"))
+        sink.flush()
 
 
 def _read(path: str) -> bytes:
@@ -412,7 +454,6 @@ def write_logs(
     """Write the bytes as the job wrote them, from offset 0 until the end of what there is
     (or, following, until the job ends)."""
     offset = 0
-    sink = getattr(out, "buffer", None)
     while True:
         chunk = api.call(
             "GET",
@@ -420,14 +461,7 @@ def write_logs(
             query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
         )
         data = base64.b64decode(chunk["data_base64"])
-        if data:
-            if sink is not None:
-                out.flush()
-                sink.write(data)
-                sink.flush()
-            else:
-                out.write(data.decode("utf-8", errors="replace"))
-                out.flush()
+        _write(data, out)
         if chunk["eof"]:
             return
         if not data:
@@ -479,7 +513,8 @@ def parser() -> argparse.ArgumentParser:
         "-f",
         "--follow",
         action="store_true",
-        help="then print its output until it ends, and exit with its exit status",
+        help="then print its output (stdout and stderr) until it ends, and exit with its"
+        " exit status",
     )
     p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
 

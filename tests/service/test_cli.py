@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from queue_service.cli import clean, main
+from queue_service.cli import ENDED, clean, main
 from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
@@ -78,6 +78,16 @@ def job_file(tmp_path: Path) -> Callable[[str], str]:
     return write
 
 
+def wait_ended(job_id: str) -> Job:
+    deadline = time.monotonic() + 30
+    job = Job.objects.get(pk=job_id)
+    while not job.is_terminal:
+        assert time.monotonic() < deadline, f"job stuck in {job.state}"
+        time.sleep(0.1)
+        job.refresh_from_db()
+    return job
+
+
 def fields(run: Run) -> dict[str, str]:
     """`gpuq show`'s "label:  value" lines, before its events."""
     head = run.out.split("\nevents:\n")[0]
@@ -106,7 +116,8 @@ def test_a_job_file_submitted_runs_and_its_output_follows_to_the_end(
 
     assert logs.code == 0, logs.err
     assert logs.out == "hello from GPUs 0,1\ndone\n"
-    assert Job.objects.get(pk=job_id).state == Job.State.SUCCEEDED
+    # The log ends when the process does; gpuq's next sync records how the job ended.
+    assert wait_ended(job_id).state == Job.State.SUCCEEDED
     shown = gpuq("alice", "show", job_id)
     about = fields(shown)
     assert (about["state"], about["exit code"], about["placement"]) == (
@@ -134,6 +145,12 @@ def test_submit_follow_prints_the_output_and_exits_with_the_job_s_status(
     assert (name, state, failing.out.splitlines()[1:]) == ("seven", "pending", ["going"])
     assert failing.code == 7
     assert failing.err == f"gpuq: job {job_id} ended failed: exit code 7\n"
+    both_streams = gpuq(
+        "alice", "submit", "-f", job_file('name: e\ncommand: "echo out; echo err >&2; exit 3"\n')
+    )
+    assert (both_streams.code, both_streams.out.splitlines()[1:]) == (3, ["out"])
+    assert both_streams.err.startswith("err\ngpuq: job ")
+    assert both_streams.err.endswith(" ended failed: exit code 3\n")
     ok = gpuq("alice", "submit", "--follow", job_file('name: ok\ncommand: "echo fine"\n'))
     assert (ok.code, ok.out.splitlines()[1:], ok.err) == (0, ["fine"], "")
     missing = gpuq("alice", "submit", "-f", job_file('name: m\ncommand: ["/no/such/program"]\n'))
@@ -462,6 +479,10 @@ def test_the_server_hands_out_the_command_as_one_file_that_runs_on_bare_python(
     )
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.split() == ["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "AGE", "REASON"]
+
+
+def test_the_command_knows_which_states_are_ends() -> None:
+    assert {str(state) for state in Job.TERMINAL} == ENDED
 
 
 def test_the_gpuq_command_is_installed_and_imports_nothing_of_the_service() -> None:
