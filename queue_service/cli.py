@@ -236,10 +236,12 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if job["state"] == "succeeded":
         return 0
     code = job["exit_code"]
-    # The reason the job ended says the exit code when there was one.
-    detail = why(job) or ("" if code is None else f"exit code {code}")
+    # The local backend's reason is "exit code 7"; Slurm's, "NonZeroExitCode".
+    details = [why(job)] if why(job) else []
+    if code is not None and f"exit code {code}" not in why(job):
+        details.append(f"exit code {code}")
     print(
-        f"gpuq: job {job['id']} ended {job['state']}: {detail or 'no reason given'}",
+        f"gpuq: job {job['id']} ended {job['state']}: {', '.join(details) or 'no reason given'}",
         file=sys.stderr,
     )
     return code if isinstance(code, int) and 0 < code < 256 else 1

@@ -157,7 +157,9 @@ def test_submit_follow_prints_the_output_and_exits_with_the_job_s_status(
     assert (
         missing.code == 127
     )  # the local backend's exit code for a program not found, as a shell's
-    assert missing.err.endswith(": could not start: No such file or directory\n"), missing.err
+    assert missing.err.endswith(": could not start: No such file or directory, exit code 127\n"), (
+        missing.err
+    )
     both = gpuq("alice", "submit", "-f", "--json", job_file("name: x\ncommand: [/bin/true]\n"))
     assert both.code == 2 and "not with --json or --dry-run" in both.err
 
