@@ -301,8 +301,12 @@ def _apply_status(job: Job, status: JobStatus) -> bool:
 
 def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, Any]) -> bool:
     retries = job.spec.get("retries") or {}
-    preempt_msg = (job.reason or {}).get("message", "")
-    message = status.reason or preempt_msg or cause.replace("_", " ")
+    if cause == "preemption":
+        # Ours: why it stopped (the cycle's sentence, its reason while it left), not how the
+        # backend saw the stop ("cancelled"). The cluster's own: the cluster's words.
+        message = (job.reason or {}).get("message") or status.reason or "preempted"
+    else:
+        message = status.reason or cause.replace("_", " ")
     if cause in retries.get("on", ()) and job.attempts <= int(retries.get("max", 0)):
         transition(
             job,

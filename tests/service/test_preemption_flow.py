@@ -56,6 +56,10 @@ def test_a_team_below_nominal_reclaims_borrowed_gpus(half_and_half: None, people
         assert victim.state in (S.PENDING, S.ADMITTED)
         message = victim.events.get(code="preempting_reclaim").message
         assert "vision" in message and str(mine.pk) in message
+        # The requeue says why the run ended, not how the backend saw it stop ("cancelled").
+        assert victim.events.get(code="requeued_preemption").message == (
+            f"{message}; requeued (attempt 2)"
+        )
     # The minimal victim set: two 1-GPU jobs on one node free the 2 GPUs vision needs, and
     # language keeps more than its nominal 4.
     assert Job.objects.filter(team__slug="language", state=S.RUNNING).count() == 6
