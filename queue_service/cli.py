@@ -58,6 +58,7 @@ class Api:
         self.token = token
         self.timeout_s = timeout_s
         self._opener = urllib.request.build_opener(_NoRedirects)
+        self.retry_pauses_s: tuple[float, ...] = (0.5, 2.0)
 
     def call(
         self,
@@ -79,14 +80,22 @@ class Api:
             request.add_header("Content-Type", content_type)
         for name, value in (headers or {}).items():
             request.add_header(name, value)
-        try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                data = response.read()
-        except urllib.error.HTTPError as exc:
-            raise CliError(_http_error(exc)) from None
-        except (urllib.error.URLError, OSError) as exc:
-            why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-            raise CliError(f"cannot reach {self.base}: {why}") from None
+        # A request that may be repeated (a read, or a submit with an Idempotency-Key) is
+        # tried again when the network fails: a submit whose answer was lost then returns
+        # the job it made instead of making a second one.
+        repeatable = method == "GET" or "Idempotency-Key" in (headers or {})
+        for pause in (*(self.retry_pauses_s if repeatable else ()), None):
+            try:
+                with self._opener.open(request, timeout=self.timeout_s) as response:
+                    data = response.read()
+                break
+            except urllib.error.HTTPError as exc:
+                raise CliError(_http_error(exc)) from None
+            except (urllib.error.URLError, OSError) as exc:
+                if pause is None:
+                    why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                    raise CliError(f"cannot reach {self.base}: {why}") from None
+                time.sleep(pause)
         try:
             return json.loads(data) if data else None
         except ValueError:
@@ -211,7 +220,9 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
         kind = "application/json"
     except ValueError:
         kind = "application/yaml"
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    # Always a key: a submit whose answer the network lost is sent again (Api.call), and
+    # the server answers with the job the first one made.
+    headers = {"Idempotency-Key": args.idempotency_key or f"gpuq-cli-{uuid.uuid4()}"}
     if args.dry_run:
         result = api.call("POST", "jobs/preview/", body=body, content_type=kind)
         if args.json:
@@ -510,7 +521,10 @@ def parser() -> argparse.ArgumentParser:
     p = command("submit", cmd_submit, "submit a job file (YAML or JSON; - for stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="say whether it would start now")
-    p.add_argument("--idempotency-key", help="a repeat with the same key returns the first job")
+    p.add_argument(
+        "--idempotency-key",
+        help="a repeat with the same key returns the first job (default: a new key per run)",
+    )
     p.add_argument(
         "-f",
         "--follow",

@@ -5,6 +5,7 @@ Alice and Bob are teammates in vision, Charlie is in language."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import json
 import re
@@ -12,11 +13,12 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -409,6 +411,60 @@ def test_a_redirect_is_reported_not_followed(gpuq: Gpuq, job_file: Any) -> None:
     assert result.code == 1
     assert "redirecting to https://gpuq.example/api/v1/jobs/" in result.err
     assert seen == ["POST /api/v1/jobs/"]
+
+
+@contextlib.contextmanager
+def losing_proxy(upstream: str) -> Iterator[str]:
+    """A proxy in front of the live server that loses the answer to the first POST: the
+    request reaches the server, the connection then drops without a reply."""
+    lost: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def forward(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            target = http.client.HTTPConnection(urllib.parse.urlsplit(upstream).netloc, timeout=30)
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            target.request(self.command, self.path, body=body or None, headers=headers)
+            answer = target.getresponse()
+            data = answer.read()
+            if self.command == "POST" and not lost:
+                lost.append(self.path)
+                self.close_connection = True  # the answer is lost on the way back
+                return
+            self.send_response(answer.status)
+            for k, v in answer.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = forward
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert lost == ["/api/v1/jobs/"]
+
+
+def test_a_submit_whose_answer_is_lost_is_sent_again_and_makes_one_job(
+    gpuq: Gpuq, job_file: Any, live_server: Any
+) -> None:
+    with losing_proxy(live_server.url) as url:
+        result = gpuq("alice", "submit", job_file("name: once\ncommand: [/bin/true]\n"), url=url)
+    assert result.code == 0, result.err
+    assert Job.objects.count() == 1
+    assert result.out.split() == [str(Job.objects.get().pk), "once", "pending"]
 
 
 def test_a_url_that_is_not_gpuq_is_said_so(gpuq: Gpuq) -> None:
