@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
-from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -373,6 +373,19 @@ def test_an_unreachable_service_is_a_clear_error(gpuq: Gpuq) -> None:
 
 
 @contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """An HTTP server on a free loopback port, for as long as the block runs."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
 def other_server(status: int, body: bytes = b"") -> Iterator[tuple[str, list[str]]]:
     """A server that is not gpuq: it answers everything with `status` (a 301 to https, as a
     TLS front door would, or a 200 page) and records what it was asked."""
@@ -394,14 +407,8 @@ def other_server(status: int, body: bytes = b"") -> Iterator[tuple[str, list[str
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url, seen
 
 
 def test_a_redirect_is_reported_not_followed(gpuq: Gpuq, job_file: Any) -> None:
@@ -446,14 +453,8 @@ def losing_proxy(upstream: str) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield url
     assert lost == ["/api/v1/jobs/"]
 
 
