@@ -591,8 +591,8 @@ def main(
             " (your account page makes one)",
         )
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
-    if not args.timeout > 0:
-        _usage(top, "--timeout must be more than 0 seconds")
+    if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
+        _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
     if args.command == "submit" and args.follow and (args.json or args.dry_run):
         _usage(top, "submit -f prints the job's output: not with --json or --dry-run")
     try:

@@ -356,6 +356,13 @@ def test_the_token_may_come_from_a_file(
     assert f"GPUQ_TOKEN_FILE='{tmp_path}/missing' cannot be read" in err.getvalue()
 
 
+@pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "3601"])
+def test_a_timeout_out_of_range_is_a_usage_error(gpuq: Gpuq, timeout: str) -> None:
+    result = gpuq("alice", "--timeout", timeout, "ls")
+    assert result.code == 2
+    assert "--timeout must be more than 0 and at most 3600 seconds" in result.err
+
+
 def test_a_wrong_token_is_told_to_check_it(live_server: Any, db: Any) -> None:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
