@@ -166,7 +166,9 @@ def test_submit_follow_prints_the_output_and_exits_with_the_job_s_status(
     assert both.code == 2 and "not with --json or --dry-run" in both.err
 
 
-def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(gpuq: Gpuq, job_file: Any) -> None:
+def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(
+    gpuq: Gpuq, job_file: Any, tmp_path: Path
+) -> None:
     bad = gpuq("alice", "submit", job_file("name: x\ngpus_per_node: -1\nretries: {max: 99}\n"))
     assert bad.code == 1 and bad.out == ""
     assert "the server answered 400:" in bad.err
@@ -177,6 +179,17 @@ def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(gpuq: Gpuq, job_fil
     assert syntax.code == 1 and "line 3" in syntax.err
     missing = gpuq("alice", "submit", "/nonexistent/job.yaml")
     assert missing.code == 1 and "cannot read /nonexistent/job.yaml" in missing.err
+    binary = tmp_path / "job.bin"
+    binary.write_bytes(b"name: \xff\xfe\x00\x81\n")
+    not_text = gpuq("alice", "submit", str(binary))
+    assert not_text.code == 1 and "the server answered 400:" in not_text.err
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("name: x\ncommand: [/bin/true]\n# " + "x" * 2_700_000 + "\n")
+    too_big = gpuq("alice", "submit", str(huge))
+    assert too_big.code == 1
+    assert "the server answered 413:\n  the body is larger than 2,621,440 bytes" in too_big.err
+    directory = gpuq("alice", "submit", str(tmp_path))
+    assert directory.code == 1 and f"cannot read {tmp_path}: Is a directory" in directory.err
     assert not Job.objects.exists()
 
 
