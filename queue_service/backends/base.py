@@ -161,7 +161,11 @@ class Backend(Protocol):
         backend no longer knows maps to RemoteState.LOST."""
         ...
 
-    def cancel(self, external_id: str, grace_s: float = 30.0) -> None: ...
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
+        """Stop the job: TERM, then kill after grace_s. False when the backend can tell that
+        the job had already ended on its own, so nothing was stopped (its end is its own:
+        an exit 0 is a success, not a cancellation); True otherwise."""
+        ...
 
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"

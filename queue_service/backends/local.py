@@ -190,14 +190,15 @@ class LocalBackend:
             reason="the job's supervisor is gone (machine restarted?)",
         )
 
-    def cancel(self, external_id: str, grace_s: float = 30.0) -> None:
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
         job_dir = self._dir(external_id)
         if (job_dir / "result.json").exists():
-            return
+            return False  # it ended on its own
         (job_dir / "cancel.json").write_text(json.dumps({"grace_s": grace_s}))
         pid = _read_pid(job_dir / "supervisor.pid")
         if pid is not None and _alive(pid):
             os.kill(pid, signal.SIGTERM)
+        return True
 
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"

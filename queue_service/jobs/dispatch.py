@@ -168,12 +168,21 @@ def stop_job(job_id: str) -> None:
         return
     assert job.cluster is not None
     grace = settings.GPUQ_PREEMPTION_GRACE_S
+    backend = backend_for(job.cluster)
     try:
-        backend_for(job.cluster).cancel(job.external_id, grace_s=grace)
+        if backend.cancel(job.external_id, grace_s=grace):
+            return
+        # It had ended on its own before the stop reached it (gpuq's sync had not seen it
+        # yet): its end is its own, so an exit 0 is a success, not a cancellation.
+        status = backend.poll([job.external_id]).get(job.external_id)
     except BackendError as exc:
         note(job, "stop_retry" if not exc.permanent else "stop_failed", exc.message)
         if not exc.permanent:
             raise
+        return
+    if status is not None and status.state in RemoteState.TERMINAL:
+        note(job, "ended_before_stop", "it had already ended when the stop reached the cluster")
+        _apply_status(job, status, stopped=False)
 
 
 def sync_cluster(cluster_id: int) -> dict[str, int]:
@@ -242,7 +251,9 @@ def _store_inventory(cluster: Cluster, inventory: list[NodeInfo]) -> None:
     )
 
 
-def _apply_status(job: Job, status: JobStatus) -> bool:
+def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
+    """Record what the backend reports. `stopped`: a cancelling or preempting job that ends
+    ended because it was asked to (False: the backend said it had ended before)."""
     remote = status.state
     fields: dict[str, Any] = {"remote_state": status.native_state or remote}
     try:
@@ -281,9 +292,9 @@ def _apply_status(job: Job, status: JobStatus) -> bool:
         target = REMOTE_TO_STATE[remote]
         # A job told to stop may catch SIGTERM and exit by itself (0 after a checkpoint, or
         # non-zero): it still ended because we asked. Its exit code is kept.
-        if job.state == S.CANCELLING and target != S.TIMEOUT:
+        if stopped and job.state == S.CANCELLING and target != S.TIMEOUT:
             target = S.CANCELLED
-        if job.state == S.PREEMPTING and target != S.TIMEOUT:
+        if stopped and job.state == S.PREEMPTING and target != S.TIMEOUT:
             return _end_or_requeue(job, status, "preemption", fields)
         transition(
             job,

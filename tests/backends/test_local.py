@@ -112,10 +112,20 @@ def test_cancel_stops_a_running_job_with_sigterm(backend: LocalBackend) -> None:
     script = "trap 'echo got TERM; exit 143' TERM; echo started; while true; do sleep 0.05; done"
     eid = backend.submit(request(["/bin/sh", "-c", script])).external_id
     wait_for(backend, eid, lambda s: "started" in read_all(backend, eid))
-    backend.cancel(eid, grace_s=5)
+    assert backend.cancel(eid, grace_s=5) is True
     status = wait_for(backend, eid, finished)
     assert status.state == RemoteState.CANCELLED
     assert "got TERM" in read_all(backend, eid)
+
+
+def test_cancel_of_a_job_that_already_ended_says_so_and_changes_nothing(
+    backend: LocalBackend,
+) -> None:
+    eid = backend.submit(request(["/bin/echo", "done"])).external_id
+    wait_for(backend, eid, finished)
+    assert backend.cancel(eid, grace_s=5) is False
+    status = backend.poll([eid])[eid]
+    assert (status.state, status.exit_code) == (RemoteState.SUCCEEDED, 0)
 
 
 def test_cancel_kills_a_job_that_ignores_sigterm_after_the_grace(backend: LocalBackend) -> None:

@@ -70,6 +70,27 @@ def test_cancelling_a_running_job_stops_its_process(submit: Any, people: Any) ->
     assert events(job)[-2:] == ["cancelling", "cancelled"]
 
 
+def test_a_job_that_ended_before_its_cancel_reached_the_cluster_keeps_its_own_end(
+    submit: Any, people: Any, local_cluster: Any
+) -> None:
+    from pathlib import Path
+
+    # The job runs and ends; gpuq's next sync has not seen it yet when alice cancels.
+    job = run_until(submit(command="sleep 0.5; echo done"), lambda j: j.state == S.RUNNING)
+    result = Path(local_cluster.settings["workdir"]) / job.external_id / "result.json"
+    deadline = time.monotonic() + 30
+    while not result.exists():
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.05)
+
+    cancel_job(people["alice"], job)  # stops it after the commit, as in production
+
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == (S.SUCCEEDED, 0)
+    assert events(job)[-2:] == ["cancelling", "succeeded"]
+    assert "ended_before_stop" in [e.code for e in job.events.all()]
+
+
 def test_a_pending_job_cancelled_never_starts(submit: Any, people: Any) -> None:
     job = submit(command=["sleep", "30"])
     cancel_job(people["alice"], job)

@@ -78,3 +78,28 @@ def test_a_node_failure_requeues_per_the_retry_policy(slurm: Cluster, people: An
     from queue_service.jobs.dispatch import cluster_config
 
     get_backend(cluster_config(slurm)).cancel(keeps.external_id, grace_s=1)
+
+
+def test_a_job_that_ended_before_its_cancel_keeps_its_own_end(slurm: Cluster, people: Any) -> None:
+    from queue_service.backends import get_backend
+    from queue_service.backends.base import RemoteState
+    from queue_service.jobs.dispatch import cluster_config
+    from queue_service.jobs.services import cancel_job
+
+    job = submit_job(
+        people["alice"],
+        {"name": "quick", "command": "sleep 2; echo done", "gpus_per_node": 1, "cluster": "lab"},
+    ).job
+    wait([job], lambda j: j.state == S.RUNNING, timeout=60)
+    # It ends on the cluster; gpuq's next sync has not seen it when alice cancels.
+    backend = get_backend(cluster_config(slurm))
+    deadline = time.monotonic() + 60
+    while backend.poll([job.external_id])[job.external_id].state != RemoteState.SUCCEEDED:
+        assert time.monotonic() < deadline, "the job did not end"
+        time.sleep(0.5)
+
+    cancel_job(people["alice"], job)
+
+    job.refresh_from_db()
+    assert (job.state, job.exit_code) == (S.SUCCEEDED, 0)
+    assert "ended_before_stop" in [e.code for e in job.events.all()]

@@ -278,12 +278,16 @@ class KubernetesBackend:
 
     # --- cancel ---------------------------------------------------------------------------
 
-    def cancel(self, external_id: str, grace_s: float = 30.0) -> None:
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
+        """Always True: a deletion's SIGTERM may end a pod with exit 0 (a checkpoint, then
+        exit), and the Job then reads as complete, so an earlier, natural end cannot be told
+        from one the deletion caused."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
             raise BackendError(str(exc), permanent=True) from None
         self._delete(ref, grace_s=grace_s)
+        return True
 
     def _delete(self, ref: ObjectRef, *, grace_s: float) -> None:
         """Foreground: the workload disappears only after its pods (and Service) are gone,

@@ -213,13 +213,14 @@ class SlurmBackend:
 
     # -- cancel ----------------------------------------------------------------------------
 
-    def cancel(self, external_id: str, grace_s: float = 30.0) -> None:
+    def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
         """A running job gets TERM first so it can save state; Slurm's own cancel (TERM, KILL
         after KillWait, state CANCELLED) follows if it still runs after the grace. A pending
-        job is cancelled at once: scancel --signal would retry on it for ~95 s."""
+        job is cancelled at once: scancel --signal would retry on it for ~95 s. False when
+        the job had already ended before any signal."""
         status = self.poll([external_id])[external_id]
         if status.state in RemoteState.TERMINAL:
-            return
+            return False
         if grace_s > 0 and status.state == RemoteState.RUNNING:
             result = self._run(commands.terminate(external_id))
             if result.rc != 0:
@@ -230,12 +231,13 @@ class SlurmBackend:
             while (remaining := deadline - self._clock()) > 0:
                 self._sleep(min(1.0, remaining))
                 if self.poll([external_id])[external_id].state in RemoteState.TERMINAL:
-                    return
+                    return True  # it ended after our TERM
         result = self._run(commands.cancel(external_id))
         if result.rc != 0:
             raise parsers.command_error(
                 "scancel", result.stderr, result.rc, rejection_is_permanent=False
             )
+        return True
 
     # -- logs ------------------------------------------------------------------------------
 

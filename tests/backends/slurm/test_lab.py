@@ -92,10 +92,20 @@ def test_cancel_gives_the_job_its_grace_to_save(backend: SlurmBackend) -> None:
     external_id = backend.submit(request(command=command)).external_id
     wait_for(backend, external_id, lambda s: backend.logs(external_id).data == b"started\n")
     started = time.monotonic()
-    backend.cancel(external_id, grace_s=20)
+    assert backend.cancel(external_id, grace_s=20) is True  # it ended because we asked
     assert time.monotonic() - started < 10  # it returned as soon as the job had ended
     assert backend.logs(external_id).data == b"started\nsaved\n"
     assert backend.poll([external_id])[external_id].state in RemoteState.TERMINAL
+
+
+def test_cancel_of_a_job_that_already_ended_says_so_and_sends_nothing(
+    backend: SlurmBackend,
+) -> None:
+    external_id = backend.submit(request(command=("true",))).external_id
+    assert wait_for(backend, external_id).state == RemoteState.SUCCEEDED
+    assert backend.cancel(external_id, grace_s=5) is False
+    status = backend.poll([external_id])[external_id]
+    assert (status.state, status.native_state) == (RemoteState.SUCCEEDED, "COMPLETED")
 
 
 def test_cancel_kills_a_job_that_ignores_the_signal(backend: SlurmBackend) -> None:
