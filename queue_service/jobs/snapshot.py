@@ -99,8 +99,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
     pending = tuple(
-        st.PendingJob(request=_pending_request(*row), attempts=row[-1])
-        for row in Job.objects.filter(state=S.PENDING)
+        st.PendingJob(request=_request_of(*row), attempts=attempts)
+        for *row, attempts in Job.objects.filter(state=S.PENDING)
         .order_by("submitted_at", "id")
         .values_list(
             "id",
@@ -173,7 +173,7 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
 
 
 def _request(job: Job) -> st.JobRequest:
-    return _pending_request(
+    return _request_of(
         job.id,
         job.team.slug,
         job.priority_class.name,
@@ -182,11 +182,10 @@ def _request(job: Job) -> st.JobRequest:
         job.kind,
         job.pinned_cluster,
         job.cluster.name if job.cluster else None,
-        job.attempts,
     )
 
 
-def _pending_request(
+def _request_of(
     pk: Any,
     team: str,
     priority: str,
@@ -195,9 +194,8 @@ def _pending_request(
     kind: str,
     pinned_cluster: bool,
     cluster: str | None,
-    attempts: int,
 ) -> st.JobRequest:
-    """A job's request from its row (the fields build_snapshot reads, in that order)."""
+    """A job's request from its fields (a pending job's row, as build_snapshot reads it)."""
     return st.JobRequest(
         id=str(pk),
         team=team,
@@ -397,6 +395,7 @@ def _placement_json(placement: st.Placement) -> list[dict[str, Any]]:
 
 
 WaitRow = tuple[Any, dict[str, Any], int, datetime | None]  # id, reason, position, estimate
+WAIT_COLUMNS = ("id", "state", "reason", "queue_position", "estimated_start")
 
 
 def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
@@ -454,9 +453,6 @@ def _write_waits(rows: list[WaitRow]) -> None:
     Job.objects.filter(pk__in=[j.pk for j in jobs]).exclude(state=S.PENDING).update(
         queue_position=None, estimated_start=None
     )
-
-
-WAIT_COLUMNS = ("id", "state", "reason", "queue_position", "estimated_start")
 
 
 def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, Cluster]) -> int:
