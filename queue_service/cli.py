@@ -34,6 +34,7 @@ from typing import IO, Any, NoReturn
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 LOG_CHUNK = 1_048_576  # the API's largest log read
+PAGE_MAX = 500  # the API's largest page of jobs
 ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "lost"})
 
 
@@ -59,6 +60,7 @@ class Api:
         self.timeout_s = timeout_s
         self._opener = urllib.request.build_opener(_NoRedirects)
         self.retry_pauses_s: tuple[float, ...] = (0.5, 2.0)
+        self.last_headers: Mapping[str, str] = {}
 
     def call(
         self,
@@ -88,6 +90,7 @@ class Api:
             try:
                 with self._opener.open(request, timeout=self.timeout_s) as response:
                     data = response.read()
+                    self.last_headers = response.headers
                 break
             except urllib.error.HTTPError as exc:
                 raise CliError(_http_error(exc)) from None
@@ -155,13 +158,13 @@ def job_id(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not a job id: {value!r}") from None
 
 
-def page_size(value: str) -> int:
+def count(value: str) -> int:
     try:
         size = int(value)
     except ValueError:
         size = 0
-    if not 1 <= size <= 500:
-        raise argparse.ArgumentTypeError(f"a whole number from 1 to 500, not {value!r}")
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"a whole number from 1, not {value!r}")
     return size
 
 
@@ -306,14 +309,23 @@ def _read(path: str) -> bytes:
 
 
 def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    query: dict[str, str | int] = {"page_size": args.limit}
+    query: dict[str, str | int] = {}
     for name in ("state", "team", "name", "kind", "priority", "cluster"):
         if getattr(args, name):
             query[name] = getattr(args, name)
     if args.mine:
         query["user"] = "me"
-    page = api.call("GET", "jobs/", query=query)
-    jobs = page["results"]
+    want = None if args.all else args.limit
+    jobs: list[Any] = []
+    more = True
+    # The API's pages hold at most 500: follow its cursor until enough are read.
+    while more and (want is None or len(jobs) < want):
+        size = PAGE_MAX if want is None else min(PAGE_MAX, want - len(jobs))
+        page = api.call("GET", "jobs/", query={**query, "page_size": size})
+        jobs += page["results"]
+        cursor = _cursor(page.get("next"))
+        more = cursor is not None
+        query["cursor"] = cursor or ""
     if args.json:
         return _dump(jobs, out)
     rows = [["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "AGE", "REASON"]]
@@ -331,14 +343,23 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
             ]
         )
     table(rows, out)
-    if page.get("next"):
-        print(f"(the {len(jobs)} newest shown; --limit shows up to 500)", file=out)
+    if more:
+        print(f"(the {len(jobs)} newest shown; --limit N or --all for more)", file=out)
     return 0
+
+
+def _cursor(next_url: str | None) -> str | None:
+    """The cursor of a page's next link: only it is followed, not the link's host."""
+    if not next_url:
+        return None
+    found = urllib.parse.parse_qs(urllib.parse.urlsplit(next_url).query).get("cursor")
+    return found[0] if found else None
 
 
 def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     query = {name: getattr(args, name) for name in ("team", "cluster") if getattr(args, name)}
     jobs = api.call("GET", "queue/", query=query)
+    total = api.last_headers.get("X-Total-Count", "")
     if args.json:
         return _dump(jobs, out)
     rows = [["POS", "ID", "NAME", "TEAM", "PRIORITY", "GPUS", "WAITED", "EST. START", "REASON"]]
@@ -357,6 +378,8 @@ def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
             ]
         )
     table(rows, out)
+    if total.isdigit() and int(total) > len(jobs):
+        print(f"(the first {len(jobs)} of {total} shown)", file=out)
     return 0
 
 
@@ -542,7 +565,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster")
     p.add_argument("--name", help="names containing this text")
     p.add_argument("--mine", action="store_true", help="only jobs you submitted")
-    p.add_argument("--limit", type=page_size, default=50, help="at most 500 (default 50)")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--limit", type=count, default=50, help="the N newest (default 50)")
+    shown.add_argument("--all", action="store_true", help="every job that matches")
 
     p = command("queue", cmd_queue, "pending jobs in scheduling order, and why each waits")
     p.add_argument("--team")

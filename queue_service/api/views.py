@@ -141,12 +141,26 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         )
 
 
+QUEUE_LIMIT = 1000
+QUEUE_TOTAL_HEADER = "X-Total-Count"
+
+
 class QueueView(APIView):
     """Pending jobs you can see, in scheduling order, with position, reason and estimate."""
 
     @extend_schema(
         responses=s.JobSerializer(many=True),
-        parameters=[FILTER_PARAMETERS["team"], FILTER_PARAMETERS["cluster"]],
+        parameters=[
+            FILTER_PARAMETERS["team"],
+            FILTER_PARAMETERS["cluster"],
+            OpenApiParameter(
+                QUEUE_TOTAL_HEADER,
+                int,
+                OpenApiParameter.HEADER,
+                response=True,
+                description=f"How many jobs match: the list holds the first {QUEUE_LIMIT}.",
+            ),
+        ],
     )
     def get(self, request: Request) -> Response:
         qs = (
@@ -158,7 +172,9 @@ class QueueView(APIView):
         for param in ("team", "cluster"):
             if request.query_params.get(param):
                 qs = qs.filter(**{JOB_FILTERS[param]: request.query_params[param].split(",")})
-        return Response(s.JobSerializer(qs[:1000], many=True).data)
+        data = s.JobSerializer(qs[:QUEUE_LIMIT], many=True).data
+        total = len(data) if len(data) < QUEUE_LIMIT else qs.count()
+        return Response(data, headers={QUEUE_TOTAL_HEADER: str(total)})
 
 
 class TeamViewSet(viewsets.ReadOnlyModelViewSet):

@@ -259,6 +259,30 @@ def test_queue_and_show_say_why_a_job_waits(gpuq: Gpuq, job_file: Any, local_clu
     assert [j["id"] for j in json.loads(mine.out)] == [small]
 
 
+def test_ls_follows_the_api_pages_and_queue_says_how_many_it_left_out(
+    gpuq: Gpuq, people: dict[str, Any]
+) -> None:
+    # More jobs than one API page (500) and than the queue's list (1,000); none considered.
+    ids = [submit_job(people["bob"], spec(name=f"j{n}")).job.pk for n in range(1002)]
+    newest_first = [str(pk) for pk in reversed(ids)]
+
+    listed = gpuq("alice", "ls", "--all", "--json")
+    assert [j["id"] for j in json.loads(listed.out)] == newest_first
+    some = gpuq("alice", "ls", "--limit", "700")
+    rows = some.out.splitlines()
+    assert [r.split()[0] for r in rows[1:-1]] == newest_first[:700]
+    assert rows[-1] == "(the 700 newest shown; --limit N or --all for more)"
+    assert gpuq("alice", "ls", "--limit", "1002").out.splitlines()[-1].split()[0] == str(ids[0])
+    assert gpuq("alice", "ls", "--limit", "0").code == 2
+    assert gpuq("alice", "ls", "--limit", "5", "--all").code == 2
+
+    queue = gpuq("alice", "queue").out.splitlines()
+    assert len(queue) == 1 + 1000 + 1
+    assert queue[-1] == "(the first 1000 of 1002 shown)"
+    assert gpuq("alice", "queue", "--team", "language").out.splitlines()[1:] == []
+    assert len(json.loads(gpuq("alice", "queue", "--json").out)) == 1000
+
+
 def test_a_team_admin_reads_usage_and_a_member_is_told_who_may(
     gpuq: Gpuq, job_file: Any, local_cluster: Any
 ) -> None:
