@@ -394,65 +394,80 @@ def _placement_json(placement: st.Placement) -> list[dict[str, Any]]:
     return out
 
 
-WaitRow = tuple[Any, dict[str, Any], int, datetime | None]  # id, reason, position, estimate
 WAIT_COLUMNS = ("id", "state", "reason", "queue_position", "estimated_start")
 
 
 def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
     """Each waiting job's reason, position and estimate, written only where they changed
-    (a job leaving the head of the queue moves every one behind it)."""
-    by_id = {_uuid(w.job_id): w for w in waits}
-    changed: list[WaitRow] = []
-    for pk, *stored in Job.objects.filter(state=S.PENDING).values_list(
-        "id", "reason", "queue_position", "estimated_start"
-    ):
-        wait = by_id.get(pk)
-        if wait is None:  # submitted while this cycle ran
-            continue
-        reason = wait.reason.as_dict()
-        reason["details"] = {k: _jsonable(v) for k, v in reason["details"].items()}
+    (a job leaving the head of the queue moves every one behind it). A job that left the
+    queue while the cycle ran is not given a position; one submitted meanwhile has none yet."""
+    if connection.vendor == "postgresql":
+        _write_waits(waits)
+        return
+    stored = {
+        str(pk): rest
+        for pk, *rest in Job.objects.filter(state=S.PENDING).values_list(
+            "id", "reason", "queue_position", "estimated_start"
+        )
+    }
+    jobs = []
+    for wait in waits:
+        reason = _reason_json(wait.reason)
         est = (
             datetime.fromtimestamp(wait.estimated_start, tz=now.tzinfo)
             if wait.estimated_start is not None
             else None
         )
-        if stored != [reason, wait.position, est]:
-            changed.append((pk, reason, wait.position, est))
-    _write_waits(changed)
-
-
-def _write_waits(rows: list[WaitRow]) -> None:
-    """On PostgreSQL one UPDATE ... FROM (VALUES ...) per 5,000 rows: Django's bulk_update
-    (a CASE per column and row) took 6.7 s for 10,000 rows (bench/cycle_bench.py). A job
-    that left the queue while the cycle ran is not given a position."""
-    if connection.vendor == "postgresql":
-        q = connection.ops.quote_name
-        f = {name: q(Job._meta.get_field(name).column) for name in WAIT_COLUMNS}
-        table = q(Job._meta.db_table)
-        for start in range(0, len(rows), 5000):
-            batch = rows[start : start + 5000]
-            values = ", ".join(["(%s::uuid, %s::jsonb, %s::integer, %s::timestamptz)"] * len(batch))
-            params: list[Any] = [
-                x for pk, reason, pos, est in batch for x in (pk, json.dumps(reason), pos, est)
-            ]
-            # Only the model's own table and column names are formatted in; values are
-            # parameters.
-            sql = (
-                f"UPDATE {table} AS j SET {f['reason']} = v.reason,"  # noqa: S608
-                f" {f['queue_position']} = v.pos, {f['estimated_start']} = v.est"
-                f" FROM (VALUES {values}) AS v(id, reason, pos, est)"
-                f" WHERE j.{f['id']} = v.id AND j.{f['state']} = %s"
+        if wait.job_id in stored and stored[wait.job_id] != [reason, wait.position, est]:
+            jobs.append(
+                Job(
+                    pk=wait.job_id, reason=reason, queue_position=wait.position, estimated_start=est
+                )
             )
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [*params, S.PENDING])
-        return
-    jobs = [
-        Job(pk=pk, reason=r, queue_position=pos, estimated_start=est) for pk, r, pos, est in rows
-    ]
     Job.objects.bulk_update(jobs, ["reason", "queue_position", "estimated_start"], batch_size=1000)
     Job.objects.filter(pk__in=[j.pk for j in jobs]).exclude(state=S.PENDING).update(
         queue_position=None, estimated_start=None
     )
+
+
+def _write_waits(waits: tuple[st.Wait, ...]) -> None:
+    """PostgreSQL: one UPDATE whose rows come as two JSON documents (each distinct reason
+    once, and each job's id, reason number, position and estimate), and which writes only the
+    rows that differ from the stored ones. Reading the 10,000 stored waits back to compare
+    them in Python took a third of a cycle, a parameter per value as long again, and Django's
+    bulk_update (a CASE per column and row) 6.7 s (bench/cycle_bench.py)."""
+    q = connection.ops.quote_name
+    f = {name: q(Job._meta.get_field(name).column) for name in WAIT_COLUMNS}
+    table = q(Job._meta.db_table)
+    numbers: dict[int, int] = {}  # id() of a Reason the scheduler shares among jobs -> its number
+    reasons: list[dict[str, Any]] = []
+    rows = []
+    for wait in waits:
+        n = numbers.get(id(wait.reason))
+        if n is None:
+            n = numbers[id(wait.reason)] = len(reasons)
+            reasons.append(_reason_json(wait.reason))
+        rows.append((wait.job_id, n, wait.position, wait.estimated_start))
+    # Only the model's own table and column names are formatted in; values are parameters.
+    sql = (
+        f"UPDATE {table} AS j SET {f['reason']} = r.reason,"  # noqa: S608
+        f" {f['queue_position']} = v.pos, {f['estimated_start']} = to_timestamp(v.est)"
+        " FROM jsonb_to_recordset(%s::jsonb) AS v(id uuid, r integer, pos integer, est float8)"
+        " JOIN jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS r(reason, n) ON r.n = v.r + 1"
+        f" WHERE j.{f['id']} = v.id AND j.{f['state']} = %s"
+        f" AND (j.{f['reason']} IS DISTINCT FROM r.reason"
+        f" OR j.{f['queue_position']} IS DISTINCT FROM v.pos"
+        f" OR j.{f['estimated_start']} IS DISTINCT FROM to_timestamp(v.est))"
+    )
+    doc = json.dumps([{"id": pk, "r": n, "pos": pos, "est": est} for pk, n, pos, est in rows])
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [doc, json.dumps(reasons), S.PENDING])
+
+
+def _reason_json(reason: st.Reason) -> dict[str, Any]:
+    out = reason.as_dict()
+    out["details"] = {k: _jsonable(v) for k, v in out["details"].items()}
+    return out
 
 
 def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, Cluster]) -> int:
