@@ -104,8 +104,9 @@ def parse_env(text: str) -> tuple[dict[str, str], list[str]]:
     return env, errors
 
 
-def spec_to_form(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") -> dict[str, str]:
-    """A stored spec -> the form's values, to resubmit a job as a copy."""
+def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
+    """A job's copy (its stored spec with team and cluster, jobs.services.copy_data) -> the
+    form's values."""
     command = spec.get("command", "")
     checkpoint = spec.get("checkpoint") or {}
     retries = spec.get("retries") or {}
@@ -122,8 +123,8 @@ def spec_to_form(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") 
         "memory": f"{spec['memory']}M" if spec.get("memory") else "",
         "time_limit": duration_text(spec.get("time_limit")),
         "priority": spec.get("priority", ""),
-        "team": team,
-        "cluster": cluster,
+        "team": spec.get("team") or "",
+        "cluster": spec.get("cluster") or "",
         "retries_max": _text(retries.get("max")),
         "checkpoint_dir": checkpoint.get("dir") or "",
         "checkpoint_interval": duration_text(checkpoint.get("interval")),
@@ -132,13 +133,8 @@ def spec_to_form(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") 
     return {k: str(v) for k, v in values.items()}
 
 
-def spec_to_yaml(spec: Mapping[str, Any], *, team: str = "", cluster: str = "") -> str:
-    data = dict(spec)
-    if team:
-        data["team"] = team
-    if cluster:
-        data["cluster"] = cluster
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+def spec_to_yaml(spec: Mapping[str, Any]) -> str:
+    return yaml.safe_dump(dict(spec), sort_keys=False, allow_unicode=True)
 
 
 def duration_text(seconds: Any) -> str:

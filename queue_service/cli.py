@@ -240,6 +240,17 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
                 print(f"estimated start: {when(result['estimated_start'])}", file=out)
         return 0
     job = api.call("POST", "jobs/", body=body, content_type=kind, headers=headers)
+    return _submitted(api, job, args, out)
+
+
+def cmd_resubmit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    """A copy of a job (its spec, team and pinned cluster), submitted as you."""
+    headers = {"Idempotency-Key": args.idempotency_key or f"gpuq-cli-{uuid.uuid4()}"}
+    job = api.call("POST", f"jobs/{args.id}/resubmit/", headers=headers)
+    return _submitted(api, job, args, out)
+
+
+def _submitted(api: Api, job: dict[str, Any], args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         return _dump(job, out)
     print(f"{job['id']}  {clean(job['name'])}  {job['state']}", file=out)
@@ -541,21 +552,28 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the API's JSON")
         return p
 
+    def submitting(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--idempotency-key",
+            help="a repeat with the same key returns the first job (default: a new key per run)",
+        )
+        p.add_argument(
+            "-f",
+            "--follow",
+            action="store_true",
+            help="then print its output (stdout and stderr) until it ends, and exit with its"
+            " exit status",
+        )
+        p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+
     p = command("submit", cmd_submit, "submit a job file (YAML or JSON; - for stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="say whether it would start now")
-    p.add_argument(
-        "--idempotency-key",
-        help="a repeat with the same key returns the first job (default: a new key per run)",
-    )
-    p.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="then print its output (stdout and stderr) until it ends, and exit with its"
-        " exit status",
-    )
-    p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    submitting(p)
+
+    p = command("resubmit", cmd_resubmit, "submit a copy of a job (its file, team and cluster)")
+    p.add_argument("id", type=job_id)
+    submitting(p)
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")
     p.add_argument("--state", help="comma-separated, e.g. pending,running")
@@ -618,8 +636,9 @@ def main(
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
         _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
-    if args.command == "submit" and args.follow and (args.json or args.dry_run):
-        _usage(top, "submit -f prints the job's output: not with --json or --dry-run")
+    following = args.command in ("submit", "resubmit") and args.follow
+    if following and (args.json or getattr(args, "dry_run", False)):
+        _usage(top, f"{args.command} -f prints the job's output: not with --json or --dry-run")
     try:
         api = Api(url, token, args.timeout)
     except ValueError as exc:

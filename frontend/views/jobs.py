@@ -158,22 +158,22 @@ def submit(request: HttpRequest) -> HttpResponse:
     validation; a valid job is stored by submit_job and the page moves to it."""
     mode = "yaml" if (request.POST or request.GET).get("mode") == "yaml" else "form"
     context = _submit_context(request, mode)
+    # A copy of another job: prefilled from it, and named in the new job's first event.
+    source = (request.POST or request.GET).get("from")
+    if source:
+        context["copied_from"] = visible_job(request.user, source)
     if request.method != "POST":
-        source = request.GET.get("from")
         if source:
-            job = visible_job(request.user, source)
-            team = job.team.slug
-            cluster = job.cluster.name if job.pinned_cluster and job.cluster else ""
-            context["values"] = forms.spec_to_form(job.spec, team=team, cluster=cluster)
-            context["yaml_text"] = forms.spec_to_yaml(job.spec, team=team, cluster=cluster)
-            context["copied_from"] = job
+            data = job_services.copy_data(context["copied_from"])
+            context["values"] = forms.spec_to_form(data)
+            context["yaml_text"] = forms.spec_to_yaml(data)
         return render(request, "frontend/submit.html", context)
 
     if mode == "yaml":
         text = request.POST.get("yaml", "")
         context["yaml_text"] = text
         try:
-            job = _submit(request, load_yaml_spec(text))
+            job = _submit(request, load_yaml_spec(text), context.get("copied_from"))
         except YamlError as exc:
             listing, loose = forms.yaml_listing(text, None, {}, (exc.line, str(exc)))
         except ValidationError as exc:
@@ -192,7 +192,7 @@ def submit(request: HttpRequest) -> HttpResponse:
         context["errors"] = {**forms.form_errors(serializer.errors), **parsed.errors}
         return render(request, "frontend/submit.html", context, status=400)
     try:
-        job = _submit(request, parsed.data)
+        job = _submit(request, parsed.data, context.get("copied_from"))
     except ValidationError as exc:
         context["errors"] = forms.form_errors(exc.detail)
         return render(request, "frontend/submit.html", context, status=400)
@@ -204,7 +204,7 @@ def _submitted(request: HttpRequest, job: Job) -> HttpResponse:
     return redirect("job", pk=job.pk)
 
 
-def _submit(request: HttpRequest, data: dict[str, Any]) -> Job:
+def _submit(request: HttpRequest, data: dict[str, Any], copy_of: Job | None) -> Job:
     """A double-clicked submit sends the same form twice: the idempotency key (the form's
     token plus the spec) makes that one job, while an edited resubmit is a new one."""
     token = request.POST.get("form_token", "")[:40]
@@ -212,7 +212,7 @@ def _submit(request: HttpRequest, data: dict[str, Any]) -> Job:
     if token:
         digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
         key = f"ui-{token}-{digest}"
-    return job_services.submit_job(request.user, data, idempotency_key=key).job
+    return job_services.submit_job(request.user, data, idempotency_key=key, copy_of=copy_of).job
 
 
 @signed_in

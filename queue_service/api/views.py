@@ -107,6 +107,22 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         result = job_services.preview_submit(request.user, dict(request.data))
         return Response(s.PreviewSerializer(result).data)
 
+    @extend_schema(
+        request=None,
+        responses={201: s.JobSerializer, 200: s.JobSerializer},
+        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+    )
+    @action(detail=True, methods=["post"])
+    def resubmit(self, request: Request, pk: str) -> Response:
+        """Submit a copy of this job as you: its spec, team and pinned cluster."""
+        result = job_services.resubmit_job(
+            request.user,
+            self.get_object(),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+        )
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(s.JobSerializer(result.job).data, status=code)
+
     @extend_schema(request=None, responses={200: s.JobSerializer, **errors(409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:

@@ -155,10 +155,17 @@ def requested_gpus(spec: dict[str, Any], gpu_model: str | None) -> float:
     return float(spec["nodes"] * spec["gpus_per_node"])
 
 
-def submit_job(user: Any, data: dict[str, Any], *, idempotency_key: str | None = None) -> Submitted:
+def submit_job(
+    user: Any,
+    data: dict[str, Any],
+    *,
+    idempotency_key: str | None = None,
+    copy_of: Job | None = None,
+) -> Submitted:
     """Validate and store a job; the next scheduling cycle considers it.
 
-    With an idempotency key, a repeat of the same request returns the first job."""
+    With an idempotency key, a repeat of the same request returns the first job. `copy_of`:
+    the job this one was copied from, named in its first event."""
     if idempotency_key is not None:
         if len(idempotency_key) > 128 or not idempotency_key.isprintable():
             raise ValidationError({"Idempotency-Key": ["at most 128 printable characters"]})
@@ -191,8 +198,16 @@ def submit_job(user: Any, data: dict[str, Any], *, idempotency_key: str | None =
                 idempotency_key=idempotency_key,
                 reason={"code": "new", "message": "waiting for the next scheduling cycle"},
             )
+            message, details = f"submitted by {user}", {}
+            if copy_of is not None:
+                message += f" as a copy of job {copy_of.pk}"
+                details = {"copy_of": str(copy_of.pk)}
             JobEvent.objects.create(
-                job=job, to_state=S.PENDING, code="submitted", message=f"submitted by {user}"
+                job=job,
+                to_state=S.PENDING,
+                code="submitted",
+                message=message,
+                details=details,
             )
     except IntegrityError:
         # The same key raced in from a parallel request: that one won; return it.
@@ -202,6 +217,22 @@ def submit_job(user: Any, data: dict[str, Any], *, idempotency_key: str | None =
         return Submitted(existing, created=False)
     request_cycle()
     return Submitted(job, created=True)
+
+
+def copy_data(job: Job) -> dict[str, Any]:
+    """What submitting a copy of `job` sends: its spec, its team, and its cluster if the user
+    had pinned one."""
+    data = {**job.spec, "team": job.team.slug}
+    if job.pinned_cluster and job.cluster is not None:
+        data["cluster"] = job.cluster.name
+    return data
+
+
+def resubmit_job(user: Any, job: Job, *, idempotency_key: str | None = None) -> Submitted:
+    """Submit a copy of `job` as `user` (as `sbatch` of the same script again): validated
+    anew, since its priority class or cluster may have gone, and only into a team the user
+    belongs to."""
+    return submit_job(user, copy_data(job), idempotency_key=idempotency_key, copy_of=job)
 
 
 # --- cancel ---------------------------------------------------------------------------------

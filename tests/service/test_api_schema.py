@@ -38,6 +38,9 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("alice", "get", "/api/v1/jobs/{job}/events/", None),
     ("alice", "get", "/api/v1/jobs/{job}/logs/", None),
     ("alice", "get", "/api/v1/jobs/{job}/logs/?offset=-1&stream=stdin", None),
+    ("bob", "post", "/api/v1/jobs/{job}/resubmit/", None),
+    ("charlie", "post", "/api/v1/jobs/{job}/resubmit/", None),
+    ("staff", "post", "/api/v1/jobs/{job}/resubmit/", None),  # 400: not a member of vision
     ("bob", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),  # 409: it already ended
@@ -88,7 +91,7 @@ def schema(client_for: Any) -> dict[str, Any]:
 def answers(client_for: Any, people: dict[str, Any]) -> list[tuple[str, str, str, Any]]:
     """(method, schema path, status, body) for every call in CALLS."""
     job = submit_job(people["alice"], spec(name="schema-alice")).job
-    clients = {who: client_for(who) for who in ("alice", "bob", "charlie", "dana")}
+    clients = {who: client_for(who) for who in ("alice", "bob", "charlie", "dana", "staff")}
     clients["anonymous"] = APIClient()
     out = []
     for who, method, path, body in CALLS:

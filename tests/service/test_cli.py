@@ -166,6 +166,31 @@ def test_submit_follow_prints_the_output_and_exits_with_the_job_s_status(
     assert both.code == 2 and "not with --json or --dry-run" in both.err
 
 
+def test_resubmit_runs_a_copy_of_a_job_as_you(gpuq: Gpuq, job_file: Any, job_loop: Any) -> None:
+    first = gpuq("alice", "submit", "-f", job_file('name: twice\ncommand: "echo hello again"\n'))
+    assert first.code == 0, first.err
+    original = first.out.split()[0]
+
+    again = gpuq("bob", "resubmit", "-f", original)
+
+    copy_id, name, state = again.out.splitlines()[0].split()
+    assert (again.code, name, state) == (0, "twice", "pending")
+    assert again.out.splitlines()[1:] == ["hello again"]
+    copy = Job.objects.get(pk=copy_id)
+    assert (copy.user.username, copy.state, copy.spec) == (
+        "bob",
+        Job.State.SUCCEEDED,
+        Job.objects.get(pk=original).spec,
+    )
+    assert copy.events.first().message == f"submitted by bob as a copy of job {original}"
+    outsider = gpuq("charlie", "resubmit", original)
+    assert (outsider.code, outsider.out) == (1, "")
+    assert "not found" in outsider.err.lower()
+    assert gpuq("alice", "resubmit", "-f", "--json", original).code == 2
+    assert gpuq("alice", "resubmit", "../jobs").code == 2
+    assert Job.objects.count() == 2
+
+
 def test_a_bad_job_file_gets_each_field_s_message_and_exit_1(
     gpuq: Gpuq, job_file: Any, tmp_path: Path
 ) -> None:

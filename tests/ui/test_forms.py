@@ -147,9 +147,9 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "env": {"A": "1", "B": "x y"}, "nodes": 2, "gpus_per_node": 4, "gpu_model": "H100",
         "mig_profile": None, "cpus_per_gpu": 8, "memory": 65536, "time_limit": 21600,
         "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
-        "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False,
+        "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False, "team": "vision",
     }  # fmt: skip
-    values = spec_to_form(stored, team="vision", cluster="")
+    values = spec_to_form(stored)
     assert values == {
         "kind": "training", "name": "run", "image": "", "command": "python t.py", "nodes": "2",
         "gpus_per_node": "4", "gpu_model": "H100", "mig_profile": "", "cpus_per_gpu": "8",

@@ -170,6 +170,26 @@ def test_copying_from_something_that_is_not_a_visible_job_is_a_404(
     assert alice.get(f"/submit/?from={source}").status_code == 404
 
 
+def test_a_job_submitted_from_a_copy_names_its_original(alice: Client, people: Any) -> None:
+    original = submit_job(people["bob"], spec(name="bobs", gpus_per_node=2)).job
+    page = alice.get(f"/submit/?mode=yaml&from={original.pk}").content.decode()
+    assert f'name="from" value="{original.pk}"' in page
+    assert "team: vision" in page and "gpus_per_node: 2" in page
+
+    text = "name: alices\ngpus_per_node: 4\ncommand: [/bin/true]\n"
+    response = alice.post("/submit/", {"mode": "yaml", "yaml": text, "from": str(original.pk)})
+
+    assert response.status_code == 302
+    copy = Job.objects.get(name="alices")
+    assert copy.events.get().message == f"submitted by alice as a copy of job {original.pk}"
+    # Charlie cannot copy a job he cannot see; nothing is stored.
+    charlie = Client()
+    charlie.force_login(people["charlie"])
+    refused = charlie.post("/submit/", {"mode": "yaml", "yaml": text, "from": str(original.pk)})
+    assert refused.status_code == 404
+    assert Job.objects.count() == 2
+
+
 def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
     alice: Client, db: Any
 ) -> None:
