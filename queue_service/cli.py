@@ -278,11 +278,14 @@ def follow_job(api: Api, ident: str, interval_s: float, out: IO[str]) -> dict[st
     not the logs' eof: a backend sees its process end before gpuq's next sync records it. A
     new attempt (a requeue after preemption) writes new logs: they are read from the start."""
     offsets = {"stdout": 0, "stderr": 0}
-    attempts = None
+    attempts = state = None
     while True:
         job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
         if job["attempts"] != attempts:
             attempts, offsets = job["attempts"], {"stdout": 0, "stderr": 0}
+        if job["state"] != state and job["state"] == "suspended":
+            print(f"gpuq: job {ident} is suspended; following it once resumed", file=sys.stderr)
+        state = job["state"]
         read = False
         for stream, sink in (("stdout", out), ("stderr", sys.stderr)):
             chunk = api.call(
@@ -412,6 +415,8 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
             fields.append(("position", str(job["queue_position"])))
         if job.get("estimated_start"):
             fields.append(("estimated start", when(job["estimated_start"])))
+    elif job["state"] == "suspended":
+        fields.append(("why", why(job)))
     if job.get("cluster"):
         fields.append(("cluster", clean(job["cluster"])))
     if job.get("placement"):
@@ -476,10 +481,11 @@ def team_slug(value: str) -> str:
 
 
 def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    """cancel, suspend or resume (args.command) each job; each is reported."""
     failed = 0
     for ident in args.ids:
         try:
-            job = api.call("POST", f"jobs/{ident}/cancel/")
+            job = api.call("POST", f"jobs/{ident}/{args.command}/")
         except CliError as exc:
             failed += 1
             print(f"gpuq: {ident}: {exc}", file=sys.stderr)
@@ -606,8 +612,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--from", help="the first UTC day, YYYY-MM-DD (default: 14 days to --to)")
     p.add_argument("--to", help="the last UTC day (default: today)")
 
-    p = command("cancel", cmd_cancel, "cancel jobs (yours, or your team's as its admin)")
-    p.add_argument("ids", nargs="+", type=job_id, metavar="ID")
+    for verb, what in (
+        ("cancel", "cancel jobs"),
+        ("suspend", "take jobs out of the queue, or stop them (TERM first), until resumed"),
+        ("resume", "put suspended jobs back in the queue"),
+    ):
+        p = command(verb, cmd_cancel, f"{what} (yours, or your team's as its admin)")
+        p.add_argument("ids", nargs="+", type=job_id, metavar="ID")
     return top
 
 

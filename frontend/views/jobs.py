@@ -63,10 +63,13 @@ def _stream(request: HttpRequest) -> str:
 
 
 def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    can_manage = job_services.can_manage(request.user, job)
     return {
         "job": job,
         "events": list(job.events.all()),
-        "can_manage": job_services.can_manage(request.user, job),
+        "can_manage": can_manage,
+        "can_suspend": can_manage and job.state in Job.SUSPENDABLE,
+        "can_resume": can_manage and job.state == Job.State.SUSPENDED,
     }
 
 
@@ -146,6 +149,33 @@ def job_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
             messages.error(request, f"Not cancelled: {exc}")
         else:
             messages.success(request, f"Cancelling {job.name}.")
+    return redirect("job", pk=job.pk)
+
+
+@signed_in
+@require_POST
+def job_suspend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return _change(request, pk, job_services.suspend_job, "Suspended", "Not suspended")
+
+
+@signed_in
+@require_POST
+def job_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    return _change(request, pk, job_services.resume_job, "Resumed", "Not resumed")
+
+
+def _change(
+    request: HttpRequest, pk: uuid.UUID, change: Any, done: str, refused: str
+) -> HttpResponse:
+    """Suspend or resume: no confirmation page, since either can be undone by the other."""
+    job = visible_job(request.user, pk)
+    with permission_as_403():
+        try:
+            change(request.user, job)
+        except job_services.JobConflict as exc:
+            messages.error(request, f"{refused}: {exc}.")
+        else:
+            messages.success(request, f"{done} {job.name}.")
     return redirect("job", pk=job.pk)
 
 

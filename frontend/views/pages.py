@@ -28,6 +28,7 @@ RUNNING_STATES = sorted(Job.ACTIVE)
 QUEUE_STATES: dict[str, tuple[str, list[str] | None]] = {
     "pending": ("Pending", [S.PENDING]),
     "active": ("Admitted or running", RUNNING_STATES),
+    "suspended": ("Suspended", [S.SUSPENDED]),
     "finished": ("Finished", sorted(Job.TERMINAL)),
     "all": ("All", None),
 }

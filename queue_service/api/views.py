@@ -129,6 +129,20 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         job = job_services.cancel_job(request.user, self.get_object())
         return Response(s.JobSerializer(job).data)
 
+    @extend_schema(request=None, responses={200: s.JobSerializer, **errors(409)})
+    @action(detail=True, methods=["post"])
+    def suspend(self, request: Request, pk: str) -> Response:
+        """Out of the queue, or stopped (TERM first, to checkpoint) and kept out, until resumed."""
+        job = job_services.suspend_job(request.user, self.get_object())
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(request=None, responses={200: s.JobSerializer, **errors(409)})
+    @action(detail=True, methods=["post"])
+    def resume(self, request: Request, pk: str) -> Response:
+        """A suspended job back in the queue, where its submit time places it."""
+        job = job_services.resume_job(request.user, self.get_object())
+        return Response(s.JobSerializer(job).data)
+
     @extend_schema(responses=s.JobEventSerializer(many=True))
     @action(detail=True, methods=["get"], pagination_class=None)
     def events(self, request: Request, pk: str) -> Response:

@@ -24,7 +24,7 @@ from queue_service.backends.base import (
 from queue_service.clusters.models import Cluster, Node
 
 from .models import Job
-from .services import StaleState, note, request_cycle, transition
+from .services import StaleState, note, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -164,7 +164,7 @@ def request_stop(job: Job) -> None:
 
 def stop_job(job_id: str) -> None:
     job = Job.objects.select_related("cluster").get(pk=job_id)
-    if job.state not in (S.CANCELLING, S.PREEMPTING) or not job.external_id:
+    if job.state not in Job.STOPPING or not job.external_id:
         return
     assert job.cluster is not None
     grace = settings.GPUQ_PREEMPTION_GRACE_S
@@ -287,6 +287,18 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 started_at=timezone.now(),
                 reason={},
             )
+        if stopped and job.state == S.SUSPENDING and remote != RemoteState.TIMEOUT:
+            # However it ended once asked to stop (a clean exit after its checkpoint, the
+            # cluster's kill), it waits suspended; its exit code is kept.
+            transition(
+                job,
+                S.SUSPENDED,
+                code="suspended",
+                message=f"stopped ({status.native_state or remote}); suspended until resumed",
+                exit_code=status.exit_code,
+                **{**unplaced(job), **fields},
+            )
+            return True
         if remote in RETRYABLE:
             return _end_or_requeue(job, status, RETRYABLE[remote], fields)
         target = REMOTE_TO_STATE[remote]
@@ -318,7 +330,9 @@ def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, A
         message = (job.reason or {}).get("message") or status.reason or "preempted"
     else:
         message = status.reason or cause.replace("_", " ")
-    if cause in retries.get("on", ()) and job.attempts <= int(retries.get("max", 0)):
+    # Retries used: the requeues so far (not the attempts, which suspends also add to).
+    used = job.events.filter(code__startswith="requeued_").count()
+    if cause in retries.get("on", ()) and used < int(retries.get("max", 0)):
         transition(
             job,
             S.PENDING,
@@ -363,7 +377,7 @@ def apply_mig_layout(node_id: int, config: str) -> None:
 
 
 def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
-    if job.state not in (S.CANCELLING, S.PREEMPTING) or status is None:
+    if job.state not in Job.STOPPING or status is None:
         return False
     overdue = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 30)
     return status.state not in RemoteState.TERMINAL and job.updated_at < overdue

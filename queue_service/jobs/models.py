@@ -47,6 +47,8 @@ class Job(models.Model):
         RUNNING = "running"
         PREEMPTING = "preempting"  # asked to stop for another job; in its grace period
         CANCELLING = "cancelling"  # a user asked to cancel; the backend is stopping it
+        SUSPENDING = "suspending"  # a user asked to suspend; the backend is stopping it
+        SUSPENDED = "suspended"  # stopped by a user, holding nothing; resume queues it again
         SUCCEEDED = "succeeded"
         FAILED = "failed"
         CANCELLED = "cancelled"
@@ -66,12 +68,26 @@ class Job(models.Model):
             State.RUNNING,
             State.PREEMPTING,
             State.CANCELLING,
+            State.SUSPENDING,
         }
     )
     # A backend knows about it: sync polls these.
     ON_BACKEND = frozenset(
-        {State.QUEUED, State.RUNNING, State.PREEMPTING, State.CANCELLING, State.DISPATCHING}
+        {
+            State.QUEUED,
+            State.RUNNING,
+            State.PREEMPTING,
+            State.CANCELLING,
+            State.SUSPENDING,
+            State.DISPATCHING,
+        }
     )
+    # A user may suspend these (services.suspend_job).
+    SUSPENDABLE = frozenset(
+        {State.PENDING, State.ADMITTED, State.QUEUED, State.RUNNING, State.PREEMPTING}
+    )
+    # Asked to stop; the backend is stopping it (TERM, then KILL after the grace period).
+    STOPPING = frozenset({State.PREEMPTING, State.CANCELLING, State.SUSPENDING})
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")

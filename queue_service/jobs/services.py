@@ -25,24 +25,28 @@ log = logging.getLogger(__name__)
 S = Job.State
 
 ALLOWED: dict[str, frozenset[str]] = {
-    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED}),
-    S.ADMITTED: frozenset({S.DISPATCHING, S.PENDING, S.CANCELLED, S.FAILED}),
+    S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED, S.SUSPENDED}),
+    S.ADMITTED: frozenset({S.DISPATCHING, S.PENDING, S.CANCELLED, S.FAILED, S.SUSPENDED}),
     S.DISPATCHING: frozenset(
         {S.QUEUED, S.RUNNING, S.ADMITTED, S.PENDING, S.FAILED, S.CANCELLING, S.CANCELLED}
     ),
     S.QUEUED: frozenset(
-        {S.RUNNING, S.PENDING, S.CANCELLING, S.PREEMPTING}
+        {S.RUNNING, S.PENDING, S.CANCELLING, S.PREEMPTING, S.SUSPENDING}
         | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}
     ),
     S.RUNNING: frozenset(
-        {S.PENDING, S.CANCELLING, S.PREEMPTING}
+        {S.PENDING, S.CANCELLING, S.PREEMPTING, S.SUSPENDING}
         | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST, S.PREEMPTED}
     ),
     S.PREEMPTING: frozenset(
-        {S.PENDING, S.PREEMPTED, S.CANCELLING}
+        {S.PENDING, S.PREEMPTED, S.CANCELLING, S.SUSPENDING}
         | {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}
     ),
     S.CANCELLING: frozenset({S.CANCELLED, S.SUCCEEDED, S.FAILED, S.TIMEOUT, S.LOST}),
+    S.SUSPENDING: frozenset(
+        {S.SUSPENDED, S.CANCELLING, S.SUCCEEDED, S.FAILED, S.CANCELLED, S.TIMEOUT, S.LOST}
+    ),
+    S.SUSPENDED: frozenset({S.PENDING, S.CANCELLED}),
 }
 for _terminal in Job.TERMINAL:
     ALLOWED[_terminal] = frozenset()
@@ -88,7 +92,7 @@ def transition(
     return job
 
 
-RUN_STATES = frozenset({S.RUNNING, S.PREEMPTING, S.CANCELLING})
+RUN_STATES = frozenset({S.RUNNING, *Job.STOPPING})
 
 
 def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -> None:
@@ -258,7 +262,7 @@ def cancel_job(user: Any, job: Job) -> Job:
         if job.state == S.CANCELLING:
             return job
         try:
-            if job.state in (S.PENDING, S.ADMITTED):
+            if job.state in (S.PENDING, S.ADMITTED, S.SUSPENDED):
                 return transition(
                     job, S.CANCELLED, code="cancelled", message=f"cancelled by {user}"
                 )
@@ -272,6 +276,91 @@ def cancel_job(user: Any, job: Job) -> Job:
         request_stop(job)
         return job
     raise JobConflict("the job is changing state; try again")
+
+
+# --- suspend and resume ---------------------------------------------------------------------
+
+
+def suspend_job(user: Any, job: Job) -> Job:
+    """Take a job out of the queue, or stop it (TERM first, so it can checkpoint) and keep it
+    out, until it is resumed (as Kueue's suspend, or Slurm's hold for a pending job). It keeps
+    its id, its events and its place by submit time; it holds no GPUs while suspended."""
+    if not can_manage(user, job):
+        raise PermissionDenied("only the job's owner or a team admin can suspend it")
+    reason = {
+        "code": "suspended",
+        "message": f"suspended by {user}: resume it to queue it again",
+        "details": {},
+    }
+    for _ in range(3):
+        job.refresh_from_db()
+        if job.state in Job.TERMINAL:
+            raise JobConflict(f"the job already ended ({job.state})")
+        if job.state in (S.SUSPENDED, S.SUSPENDING):
+            return job
+        if job.state == S.CANCELLING:
+            raise JobConflict("the job is being cancelled")
+        if job.state == S.DISPATCHING:
+            raise JobConflict("the job is being handed to its cluster; try again in a moment")
+        try:
+            if job.state in (S.PENDING, S.ADMITTED):
+                return transition(
+                    job,
+                    S.SUSPENDED,
+                    code="suspended",
+                    message=f"suspended by {user}",
+                    reason=reason,
+                    **unplaced(job),
+                )
+            transition(
+                job,
+                S.SUSPENDING,
+                code="suspend_requested",
+                message=f"suspend requested by {user}",
+                reason=reason,
+            )
+        except StaleState:
+            continue
+        from .dispatch import request_stop
+
+        request_stop(job)
+        return job
+    raise JobConflict("the job is changing state; try again")
+
+
+def resume_job(user: Any, job: Job) -> Job:
+    """Put a suspended job back in the queue, where its submit time places it."""
+    if not can_manage(user, job):
+        raise PermissionDenied("only the job's owner or a team admin can resume it")
+    job.refresh_from_db()
+    if job.state != S.SUSPENDED:
+        raise JobConflict(f"only a suspended job can be resumed; this one is {job.state}")
+    try:
+        transition(
+            job,
+            S.PENDING,
+            code="resumed",
+            message=f"resumed by {user}",
+            reason={"code": "new", "message": "waiting for the next scheduling cycle"},
+        )
+    except StaleState:
+        raise JobConflict("the job is changing state; try again") from None
+    request_cycle()
+    return job
+
+
+def unplaced(job: Job) -> dict[str, Any]:
+    """The fields of a job that holds nothing on any cluster (it keeps a cluster it was
+    pinned to)."""
+    return {
+        "external_id": "",
+        "placement": [],
+        "started_at": None,
+        "admitted_at": None,
+        "queue_position": None,
+        "estimated_start": None,
+        "cluster": job.cluster if job.pinned_cluster else None,
+    }
 
 
 def request_cycle() -> None:

@@ -120,7 +120,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
             start_time=(j.started_at or j.admitted_at or now).timestamp(),
             placement=_placement(j),
             gpu_model=j.gpu_model,
-            preempting_since=j.updated_at.timestamp() if j.state == S.PREEMPTING else None,
+            # Being stopped (preempted, cancelled or suspended): it leaves within the grace.
+            preempting_since=j.updated_at.timestamp() if j.state in Job.STOPPING else None,
             preemptions=j.preemptions,
         )
         for j in active

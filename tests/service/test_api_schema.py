@@ -41,6 +41,10 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("bob", "post", "/api/v1/jobs/{job}/resubmit/", None),
     ("charlie", "post", "/api/v1/jobs/{job}/resubmit/", None),
     ("staff", "post", "/api/v1/jobs/{job}/resubmit/", None),  # 400: not a member of vision
+    ("alice", "post", "/api/v1/jobs/{job}/resume/", None),  # 409: not suspended
+    ("bob", "post", "/api/v1/jobs/{job}/suspend/", None),  # 403
+    ("alice", "post", "/api/v1/jobs/{job}/suspend/", None),
+    ("alice", "post", "/api/v1/jobs/{job}/resume/", None),
     ("bob", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),  # 409: it already ended

@@ -70,6 +70,34 @@ def test_only_the_owner_or_a_team_admin_cancels(
     assert alice_job.state == state
 
 
+@pytest.mark.parametrize(
+    ("who", "status", "states"),
+    [
+        ("alice", 200, ("suspended", "pending")),
+        ("dana", 200, ("suspended", "pending")),
+        ("bob", 403, ("pending", "pending")),
+        ("charlie", 404, ("pending", "pending")),
+    ],
+)
+def test_only_the_owner_or_a_team_admin_suspends_and_resumes(
+    client_for: Any, alice_job: Job, who: str, status: int, states: tuple[str, str]
+) -> None:
+    client = client_for(who)
+    seen = []
+    for verb in ("suspend", "resume"):
+        response = client.post(f"/api/v1/jobs/{alice_job.pk}/{verb}/")
+        assert response.status_code == status, response.content
+        alice_job.refresh_from_db()
+        seen.append(alice_job.state)
+    assert tuple(seen) == states
+
+
+def test_resuming_a_job_that_is_not_suspended_is_a_409(client_for: Any, alice_job: Job) -> None:
+    response = client_for("alice").post(f"/api/v1/jobs/{alice_job.pk}/resume/")
+    assert response.status_code == 409
+    assert response.json() == {"detail": "only a suspended job can be resumed; this one is pending"}
+
+
 def test_cancelling_a_finished_job_is_a_409(client_for: Any, alice_job: Job) -> None:
     client = client_for("alice")
     assert client.post(f"/api/v1/jobs/{alice_job.pk}/cancel/").status_code == 200

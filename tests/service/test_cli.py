@@ -360,6 +360,32 @@ def test_cancel_reports_each_job_and_fails_if_any_failed(gpuq: Gpuq, job_file: A
     assert again.code == 1 and "the job already ended (cancelled)" in again.err
 
 
+def test_suspend_and_resume_report_each_job(gpuq: Gpuq, job_file: Any) -> None:
+    one = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [/bin/true]\n")))
+    two = submitted_id(gpuq("alice", "submit", job_file("name: two\ncommand: [/bin/true]\n")))
+
+    held = gpuq("alice", "suspend", one, two)
+    shown = fields(gpuq("alice", "show", one))
+    teammate = gpuq("bob", "resume", one)
+    resumed = gpuq("alice", "resume", one)
+    twice = gpuq("alice", "resume", one)
+
+    assert (held.code, held.out.splitlines()) == (0, [f"{one}  suspended", f"{two}  suspended"])
+    assert (shown["state"], shown["why"]) == (
+        "suspended",
+        "suspended by alice: resume it to queue it again",
+    )
+    assert teammate.code == 1
+    assert "only the job's owner or a team admin can resume it" in teammate.err
+    assert (resumed.code, resumed.out) == (0, f"{one}  pending\n")
+    assert twice.code == 1
+    assert "only a suspended job can be resumed; this one is pending" in twice.err
+    assert [r.split()[4] for r in gpuq("alice", "ls").out.splitlines()[1:]] == [
+        "suspended",
+        "pending",
+    ]
+
+
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
     # What the server lets through in a name (it refuses C0 controls): C1's CSI, which
     # 8-bit terminals read as ESC [ (here: clear the screen), a right-to-left override that

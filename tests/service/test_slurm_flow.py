@@ -103,3 +103,31 @@ def test_a_job_that_ended_before_its_cancel_keeps_its_own_end(slurm: Cluster, pe
     job.refresh_from_db()
     assert (job.state, job.exit_code) == (S.SUCCEEDED, 0)
     assert "ended_before_stop" in [e.code for e in job.events.all()]
+
+
+def test_a_suspended_job_is_stopped_on_slurm_and_runs_again_when_resumed(
+    slurm: Cluster, people: Any
+) -> None:
+    from queue_service.backends import get_backend
+    from queue_service.backends.base import RemoteState
+    from queue_service.jobs.dispatch import cluster_config
+    from queue_service.jobs.services import cancel_job, resume_job, suspend_job
+
+    job = submit_job(
+        people["alice"],
+        {"name": "agent", "command": ["sleep", "600"], "gpus_per_node": 1, "cluster": "lab"},
+    ).job
+    wait([job], lambda j: j.state == S.RUNNING, timeout=60)
+    first = job.external_id
+    backend = get_backend(cluster_config(slurm))
+
+    suspend_job(people["alice"], job)
+    wait([job], lambda j: j.state == S.SUSPENDED, timeout=120)
+
+    assert backend.poll([first])[first].state in RemoteState.TERMINAL  # TERM ended it
+    assert (job.external_id, job.placement, job.cluster_id) == ("", [], slurm.pk)  # pinned
+    resume_job(people["alice"], job)
+    wait([job], lambda j: j.state == S.RUNNING, timeout=60)
+    assert job.external_id != first and job.attempts == 2
+    cancel_job(people["alice"], job)
+    wait([job], lambda j: j.is_terminal, timeout=120)

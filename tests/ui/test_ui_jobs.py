@@ -180,6 +180,38 @@ def test_cancelling_a_running_job_asks_first_then_stops_it(
     assert codes[-2:] == ["cancelling", "cancelled"]
 
 
+def test_a_running_job_suspended_from_its_page_stops_and_resumes(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="agent", command=["sleep", "60"])).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.locator("#job-state")).to_have_text("Running", timeout=20_000)
+
+    page.get_by_role("button", name="Suspend").click()
+
+    expect(page.locator(".messages")).to_contain_text("Suspended agent")
+    expect(page.locator("#job-state")).to_have_text("Suspended", timeout=20_000)
+    expect(page.locator(".reason-box")).to_contain_text("suspended by alice")
+    expect(page.get_by_role("button", name="Suspend")).to_have_count(0)
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator(".messages")).to_contain_text("Resumed agent")
+    expect(page.locator("#job-state")).to_have_text("Running", timeout=20_000)
+    job.refresh_from_db()
+    assert job.attempts == 2
+    assert [s for s in job.events.values_list("to_state", flat=True) if s][-7:] == [
+        "suspending",
+        "suspended",
+        "pending",
+        "admitted",
+        "dispatching",
+        "queued",
+        "running",
+    ]
+    page.get_by_role("button", name="Suspend").click()  # leaves no process behind
+    expect(page.locator("#job-state")).to_have_text("Suspended", timeout=20_000)
+
+
 def test_a_teammate_cannot_cancel_anothers_job_and_is_told_why(
     people: Any, sign_in: Any, local_cluster: Any
 ) -> None:
@@ -194,6 +226,11 @@ def test_a_teammate_cannot_cancel_anothers_job_and_is_told_why(
     response = page.request.post(f"/jobs/{job.pk}/cancel/", form={"csrfmiddlewaretoken": token})
     assert response.status == 403
     assert "only the job's owner or a team admin" in html.unescape(response.text())
+    job.refresh_from_db()
+    assert job.state == Job.State.PENDING
+    expect(page.get_by_role("button", name="Suspend")).to_have_count(0)
+    response = page.request.post(f"/jobs/{job.pk}/suspend/", form={"csrfmiddlewaretoken": token})
+    assert response.status == 403
     job.refresh_from_db()
     assert job.state == Job.State.PENDING
 

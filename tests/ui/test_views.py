@@ -10,7 +10,7 @@ from django.test import Client
 
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
 from queue_service.jobs.models import Job
-from queue_service.jobs.services import submit_job
+from queue_service.jobs.services import submit_job, suspend_job
 from tests.conftest import spec
 
 
@@ -188,6 +188,20 @@ def test_a_job_submitted_from_a_copy_names_its_original(alice: Client, people: A
     refused = charlie.post("/submit/", {"mode": "yaml", "yaml": text, "from": str(original.pk)})
     assert refused.status_code == 404
     assert Job.objects.count() == 2
+
+
+def test_the_queue_page_lists_suspended_jobs_under_their_own_filter(
+    alice: Client, people: Any
+) -> None:
+    held = submit_job(people["bob"], spec(name="held-one")).job
+    submit_job(people["bob"], spec(name="waiting-one"))
+    suspend_job(people["bob"], held)
+
+    suspended = alice.get("/live/queue/?state=suspended").content.decode()
+    pending = alice.get("/live/queue/?state=pending").content.decode()
+
+    assert "held-one" in suspended and "waiting-one" not in suspended
+    assert "waiting-one" in pending and "held-one" not in pending
 
 
 def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
