@@ -24,7 +24,7 @@ from queue_service.backends.base import (
 from queue_service.clusters.models import Cluster, Node
 
 from .models import Job
-from .services import StaleState, note, request_cycle, transition, unplaced
+from .services import StaleState, note, request_cycle, transition
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -289,14 +289,16 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             )
         if stopped and job.state == S.SUSPENDING and remote != RemoteState.TIMEOUT:
             # However it ended once asked to stop (a clean exit after its checkpoint, the
-            # cluster's kill), it waits suspended; its exit code is kept.
+            # cluster's kill), it waits suspended, holding nothing; its exit code, cluster and
+            # backend id are kept, so the last run's logs stay readable until it is resumed.
             transition(
                 job,
                 S.SUSPENDED,
                 code="suspended",
                 message=f"stopped ({status.native_state or remote}); suspended until resumed",
                 exit_code=status.exit_code,
-                **{**unplaced(job), **fields},
+                placement=[],
+                **fields,
             )
             return True
         if remote in RETRYABLE:

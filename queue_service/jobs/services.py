@@ -342,6 +342,8 @@ def resume_job(user: Any, job: Job) -> Job:
             code="resumed",
             message=f"resumed by {user}",
             reason={"code": "new", "message": "waiting for the next scheduling cycle"},
+            exit_code=None,
+            **unplaced(job),
         )
     except StaleState:
         raise JobConflict("the job is changing state; try again") from None
@@ -350,8 +352,8 @@ def resume_job(user: Any, job: Job) -> Job:
 
 
 def unplaced(job: Job) -> dict[str, Any]:
-    """The fields of a job that holds nothing on any cluster (it keeps a cluster it was
-    pinned to)."""
+    """The fields of a job back in the queue, not yet placed anywhere (it keeps a cluster it
+    was pinned to)."""
     return {
         "external_id": "",
         "placement": [],

@@ -62,13 +62,14 @@ def test_a_suspended_pending_job_leaves_the_queue_and_resumes_in_its_place(
 
 
 def test_a_running_job_is_stopped_with_term_and_runs_again_when_resumed(
-    people: Any, local_cluster: Any, tmp_path: Path
+    people: Any, local_cluster: Any, tmp_path: Path, client_for: Any
 ) -> None:
     # It saves on TERM and exits 0; its second run finds what it saved and finishes.
     saved = tmp_path / "saved"
     script = (
         f"if [ -e {saved} ]; then echo resumed from $(cat {saved}); exit 0; fi;"
-        f" trap 'echo step-1 > {saved}; exit 0' TERM; while true; do sleep 0.05; done"
+        f" trap 'echo step-1 > {saved}; echo saved; exit 0' TERM; echo serving;"
+        " while true; do sleep 0.05; done"
     )
     job = submit_job(people["alice"], spec(command=["/bin/sh", "-c", script], gpus_per_node=4)).job
     job = run_until(job, lambda j: j.state == S.RUNNING)
@@ -76,8 +77,11 @@ def test_a_running_job_is_stopped_with_term_and_runs_again_when_resumed(
     suspend_job(people["alice"], job)
     job = run_until(job, lambda j: j.state == S.SUSPENDED)
 
-    assert (job.exit_code, job.placement, job.external_id, job.cluster) == (0, [], "", None)
+    assert (job.exit_code, job.placement, job.cluster) == (0, [], local_cluster)
     assert saved.read_text() == "step-1\n"
+    # Its last run's output stays readable while it is suspended.
+    logs = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/").json()
+    assert (logs["text"], logs["eof"]) == ("serving\nsaved\n", True)
     assert [e.to_state for e in job.events.all()][-2:] == ["suspending", "suspended"]
     (run,) = JobRun.objects.filter(job=job)
     assert run.ended_by == S.SUSPENDED and run.ended_at is not None
@@ -93,6 +97,8 @@ def test_a_running_job_is_stopped_with_term_and_runs_again_when_resumed(
     job = run_until(job, lambda j: j.is_terminal)
 
     assert (job.state, job.exit_code, job.attempts) == (S.SUCCEEDED, 0, 2)
+    logs = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/").json()
+    assert logs["text"] == "resumed from step-1\n"
     assert job.spec["name"] == "train-resnet"
     assert JobRun.objects.filter(job=job).count() == 2
 
@@ -214,7 +220,7 @@ def test_a_suspended_job_is_deleted_on_kubernetes_and_created_again_when_resumed
         run_once()
 
         job.refresh_from_db()
-        assert (job.state, job.external_id) == (S.SUSPENDED, "")
+        assert (job.state, job.external_id, job.placement) == (S.SUSPENDED, first, [])
         with pytest.raises(ApiError, match="not found"):  # the workload was deleted
             sim.workload(first)
         resume_job(people["alice"], job)
