@@ -290,7 +290,8 @@ class JobSpecSerializer(serializers.Serializer):
                 errors["mig_profile"] = "only agent jobs run on a MIG slice (set kind: agent)"
             if attrs["nodes"] != 1:
                 errors["nodes"] = "a MIG job runs on one slice of one node (nodes must be 1)"
-            if attrs.get("gpus_per_node") not in (None, 1):
+            # 0 is what is stored for a slice: a stored spec submitted again stays valid.
+            if attrs.get("gpus_per_node") not in (None, 0, 1):
                 errors["gpus_per_node"] = "a MIG job takes exactly one slice; omit gpus_per_node"
             attrs["gpus_per_node"] = 0
         else:

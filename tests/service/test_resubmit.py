@@ -75,6 +75,28 @@ def test_a_copy_has_every_field_of_the_original(
     )
 
 
+@pytest.mark.parametrize(
+    "data",
+    [
+        spec(),
+        spec(command="echo $HOME; exit 3", time_limit=90),
+        spec(kind="agent", mig_profile="1g.10gb", gpus_per_node=None, priority="high"),
+        spec(kind="agent", gpus_per_node=1, env={}),
+        spec(nodes=2, gpus_per_node=8, retries=None, checkpoint=None),
+    ],
+    ids=["minimal", "shell", "mig-agent", "agent", "gang"],
+)
+def test_every_stored_spec_is_accepted_again_unchanged(
+    client_for: Any, people: dict[str, Any], data: dict[str, Any]
+) -> None:
+    original = submit_job(people["alice"], {k: v for k, v in data.items() if v is not None}).job
+
+    response = resubmit(client_for("alice"), original)
+
+    assert response.status_code == 201, response.content
+    assert Job.objects.get(pk=response.json()["id"]).spec == original.spec
+
+
 def test_an_unpinned_job_is_copied_unpinned_even_after_it_was_placed(
     client_for: Any, people: dict[str, Any], local_cluster: Cluster
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +190,20 @@ def test_a_job_submitted_from_a_copy_names_its_original(alice: Client, people: A
     refused = charlie.post("/submit/", {"mode": "yaml", "yaml": text, "from": str(original.pk)})
     assert refused.status_code == 404
     assert Job.objects.count() == 2
+
+
+def test_a_copied_mig_jobs_yaml_is_submitted_as_it_is_shown(alice: Client, people: Any) -> None:
+    body = spec(name="mig-agent", kind="agent", mig_profile="1g.10gb")
+    del body["gpus_per_node"]
+    original = submit_job(people["alice"], body).job
+    page = alice.get(f"/submit/?mode=yaml&from={original.pk}").content.decode()
+    shown = html.unescape(re.search(r'<textarea id="f-yaml"[^>]*>(.*?)</textarea>', page, re.S)[1])
+    assert "gpus_per_node: 0" in shown  # as stored
+
+    response = alice.post("/submit/", {"mode": "yaml", "yaml": shown, "from": str(original.pk)})
+
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert Job.objects.exclude(pk=original.pk).get().spec == original.spec
 
 
 def test_the_queue_page_lists_suspended_jobs_under_their_own_filter(
