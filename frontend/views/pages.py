@@ -74,9 +74,10 @@ def _dashboard_jobs(request: HttpRequest) -> dict[str, Any]:
         "running": list(
             jobs.filter(state__in=RUNNING_STATES).order_by("-admitted_at")[:DASHBOARD_LIMIT]
         ),
+        # Suspended jobs wait too (for their owner): after the queue ("pending" < "suspended").
         "pending": list(
-            jobs.filter(state=S.PENDING).order_by(
-                F("queue_position").asc(nulls_last=True), "submitted_at"
+            jobs.filter(state__in=[S.PENDING, S.SUSPENDED]).order_by(
+                "state", F("queue_position").asc(nulls_last=True), "submitted_at"
             )[:DASHBOARD_LIMIT]
         ),
         "recent": list(jobs.filter(state__in=Job.TERMINAL).order_by("-finished_at")[:8]),

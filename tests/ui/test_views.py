@@ -206,7 +206,7 @@ def test_a_copied_mig_jobs_yaml_is_submitted_as_it_is_shown(alice: Client, peopl
     assert Job.objects.exclude(pk=original.pk).get().spec == original.spec
 
 
-def test_the_queue_page_lists_suspended_jobs_under_their_own_filter(
+def test_suspended_jobs_are_listed_under_their_own_filter_and_on_the_dashboard(
     alice: Client, people: Any
 ) -> None:
     held = submit_job(people["bob"], spec(name="held-one")).job
@@ -218,6 +218,10 @@ def test_the_queue_page_lists_suspended_jobs_under_their_own_filter(
 
     assert "held-one" in suspended and "waiting-one" not in suspended
     assert "waiting-one" in pending and "held-one" not in pending
+    # The dashboard's "Waiting" lists it after the queue, with why.
+    dashboard = alice.get("/live/dashboard/").content.decode()
+    assert dashboard.index("waiting-one") < dashboard.index("held-one")
+    assert "suspended by bob: resume it to queue it again" in dashboard
 
 
 def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
