@@ -169,3 +169,84 @@ def test_durations_parse_like_slurm_and_humans(text: Any, seconds: int) -> None:
 )
 def test_memory_sizes_parse_to_megabytes(text: Any, mb: int) -> None:
     assert parse_memory_mb(text) == mb
+
+
+def _valid_specs() -> Any:
+    from hypothesis import strategies as st
+
+    text = st.text(
+        alphabet=st.characters(blacklist_categories=("Cs", "Cc")), min_size=1, max_size=20
+    ).filter(str.strip)
+    durations = st.one_of(
+        st.integers(1, 86400), st.sampled_from(["90s", "45m", "2h", "1d", "01:30:00", "1-00:00:00"])
+    )
+    common = {
+        "name": text,
+        "command": st.one_of(st.lists(text, min_size=1, max_size=4), text),
+        "env": st.dictionaries(
+            st.from_regex(r"[A-Z][A-Z0-9_]{0,8}", fullmatch=True), text, max_size=3
+        ),
+        "image": st.sampled_from([None, "busybox", "nvcr.io/nvidia/pytorch:24.05-py3"]),
+        "cpus_per_gpu": st.one_of(st.none(), st.integers(1, 64)),
+        "memory": st.one_of(
+            st.none(), st.integers(1, 10**6), st.sampled_from(["512M", "64G", "1T"])
+        ),
+        "time_limit": st.one_of(st.none(), durations),
+        "priority": st.sampled_from(["low", "normal", "high"]),
+        "retries": st.fixed_dictionaries(
+            {"max": st.integers(0, 20)},
+            optional={
+                "on": st.lists(
+                    st.sampled_from(["node_failure", "preemption"]), max_size=2, unique=True
+                )
+            },
+        ),
+        "checkpoint": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {"dir": st.just("/ckpt/x")}, optional={"interval": st.sampled_from(["1m", 60])}
+            ),
+        ),
+    }
+    training = st.fixed_dictionaries(
+        {"kind": st.just("training")},
+        optional={
+            **common,
+            "nodes": st.integers(1, 4),
+            "gpus_per_node": st.integers(1, 8),
+            "gpu_model": st.sampled_from([None, "A100-SXM4-80GB"]),
+            "nccl_debug": st.booleans(),
+        },
+    )
+    agent = st.fixed_dictionaries(
+        {
+            "kind": st.just("agent"),
+            "mig_profile": st.sampled_from(["1g.10gb", "3g.40gb", "1g.20gb+me"]),
+        },
+        optional={**common, "gpus_per_node": st.sampled_from([0, 1])},
+    )
+    return st.one_of(training, agent).map(lambda d: {"name": "n", "command": ["true"], **d})
+
+
+@pytest.mark.django_db
+def test_a_stored_spec_is_accepted_again_and_stored_unchanged(db: Any) -> None:
+    """What submit stores is what a copy sends back (resubmit, the UI's copy): for any valid
+    spec, validating the stored form again gives the same stored form."""
+    from hypothesis import HealthCheck, assume, given, settings
+
+    from queue_service.jobs.spec import JobSpecSerializer
+
+    @settings(
+        max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    )
+    @given(data=_valid_specs())
+    def check(data: dict[str, Any]) -> None:
+        first = JobSpecSerializer(data=data)
+        # Refused specs store nothing (e.g. NCCL debugging on one GPU): not this test's.
+        assume(first.is_valid())
+        stored = json.loads(json.dumps(dict(first.validated_data)))
+        again = JobSpecSerializer(data=stored)
+        assert again.is_valid(), (stored, again.errors)
+        assert json.loads(json.dumps(dict(again.validated_data))) == stored
+
+    check()
