@@ -37,11 +37,28 @@ JOB_FILTERS = {
     "cluster": "cluster__name__in",
     "priority": "priority_class__name__in",
 }
+# Filters over a fixed set of values: a misspelt one is a 400, not an empty list.
+FILTER_CHOICES = {"state": Job.State.values, "kind": Job.Kind.values}
+
+
+def _check_choices(param: str, values: list[str]) -> None:
+    known = FILTER_CHOICES.get(param)
+    unknown = [v for v in values if known is not None and v not in known]
+    if unknown:
+        raise ValidationError(
+            {
+                param: [
+                    f"unknown {param} {', '.join(map(repr, unknown))} (known: {', '.join(known)})"
+                ]
+            }
+        )
+
+
 FILTER_PARAMETERS = {
     name: OpenApiParameter(name, str, description=f"only these {what}, comma-separated")
     for name, what in [
-        ("state", "states"),
-        ("kind", "kinds (training, agent)"),
+        ("state", f"states ({', '.join(Job.State.values)})"),
+        ("kind", f"kinds ({', '.join(Job.Kind.values)})"),
         ("team", "teams (slugs)"),
         ("cluster", "clusters"),
         ("priority", "priority classes"),
@@ -74,7 +91,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         params = self.request.query_params
         for param, lookup in JOB_FILTERS.items():
             if params.get(param):
-                qs = qs.filter(**{lookup: params[param].split(",")})
+                values = params[param].split(",")
+                _check_choices(param, values)
+                qs = qs.filter(**{lookup: values})
         if params.get("user"):
             who = self.request.user.get_username() if params["user"] == "me" else params["user"]
             qs = qs.filter(user__username=who)

@@ -24,6 +24,7 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("alice", "get", "/api/v1/jobs/", None),
     ("alice", "get", "/api/v1/jobs/?page_size=1&state=pending,running&user=me", None),
     ("alice", "get", "/api/v1/jobs/?page_size=nope", None),
+    ("alice", "get", "/api/v1/jobs/?state=pending,bogus", None),
     ("alice", "get", "/api/v1/jobs/?cursor=not-ours", None),
     ("anonymous", "get", "/api/v1/jobs/", None),
     ("alice", "post", "/api/v1/jobs/", spec(name="schema-ok")),

@@ -42,6 +42,23 @@ def test_job_list_filters_by_state_kind_and_user(client_for: Any, people: Any) -
     assert names("user=bob") == ["b"]
     assert names("kind=agent") == []
     assert names("name=A") == ["a"]
+    assert names("team=nonesuch") == []  # a name nobody has: nothing matches
+
+
+@pytest.mark.parametrize(
+    ("query", "field", "message"),
+    [
+        ("state=pending,runing", "state", "unknown state 'runing' (known: pending, admitted"),
+        ("kind=batch", "kind", "unknown kind 'batch' (known: training, agent)"),
+    ],
+)
+def test_a_misspelt_state_or_kind_filter_is_a_400_not_an_empty_list(
+    client_for: Any, people: Any, query: str, field: str, message: str
+) -> None:
+    response = client_for("alice").get(f"/api/v1/jobs/?{query}")
+    assert response.status_code == 400
+    (text,) = response.json()[field]
+    assert text.startswith(message)
 
 
 def test_job_list_pages_with_a_cursor(client_for: Any, people: Any) -> None:
