@@ -6,6 +6,7 @@ adds only what is about its own format (the NAME=value lines of the environment 
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ FORM_FIELDS = (
     "checkpoint_dir",
     "checkpoint_interval",
     "env",
+    "after",
 )
 # Where an error for a (dotted) spec path is shown on the form.
 ERROR_FIELD = {
@@ -80,6 +82,8 @@ def form_to_spec(post: Mapping[str, str]) -> Parsed:
         if values["checkpoint_interval"]:
             checkpoint["interval"] = values["checkpoint_interval"]
         data["checkpoint"] = checkpoint
+    if values["after"]:
+        data["after"] = [a for a in re.split(r"[\s,]+", values["after"]) if a]
     errors: dict[str, list[str]] = {}
     env, env_errors = parse_env(post.get("env") or "")
     if env:
@@ -129,6 +133,7 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
         "checkpoint_dir": checkpoint.get("dir") or "",
         "checkpoint_interval": duration_text(checkpoint.get("interval")),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
+        "after": ", ".join(spec.get("after") or ()),
     }
     return {k: str(v) for k, v in values.items()}
 
@@ -180,6 +185,8 @@ def form_errors(detail: Any) -> dict[str, list[str]]:
             name = ERROR_FIELD[path]
         elif head == "env" and rest:
             name, messages = "env", [f"{rest}: {m}" for m in messages]
+        elif head == "after":  # after.2: the third id
+            name = "after"
         elif path in FORM_FIELDS:
             name = path
         else:

@@ -64,7 +64,11 @@ def _stream(request: HttpRequest) -> str:
 
 def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     can_manage = job_services.can_manage(request.user, job)
+    after = job.spec.get("after") or []
+    visible = Job.objects.for_user(request.user).in_bulk([uuid.UUID(a) for a in after])
     return {
+        # The jobs it runs after, with their state where this viewer may see them.
+        "after": [(a, visible.get(uuid.UUID(a))) for a in after],
         "job": job,
         "events": list(job.events.all()),
         "can_manage": can_manage,

@@ -186,6 +186,7 @@ def submit_job(
         cluster = Cluster.objects.filter(name=cluster_name, enabled=True).first()
         if cluster is None:
             raise ValidationError({"cluster": [f"no enabled cluster named {cluster_name!r}"]})
+    check_after(user, spec.get("after", ()))
     priority = PriorityClass.objects.get(name=spec["priority"])
     try:
         with transaction.atomic():
@@ -221,6 +222,26 @@ def submit_job(
         return Submitted(existing, created=False)
     request_cycle()
     return Submitted(job, created=True)
+
+
+def check_after(user: Any, after: Any) -> None:
+    """Each job a new one is to run after must be one the user can see, and must not have
+    ended otherwise than by succeeding (then it never could)."""
+    if not after:
+        return
+    states = {
+        str(pk): state
+        for pk, state in Job.objects.for_user(user).filter(pk__in=after).values_list("id", "state")
+    }
+    problems = []
+    for dep in after:
+        state = states.get(dep)
+        if state is None:
+            problems.append(f"no job {dep} among those you can see")
+        elif state in Job.TERMINAL and state != S.SUCCEEDED:
+            problems.append(f"job {dep} ended {state}: it can never succeed")
+    if problems:
+        raise ValidationError({"after": problems})
 
 
 def copy_data(job: Job) -> dict[str, Any]:
@@ -397,6 +418,7 @@ def preview_submit(user: Any, data: dict[str, Any]) -> dict[str, Any]:
     spec = dict(serializer.validated_data)
     team = resolve_team(user, spec.pop("team"))
     cluster = spec.pop("cluster")
+    check_after(user, spec.get("after", ()))
     from .snapshot import preview_job
 
     return preview_job(team.slug, spec, pinned_cluster=cluster, priority=spec["priority"])

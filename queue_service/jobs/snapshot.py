@@ -35,20 +35,24 @@ def run_cycle(now: datetime | None = None) -> dict[str, Any]:
     """One scheduling cycle.
 
     1. Lock: one cycle at a time (SELECT ... FOR UPDATE on the SchedulerLock row).
-    2. Snapshot: nodes, teams with quotas and usage, pending and active jobs.
-    3. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
-    4. Apply: admit started jobs with their placements, mark preemption victims, store each
-       waiting job's reason, position and estimated start - all in this transaction.
-    5. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
+    2. Dependencies: pending jobs whose `after` jobs have not all succeeded are held back
+       (with why), and those whose `after` can never be met are marked for cancelling.
+    3. Snapshot: nodes, teams with quotas and usage, the other pending jobs, active jobs.
+    4. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
+    5. Apply: admit started jobs with their placements, mark preemption victims, store each
+       waiting job's reason, position and estimated start, cancel what can never start -
+       all in this transaction.
+    6. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
     """
     now = now or timezone.now()
     with transaction.atomic():
         lock, _ = SchedulerLock.objects.select_for_update().get_or_create(pk=1)
-        snap, clusters = build_snapshot(now)
+        held = held_back()
+        snap, clusters = build_snapshot(now, exclude=held.ids())
         started = time.perf_counter()
         decisions = decide(snap, now)
         decide_ms = (time.perf_counter() - started) * 1000
-        summary = apply_decisions(decisions, clusters, now)
+        summary = apply_decisions(decisions, clusters, now, held)
         summary["decide_ms"] = round(decide_ms, 3)
         lock.last_cycle_at = now
         lock.last_cycle_ms = decide_ms
@@ -82,7 +86,70 @@ def policy() -> st.Policy:
     )
 
 
-def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Pending jobs the scheduler does not see this cycle, because of their `after` jobs."""
+
+    waiting: dict[str, st.Reason] = dataclasses.field(default_factory=dict)
+    never: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> why it never can
+
+    def ids(self) -> frozenset[str]:
+        return frozenset(self.waiting) | frozenset(self.never)
+
+
+def held_back() -> Held:
+    """Pending jobs with `after` jobs (Slurm's afterok) that have not all succeeded."""
+    rows = [
+        (str(pk), spec["after"])
+        for pk, spec in Job.objects.filter(state=S.PENDING, spec__has_key="after").values_list(
+            "id", "spec"
+        )
+    ]
+    if not rows:
+        return Held()
+    known = {
+        str(pk): (state, name)
+        for pk, state, name in Job.objects.filter(
+            pk__in={dep for _, after in rows for dep in after}
+        ).values_list("id", "state", "name")
+    }
+    held = Held()
+    for job_id, after in rows:
+        reason, never = after_status(after, known)
+        if never is not None:
+            held.never[job_id] = never
+        elif reason is not None:
+            held.waiting[job_id] = reason
+    return held
+
+
+def after_status(
+    after: list[str], known: dict[str, tuple[str, str]]
+) -> tuple[st.Reason | None, str | None]:
+    """(why it waits, None) while some `after` job has yet to succeed; (None, why it never
+    can) once one ended otherwise; (None, None) when all succeeded."""
+    unmet = []
+    for dep in after:
+        state, name = known.get(dep, ("gone", "?"))
+        if state == S.SUCCEEDED:
+            continue
+        if state in Job.TERMINAL or state == "gone":
+            return None, f"job {name!r} ({dep}) ended {state}, so this one can never start"
+        unmet.append((dep, state, name))
+    if not unmet:
+        return None, None
+    listed = ", ".join(f"{name!r} ({state})" for _, state, name in unmet)
+    message = (
+        f"waiting for job {listed} to succeed"
+        if len(unmet) == 1
+        else f"waiting for {len(unmet)} jobs to succeed: {listed}"
+    )
+    return st.Reason("after", message, (("after", tuple(dep for dep, _, _ in unmet)),)), None
+
+
+def build_snapshot(
+    now: datetime, exclude: frozenset[str] = frozenset()
+) -> tuple[st.Snapshot, dict[str, Cluster]]:
     clusters = {c.name: c for c in Cluster.objects.filter(enabled=True)}
     active = list(
         Job.objects.filter(state__in=Job.ACTIVE)
@@ -101,6 +168,7 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster]]:
     pending = tuple(
         st.PendingJob(request=_request_of(*row), attempts=attempts)
         for *row, attempts in Job.objects.filter(state=S.PENDING)
+        .exclude(pk__in=exclude)
         .order_by("submitted_at", "id")
         .values_list(
             "id",
@@ -307,8 +375,9 @@ def _usage_by_team(now: datetime) -> dict[int, tuple[st.UsageBucket, ...]]:
 
 
 def apply_decisions(
-    decisions: st.Decisions, clusters: dict[str, Cluster], now: datetime
+    decisions: st.Decisions, clusters: dict[str, Cluster], now: datetime, held: Held | None = None
 ) -> dict[str, Any]:
+    held = held or Held()
     jobs = Job.objects.in_bulk(
         [s.job_id for s in decisions.starts] + [p.job_id for p in decisions.preemptions]
     )
@@ -369,13 +438,28 @@ def apply_decisions(
             victims.append(job)
         except StaleState:
             continue
-    _store_waits(decisions.waits, now)
+    _store_waits(decisions.waits, now, held.waiting)
+    never = 0
+    for job in Job.objects.filter(pk__in=list(held.never), state=S.PENDING):
+        message = held.never[str(job.pk)]
+        try:
+            transition(
+                job,
+                S.CANCELLED,
+                code="after_never_met",
+                message=message,
+                reason={"code": "after_never_met", "message": message, "details": {}},
+            )
+            never += 1
+        except StaleState:
+            continue
     relaid = _apply_relayouts(decisions.relayouts, clusters)
     _after_commit(admitted, victims)
     return {
         "admitted": len(admitted),
         "preempted": len(victims),
-        "waiting": len(decisions.waits),
+        "waiting": len(decisions.waits) + len(held.waiting),
+        "cancelled_after": never,
         "relayouts": relaid,
     }
 
@@ -398,12 +482,21 @@ def _placement_json(placement: st.Placement) -> list[dict[str, Any]]:
 WAIT_COLUMNS = ("id", "state", "reason", "queue_position", "estimated_start")
 
 
-def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
-    """Each waiting job's reason, position and estimate, written only where they changed
-    (a job leaving the head of the queue moves every one behind it). A job that left the
-    queue while the cycle ran is not given a position; one submitted meanwhile has none yet."""
+# job id, why it waits, position (None: not in the scheduler's order), estimated start
+WaitRow = tuple[str, st.Reason, int | None, float | None]
+
+
+def _store_waits(
+    waits: tuple[st.Wait, ...], now: datetime, held: dict[str, st.Reason] | None = None
+) -> None:
+    """Each waiting job's reason, position and estimate (and each held-back job's reason),
+    written only where they changed (a job leaving the head of the queue moves every one
+    behind it). A job that left the queue while the cycle ran is not given a position; one
+    submitted meanwhile has none yet."""
+    rows: list[WaitRow] = [(w.job_id, w.reason, w.position, w.estimated_start) for w in waits]
+    rows += [(job_id, reason, None, None) for job_id, reason in (held or {}).items()]
     if connection.vendor == "postgresql":
-        _write_waits(waits)
+        _write_waits(rows)
         return
     stored = {
         str(pk): rest
@@ -412,26 +505,18 @@ def _store_waits(waits: tuple[st.Wait, ...], now: datetime) -> None:
         )
     }
     jobs = []
-    for wait in waits:
-        reason = _reason_json(wait.reason)
-        est = (
-            datetime.fromtimestamp(wait.estimated_start, tz=now.tzinfo)
-            if wait.estimated_start is not None
-            else None
-        )
-        if wait.job_id in stored and stored[wait.job_id] != [reason, wait.position, est]:
-            jobs.append(
-                Job(
-                    pk=wait.job_id, reason=reason, queue_position=wait.position, estimated_start=est
-                )
-            )
+    for job_id, why, position, estimate in rows:
+        reason = _reason_json(why)
+        est = datetime.fromtimestamp(estimate, tz=now.tzinfo) if estimate is not None else None
+        if job_id in stored and stored[job_id] != [reason, position, est]:
+            jobs.append(Job(pk=job_id, reason=reason, queue_position=position, estimated_start=est))
     Job.objects.bulk_update(jobs, ["reason", "queue_position", "estimated_start"], batch_size=1000)
     Job.objects.filter(pk__in=[j.pk for j in jobs]).exclude(state=S.PENDING).update(
         queue_position=None, estimated_start=None
     )
 
 
-def _write_waits(waits: tuple[st.Wait, ...]) -> None:
+def _write_waits(waits: list[WaitRow]) -> None:
     """PostgreSQL: one UPDATE whose rows come as two JSON documents (each distinct reason
     once, and each job's id, reason number, position and estimate), and which writes only the
     rows that differ from the stored ones. Reading the 10,000 stored waits back to compare
@@ -443,12 +528,12 @@ def _write_waits(waits: tuple[st.Wait, ...]) -> None:
     numbers: dict[int, int] = {}  # id() of a Reason the scheduler shares among jobs -> its number
     reasons: list[dict[str, Any]] = []
     rows = []
-    for wait in waits:
-        n = numbers.get(id(wait.reason))
+    for job_id, why, position, estimate in waits:
+        n = numbers.get(id(why))
         if n is None:
-            n = numbers[id(wait.reason)] = len(reasons)
-            reasons.append(_reason_json(wait.reason))
-        rows.append((wait.job_id, n, wait.position, wait.estimated_start))
+            n = numbers[id(why)] = len(reasons)
+            reasons.append(_reason_json(why))
+        rows.append((job_id, n, position, estimate))
     # Only the model's own table and column names are formatted in; values are parameters.
     sql = (
         f"UPDATE {table} AS j SET {f['reason']} = r.reason,"  # noqa: S608
@@ -588,7 +673,25 @@ def preview_job(
     with which reason, position and estimated start. Runs the real scheduler on the current
     snapshot plus the hypothetical job; writes nothing."""
     now = now or timezone.now()
-    snap, _ = build_snapshot(now)
+    after = spec.get("after") or []
+    if after:
+        known = {
+            str(pk): (state, name)
+            for pk, state, name in Job.objects.filter(pk__in=after).values_list(
+                "id", "state", "name"
+            )
+        }
+        reason, never = after_status(after, known)
+        if never is not None:
+            reason = st.Reason("after_never_met", never)
+        if reason is not None:
+            return {
+                "starts_now": False,
+                "reason": _reason_json(reason),
+                "position": None,
+                "estimated_start": None,
+            }
+    snap, _ = build_snapshot(now, exclude=held_back().ids())
     request = st.JobRequest(
         id=PREVIEW_ID,
         team=team_slug,
@@ -609,12 +712,10 @@ def preview_job(
     wait = next((w for w in decisions.waits if w.job_id == PREVIEW_ID), None)
     if wait is None:
         return {"starts_now": False, "reason": None, "position": None, "estimated_start": None}
-    reason = wait.reason.as_dict()
-    reason["details"] = {k: _jsonable(v) for k, v in reason["details"].items()}
     est = wait.estimated_start
     return {
         "starts_now": False,
-        "reason": reason,
+        "reason": _reason_json(wait.reason),
         "position": wait.position,
         "estimated_start": datetime.fromtimestamp(est, tz=now.tzinfo) if est is not None else None,
     }

@@ -218,6 +218,9 @@ class CheckpointSerializer(serializers.Serializer):
         return value
 
 
+MAX_AFTER = 20
+
+
 class JobSpecSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=128)
     kind = serializers.ChoiceField(choices=["training", "agent"], default="training")
@@ -259,6 +262,13 @@ class JobSpecSerializer(serializers.Serializer):
     nccl_debug = serializers.BooleanField(default=False)
     team = serializers.SlugField(required=False, allow_null=True, default=None)
     cluster = serializers.SlugField(required=False, allow_null=True, default=None)
+    # Slurm's --dependency=afterok: start only once each of these jobs has succeeded.
+    after = serializers.ListField(
+        child=serializers.UUIDField(format="hex_verbose"),
+        required=False,
+        max_length=MAX_AFTER,
+        help_text="ids of jobs that must succeed before this one may start (Slurm's afterok)",
+    )
 
     def validate_name(self, value: str) -> str:
         if CONTROL.search(value) or "\n" in value or not value.strip():
@@ -311,6 +321,10 @@ class JobSpecSerializer(serializers.Serializer):
             errors["checkpoint"] = "the checkpoint interval is longer than the time limit"
         if errors:
             raise serializers.ValidationError(errors)
+        # Stored only when given, as strings in the order given, each once.
+        after = list(dict.fromkeys(str(u) for u in attrs.pop("after", None) or ()))
+        if after:
+            attrs["after"] = after
         attrs.setdefault("retries", {"max": 3, "on": list(RETRY_CAUSES)})
         if attrs.get("retries") is None:
             attrs["retries"] = {"max": 3, "on": list(RETRY_CAUSES)}

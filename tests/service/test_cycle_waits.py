@@ -57,9 +57,7 @@ def test_a_job_that_left_the_queue_while_the_cycle_ran_gets_no_position(
     job = submit_job(people["alice"], spec(name="gone", nodes=3, gpus_per_node=4)).job
     cancel_job(people["alice"], job)  # after the cycle read it as pending
     before = Job.objects.get(pk=job.pk).reason
-    wait = st.Wait(str(job.pk), st.Reason("unsatisfiable", "x"), position=1)
-
-    _write_waits((wait,))
+    _write_waits([(str(job.pk), st.Reason("unsatisfiable", "x"), 1, None)])
 
     job.refresh_from_db()
     assert (job.state, job.queue_position, job.reason) == (Job.State.CANCELLED, None, before)
@@ -102,7 +100,7 @@ def test_waits_are_stored_as_the_scheduler_gave_them(
     estimate = 1_800_000_000.123456
     reason = st.Reason("x", "why", (("sizes", (1, 2)), ("free", float("nan")), ("n", 2.5)))
 
-    _write_waits((st.Wait(str(job.pk), reason, position=7, estimated_start=estimate),))
+    _write_waits([(str(job.pk), reason, 7, estimate)])
 
     job.refresh_from_db()
     assert job.reason == {
@@ -144,6 +142,10 @@ SQLITE_SCENARIO = textwrap.dedent(
     run_cycle()
     print("reason", Job.objects.get(pk=jobs[2].pk).reason["code"])
     print("positions", first, "then", positions())
+    held = submit_job(alice, {**spec, "name": "held", "after": [str(jobs[1].pk)]}).job
+    run_cycle()
+    held = Job.objects.get(pk=held.pk)
+    print("held", held.reason["code"], held.queue_position, positions())
     """
 )
 
@@ -166,7 +168,8 @@ def test_the_embedded_default_stores_waits_on_sqlite(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-2:] == [
+    assert result.stdout.splitlines()[-3:] == [
         "reason unsatisfiable",
         "positions [1, 2, 3] then [1, 2]",
+        "held after None [None, 1, 2]",  # SQLite sorts NULL first
     ]

@@ -148,6 +148,7 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "mig_profile": None, "cpus_per_gpu": 8, "memory": 65536, "time_limit": 21600,
         "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
         "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False, "team": "vision",
+        "after": ["6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11", "0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22"],
     }  # fmt: skip
     values = spec_to_form(stored)
     assert values == {
@@ -156,8 +157,10 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "memory": "65536M", "time_limit": "6h", "priority": "low", "team": "vision",
         "cluster": "", "retries_max": "2", "checkpoint_dir": "/ck", "checkpoint_interval": "30m",
         "env": "A=1\nB=x y",
+        "after": "6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11, 0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22",
     }  # fmt: skip
     assert form_to_spec(values).data["env"] == {"A": "1", "B": "x y"}
+    assert form_to_spec(values).data["after"] == stored["after"]
 
 
 HOSTILE = st.text(

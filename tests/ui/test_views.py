@@ -224,6 +224,37 @@ def test_suspended_jobs_are_listed_under_their_own_filter_and_on_the_dashboard(
     assert "suspended by bob: resume it to queue it again" in dashboard
 
 
+def test_a_job_page_shows_what_the_job_runs_after(alice: Client, people: Any) -> None:
+    first = submit_job(people["bob"], spec(name="prep-data")).job
+    elsewhere = submit_job(people["charlie"], spec(name="theirs")).job  # alice cannot see it
+    second = submit_job(people["alice"], spec(name="train", after=[str(first.pk)])).job
+    Job.objects.filter(pk=second.pk).update(
+        spec={**second.spec, "after": [str(first.pk), str(elsewhere.pk)]}
+    )
+
+    page = alice.get(f"/jobs/{second.pk}/live/").content.decode()
+
+    shown = re.search(r'<dd id="after">(.*?)</dd>', page, re.S)[1]
+    assert f'href="/jobs/{first.pk}/"' in shown and "prep-data" in shown and "Pending" in shown
+    assert f"<code>{elsewhere.pk}</code>" in shown and "theirs" not in shown
+
+
+def test_the_form_sends_run_after_ids_and_shows_their_errors_at_the_field(
+    alice: Client, people: Any
+) -> None:
+    first = submit_job(people["alice"], spec(name="prep")).job
+    form = {"kind": "training", "name": "train", "command": "true", "gpus_per_node": "1"}
+
+    refused = alice.post("/submit/", {**form, "after": "not-an-id"})
+    accepted = alice.post("/submit/", {**form, "after": f" {first.pk} , "})
+
+    assert refused.status_code == 400
+    field = re.search(r'id="f-after".*?</div>', refused.content.decode(), re.S)[0]
+    assert "Must be a valid UUID." in html.unescape(field)
+    assert accepted.status_code == 302
+    assert Job.objects.get(name="train").spec["after"] == [str(first.pk)]
+
+
 def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
     alice: Client, db: Any
 ) -> None:
