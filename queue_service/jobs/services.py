@@ -282,6 +282,7 @@ def cancel_job(user: Any, job: Job) -> Job:
             raise JobConflict(f"the job already ended ({job.state})")
         if job.state == S.CANCELLING:
             return job
+        was = job.state
         try:
             if job.state in (S.PENDING, S.ADMITTED, S.SUSPENDED):
                 return transition(
@@ -292,9 +293,7 @@ def cancel_job(user: Any, job: Job) -> Job:
             )
         except StaleState:
             continue
-        from .dispatch import request_stop
-
-        request_stop(job)
+        _stop_unless_stopping(job, was)
         return job
     raise JobConflict("the job is changing state; try again")
 
@@ -333,6 +332,7 @@ def suspend_job(user: Any, job: Job) -> Job:
                     reason=reason,
                     **unplaced(job),
                 )
+            was = job.state
             transition(
                 job,
                 S.SUSPENDING,
@@ -342,11 +342,21 @@ def suspend_job(user: Any, job: Job) -> Job:
             )
         except StaleState:
             continue
-        from .dispatch import request_stop
-
-        request_stop(job)
+        _stop_unless_stopping(job, was)
         return job
     raise JobConflict("the job is changing state; try again")
+
+
+def _stop_unless_stopping(job: Job, was: str) -> None:
+    """Ask the backend to stop the job, unless a stop is already under way (it was being
+    preempted): a second stop would find it ended and take that for an end of its own. The
+    first stop's end is then recorded as this request asked; a lost one is sent again by the
+    sync (dispatch._stop_overdue)."""
+    if was in Job.STOPPING:
+        return
+    from .dispatch import request_stop
+
+    request_stop(job)
 
 
 def resume_job(user: Any, job: Job) -> Job:

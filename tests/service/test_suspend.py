@@ -228,3 +228,32 @@ def test_a_suspended_job_is_deleted_on_kubernetes_and_created_again_when_resumed
         job.refresh_from_db()
         assert job.state == S.QUEUED and job.attempts == 2
         assert job.external_id and job.external_id != first
+
+
+def test_a_job_suspended_while_being_preempted_is_not_stopped_twice(
+    people: Any, local_cluster: Any
+) -> None:
+    import time
+
+    from django.db import transaction
+
+    from queue_service.jobs.dispatch import request_stop
+
+    job = submit_job(people["alice"], spec(command=["sleep", "30"])).job
+    job = run_until(job, lambda j: j.state == S.RUNNING)
+    with transaction.atomic():  # as the cycle marks a victim
+        transition(job, S.PREEMPTING, code="preempting_priority", message="preempted by job X")
+        request_stop(job)
+    # The preemption's stop has ended it; gpuq's next sync has not seen that yet.
+    result = Path(local_cluster.settings["workdir"]) / job.external_id / "result.json"
+    deadline = time.monotonic() + 30
+    while not result.exists():
+        assert time.monotonic() < deadline, "the stop did not end it"
+        time.sleep(0.05)
+
+    suspend_job(people["alice"], job)
+    job = run_until(job, lambda j: j.state not in (S.SUSPENDING, S.PREEMPTING))
+
+    # A second stop would have found it ended and recorded that as its own end (cancelled).
+    assert job.state == S.SUSPENDED
+    assert "ended_before_stop" not in [e.code for e in job.events.all()]
