@@ -323,23 +323,7 @@ def _read(path: str) -> bytes:
 
 
 def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    query: dict[str, str | int] = {}
-    for name in ("state", "team", "name", "kind", "priority", "cluster"):
-        if getattr(args, name):
-            query[name] = getattr(args, name)
-    if args.mine:
-        query["user"] = "me"
-    want = None if args.all else args.limit
-    jobs: list[Any] = []
-    more = True
-    # The API's pages hold at most 500: follow its cursor until enough are read.
-    while more and (want is None or len(jobs) < want):
-        size = PAGE_MAX if want is None else min(PAGE_MAX, want - len(jobs))
-        page = api.call("GET", "jobs/", query={**query, "page_size": size})
-        jobs += page["results"]
-        cursor = _cursor(page.get("next"))
-        more = cursor is not None
-        query["cursor"] = cursor or ""
+    jobs, more = list_jobs(api, _filters(args), None if args.all else args.limit)
     if args.json:
         return _dump(jobs, out)
     rows = [["ID", "NAME", "TEAM", "USER", "STATE", "GPUS", "AGE", "REASON"]]
@@ -360,6 +344,32 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
     if more:
         print(f"(the {len(jobs)} newest shown; --limit N or --all for more)", file=out)
     return 0
+
+
+FILTERS = ("state", "team", "name", "kind", "priority", "cluster")
+
+
+def _filters(args: argparse.Namespace) -> dict[str, str | int]:
+    query: dict[str, str | int] = {n: getattr(args, n) for n in FILTERS if getattr(args, n, None)}
+    if args.mine:
+        query["user"] = "me"
+    return query
+
+
+def list_jobs(api: Api, query: Mapping[str, str | int], want: int | None) -> tuple[list[Any], bool]:
+    """Up to `want` jobs (all: None) that match, newest first, and whether more match. The
+    API's pages hold at most 500: its cursor is followed until enough are read."""
+    query = dict(query)
+    jobs: list[Any] = []
+    more = True
+    while more and (want is None or len(jobs) < want):
+        size = PAGE_MAX if want is None else min(PAGE_MAX, want - len(jobs))
+        page = api.call("GET", "jobs/", query={**query, "page_size": size})
+        jobs += page["results"]
+        cursor = _cursor(page.get("next"))
+        more = cursor is not None
+        query["cursor"] = cursor or ""
+    return jobs, more
 
 
 def _cursor(next_url: str | None) -> str | None:
@@ -480,10 +490,27 @@ def team_slug(value: str) -> str:
     return value
 
 
+# What cancel, suspend and resume select by filters when no --state is given.
+ACTS_ON = {
+    "cancel": "pending,admitted,dispatching,queued,running,preempting,cancelling,suspending,"
+    "suspended",
+    "suspend": "pending,admitted,queued,running,preempting",
+    "resume": "suspended",
+}
+
+
 def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    """cancel, suspend or resume (args.command) each job; each is reported."""
+    """cancel, suspend or resume (args.command) each job named, or each job the filters
+    select (as `scancel -u me --name x`); each is reported."""
+    query = _filters(args)  # main() saw to it: IDs or filters, not both, not neither
+    ids = args.ids
+    if not ids:
+        jobs, _ = list_jobs(api, {"state": ACTS_ON[args.command], **query}, None)
+        ids = [job["id"] for job in jobs]
+        if not ids:
+            print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
     failed = 0
-    for ident in args.ids:
+    for ident in ids:
         try:
             job = api.call("POST", f"jobs/{ident}/{args.command}/")
         except CliError as exc:
@@ -618,7 +645,14 @@ def parser() -> argparse.ArgumentParser:
         ("resume", "put suspended jobs back in the queue"),
     ):
         p = command(verb, cmd_cancel, f"{what} (yours, or your team's as its admin)")
-        p.add_argument("ids", nargs="+", type=job_id, metavar="ID")
+        p.add_argument("ids", nargs="*", type=job_id, metavar="ID")
+        p.add_argument("--state", help=f"with no IDs: comma-separated (default {ACTS_ON[verb]})")
+        p.add_argument("--name", help="with no IDs: jobs whose names contain this text")
+        p.add_argument("--team")
+        p.add_argument("--kind", choices=["training", "agent"])
+        p.add_argument("--priority")
+        p.add_argument("--cluster")
+        p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
     return top
 
 
@@ -647,6 +681,12 @@ def main(
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
         _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
+    if args.command in ACTS_ON and bool(args.ids) == bool(_filters(args)):
+        _usage(
+            top,
+            f"{args.command}: name jobs, or select them with filters (--mine, --name, --state, …)"
+            + (": not both" if args.ids else ""),
+        )
     following = args.command in ("submit", "resubmit") and args.follow
     if following and (args.json or getattr(args, "dry_run", False)):
         _usage(top, f"{args.command} -f prints the job's output: not with --json or --dry-run")

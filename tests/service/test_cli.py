@@ -386,6 +386,44 @@ def test_suspend_and_resume_report_each_job(gpuq: Gpuq, job_file: Any) -> None:
     ]
 
 
+def test_cancel_and_suspend_select_jobs_by_filters_as_scancel_does(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    jobs = [("alice", "sweep-1"), ("alice", "sweep-2"), ("alice", "other"), ("bob", "sweep-bob")]
+    ids = {
+        name: submitted_id(gpuq(who, "submit", job_file(f"name: {name}\ncommand: [/bin/true]\n")))
+        for who, name in jobs
+    }
+
+    held = gpuq("alice", "suspend", "--name", "sweep-", "--mine")
+    resumed = gpuq("alice", "resume", "--mine")
+    cancelled = gpuq("alice", "cancel", "--name", "sweep-", "--mine")
+    nothing = gpuq("alice", "resume", "--mine")
+
+    assert sorted(held.out.splitlines()) == sorted(
+        [f"{ids['sweep-1']}  suspended", f"{ids['sweep-2']}  suspended"]
+    )
+    assert sorted(resumed.out.splitlines()) == sorted(
+        [f"{ids['sweep-1']}  pending", f"{ids['sweep-2']}  pending"]
+    )
+    assert sorted(cancelled.out.splitlines()) == sorted(
+        [f"{ids['sweep-1']}  cancelled", f"{ids['sweep-2']}  cancelled"]
+    )
+    assert (nothing.code, nothing.err) == (0, "gpuq: no job to resume matches\n")
+    states = dict(Job.objects.values_list("name", "state"))
+    assert (states["other"], states["sweep-bob"]) == ("pending", "pending")
+    assert gpuq("alice", "cancel").code == 2  # neither IDs nor filters
+    assert gpuq("alice", "cancel", ids["other"], "--mine").code == 2
+
+
+def test_what_cancel_suspend_and_resume_select_by_default_matches_the_service() -> None:
+    from queue_service.cli import ACTS_ON
+
+    assert set(ACTS_ON["cancel"].split(",")) == set(Job.State.values) - Job.TERMINAL
+    assert set(ACTS_ON["suspend"].split(",")) == Job.SUSPENDABLE
+    assert ACTS_ON["resume"] == Job.State.SUSPENDED
+
+
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
     # What the server lets through in a name (it refuses C0 controls): C1's CSI, which
     # 8-bit terminals read as ESC [ (here: clear the screen), a right-to-left override that
