@@ -337,7 +337,7 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
                 job["state"],
                 gpus(job),
                 age(job["submitted_at"], now),
-                why(job) if job["state"] == "pending" else "",
+                why(job) if job["state"] in ("pending", "suspended") else "",
             ]
         )
     table(rows, out)

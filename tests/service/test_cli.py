@@ -380,10 +380,9 @@ def test_suspend_and_resume_report_each_job(gpuq: Gpuq, job_file: Any) -> None:
     assert (resumed.code, resumed.out) == (0, f"{one}  pending\n")
     assert twice.code == 1
     assert "only a suspended job can be resumed; this one is pending" in twice.err
-    assert [r.split()[4] for r in gpuq("alice", "ls").out.splitlines()[1:]] == [
-        "suspended",
-        "pending",
-    ]
+    listed = gpuq("alice", "ls").out.splitlines()[1:]
+    assert [r.split()[4] for r in listed] == ["suspended", "pending"]
+    assert listed[0].endswith("suspended by alice: resume it to queue it again")
 
 
 def test_cancel_and_suspend_select_jobs_by_filters_as_scancel_does(
