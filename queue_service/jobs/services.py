@@ -201,7 +201,16 @@ def submit_job(
                 cluster=cluster,
                 pinned_cluster=cluster is not None,
                 idempotency_key=idempotency_key,
-                reason={"code": "new", "message": "waiting for the next scheduling cycle"},
+                **(
+                    {"state": S.SUSPENDED, "reason": held_reason(user, at_submit=True)}
+                    if spec.get("hold")
+                    else {
+                        "reason": {
+                            "code": "new",
+                            "message": "waiting for the next scheduling cycle",
+                        }
+                    }
+                ),
             )
             message, details = f"submitted by {user}", {}
             if copy_of is not None:
@@ -209,7 +218,7 @@ def submit_job(
                 details = {"copy_of": str(copy_of.pk)}
             JobEvent.objects.create(
                 job=job,
-                to_state=S.PENDING,
+                to_state=job.state,
                 code="submitted",
                 message=message,
                 details=details,
@@ -307,11 +316,7 @@ def suspend_job(user: Any, job: Job) -> Job:
     its id, its events and its place by submit time; it holds no GPUs while suspended."""
     if not can_manage(user, job):
         raise PermissionDenied("only the job's owner or a team admin can suspend it")
-    reason = {
-        "code": "suspended",
-        "message": f"suspended by {user}: resume it to queue it again",
-        "details": {},
-    }
+    reason = held_reason(user)
     for _ in range(3):
         job.refresh_from_db()
         if job.state in Job.TERMINAL:
@@ -357,6 +362,15 @@ def _stop_unless_stopping(job: Job, was: str) -> None:
     from .dispatch import request_stop
 
     request_stop(job)
+
+
+def held_reason(user: Any, *, at_submit: bool = False) -> dict[str, Any]:
+    message = (
+        f"held at submit by {user}: resume it to queue it"
+        if at_submit
+        else f"suspended by {user}: resume it to queue it again"
+    )
+    return {"code": "suspended", "message": message, "details": {}}
 
 
 def resume_job(user: Any, job: Job) -> Job:

@@ -673,6 +673,17 @@ def preview_job(
     with which reason, position and estimated start. Runs the real scheduler on the current
     snapshot plus the hypothetical job; writes nothing."""
     now = now or timezone.now()
+    if spec.get("hold"):
+        return {
+            "starts_now": False,
+            "reason": {
+                "code": "suspended",
+                "message": "held at submit: it waits until resumed",
+                "details": {},
+            },
+            "position": None,
+            "estimated_start": None,
+        }
     after = spec.get("after") or []
     if after:
         known = {

@@ -262,6 +262,12 @@ class JobSpecSerializer(serializers.Serializer):
     nccl_debug = serializers.BooleanField(default=False)
     team = serializers.SlugField(required=False, allow_null=True, default=None)
     cluster = serializers.SlugField(required=False, allow_null=True, default=None)
+    # Slurm's --hold: stored suspended, so it waits until resumed.
+    hold = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="submit it suspended: it waits, holding nothing, until resumed",
+    )
     # Slurm's --dependency=afterok: start only once each of these jobs has succeeded.
     after = serializers.ListField(
         child=serializers.UUIDField(format="hex_verbose"),
@@ -321,6 +327,8 @@ class JobSpecSerializer(serializers.Serializer):
             errors["checkpoint"] = "the checkpoint interval is longer than the time limit"
         if errors:
             raise serializers.ValidationError(errors)
+        if not attrs.get("hold"):
+            attrs.pop("hold", None)  # stored only when asked for
         # Stored only when given, as strings in the order given, each once.
         after = list(dict.fromkeys(str(u) for u in attrs.pop("after", None) or ()))
         if after:

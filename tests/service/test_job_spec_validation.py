@@ -193,6 +193,7 @@ def _valid_specs() -> Any:
         ),
         "time_limit": st.one_of(st.none(), durations),
         "priority": st.sampled_from(["low", "normal", "high"]),
+        "hold": st.booleans(),
         "retries": st.fixed_dictionaries(
             {"max": st.integers(0, 20)},
             optional={

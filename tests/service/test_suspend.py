@@ -257,3 +257,24 @@ def test_a_job_suspended_while_being_preempted_is_not_stopped_twice(
     # A second stop would have found it ended and recorded that as its own end (cancelled).
     assert job.state == S.SUSPENDED
     assert "ended_before_stop" not in [e.code for e in job.events.all()]
+
+
+def test_a_job_submitted_on_hold_waits_until_resumed(
+    people: Any, local_cluster: Any, client_for: Any
+) -> None:
+    preview = client_for("alice").post("/api/v1/jobs/preview/", spec(hold=True), format="json")
+    job = submit_job(people["alice"], spec(name="staged", hold=True)).job
+    run_cycle()
+
+    job.refresh_from_db()
+    assert (job.state, job.queue_position) == (S.SUSPENDED, None)
+    assert job.reason["message"] == "held at submit by alice: resume it to queue it"
+    assert job.spec["hold"] is True
+    assert preview.json()["reason"]["message"] == "held at submit: it waits until resumed"
+
+    resume_job(people["alice"], job)
+    job = run_until(job, lambda j: j.is_terminal)
+
+    assert job.state == S.SUCCEEDED
+    assert events(job)[:3] == ["suspended", "pending", "admitted"]
+    assert "hold" not in submit_job(people["alice"], spec()).job.spec  # stored only when asked
