@@ -38,6 +38,7 @@ FORM_FIELDS = (
     "checkpoint_interval",
     "env",
     "after",
+    "hold",
 )
 # Where an error for a (dotted) spec path is shown on the form.
 ERROR_FIELD = {
@@ -84,6 +85,8 @@ def form_to_spec(post: Mapping[str, str]) -> Parsed:
         data["checkpoint"] = checkpoint
     if values["after"]:
         data["after"] = [a for a in re.split(r"[\s,]+", values["after"]) if a]
+    if values["hold"]:
+        data["hold"] = True
     errors: dict[str, list[str]] = {}
     env, env_errors = parse_env(post.get("env") or "")
     if env:
@@ -134,6 +137,7 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
         "checkpoint_interval": duration_text(checkpoint.get("interval")),
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
         "after": ", ".join(spec.get("after") or ()),
+        "hold": "on" if spec.get("hold") else "",
     }
     return {k: str(v) for k, v in values.items()}
 

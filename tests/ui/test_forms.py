@@ -149,6 +149,7 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
         "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False, "team": "vision",
         "after": ["6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11", "0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22"],
+        "hold": True,
     }  # fmt: skip
     values = spec_to_form(stored)
     assert values == {
@@ -158,9 +159,12 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "cluster": "", "retries_max": "2", "checkpoint_dir": "/ck", "checkpoint_interval": "30m",
         "env": "A=1\nB=x y",
         "after": "6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11, 0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22",
+        "hold": "on",
     }  # fmt: skip
     assert form_to_spec(values).data["env"] == {"A": "1", "B": "x y"}
     assert form_to_spec(values).data["after"] == stored["after"]
+    assert form_to_spec(values).data["hold"] is True
+    assert "hold" not in form_to_spec({**values, "hold": ""}).data
 
 
 HOSTILE = st.text(

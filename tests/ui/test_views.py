@@ -239,7 +239,7 @@ def test_a_job_page_shows_what_the_job_runs_after(alice: Client, people: Any) ->
     assert f"<code>{elsewhere.pk}</code>" in shown and "theirs" not in shown
 
 
-def test_the_form_sends_run_after_ids_and_shows_their_errors_at_the_field(
+def test_the_form_sends_run_after_ids_and_hold_and_shows_their_errors_at_the_field(
     alice: Client, people: Any
 ) -> None:
     first = submit_job(people["alice"], spec(name="prep")).job
@@ -253,6 +253,9 @@ def test_the_form_sends_run_after_ids_and_shows_their_errors_at_the_field(
     assert "Must be a valid UUID." in html.unescape(field)
     assert accepted.status_code == 302
     assert Job.objects.get(name="train").spec["after"] == [str(first.pk)]
+    held = alice.post("/submit/", {**form, "name": "staged", "hold": "on"})
+    assert held.status_code == 302
+    assert Job.objects.get(name="staged").state == Job.State.SUSPENDED
 
 
 def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
