@@ -433,6 +433,8 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
         fields.append(("placement", ", ".join(map(_alloc, job["placement"]))))
     if job.get("exit_code") is not None:
         fields.append(("exit code", str(job["exit_code"])))
+    if job["spec"].get("after"):
+        fields.append(("after", ", ".join(_after(api, dep) for dep in job["spec"]["after"])))
     fields += [("submitted", when(job["submitted_at"])), ("attempts", str(job["attempts"]))]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:
@@ -442,6 +444,18 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
         state = e["to_state"] or ""
         print(f"  {when(e['at'])}  {state:<11}  {clean(e['message'])}", file=out)
     return 0
+
+
+def _after(api: Api, ident: str) -> str:
+    """A job this one runs after: its name and state, or only its id where you cannot see it."""
+    try:
+        ident = str(uuid.UUID(ident))  # nothing but a UUID goes in a path
+        dep = api.call("GET", f"jobs/{ident}/")
+    except ValueError:
+        return clean(ident)
+    except CliError:
+        return ident
+    return f"{clean(dep['name'])} ({dep['state']}, {ident})"
 
 
 def _alloc(a: Mapping[str, Any]) -> str:

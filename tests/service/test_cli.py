@@ -423,6 +423,20 @@ def test_what_cancel_suspend_and_resume_select_by_default_matches_the_service() 
     assert ACTS_ON["resume"] == Job.State.SUSPENDED
 
 
+def test_show_names_the_jobs_a_job_runs_after(gpuq: Gpuq, job_file: Any) -> None:
+    prep = submitted_id(gpuq("alice", "submit", job_file("name: prep\ncommand: [/bin/true]\n")))
+    theirs = submitted_id(gpuq("charlie", "submit", job_file("name: theirs\ncommand: [x]\n")))
+    train = submitted_id(
+        gpuq("alice", "submit", job_file(f"name: train\ncommand: [x]\nafter: [{prep}]\n"))
+    )
+    job = Job.objects.get(pk=train)  # one the viewer cannot see, as if from a shared member
+    Job.objects.filter(pk=train).update(spec={**job.spec, "after": [prep, theirs]})
+
+    shown = fields(gpuq("bob", "show", train))
+
+    assert shown["after"] == f"prep (pending, {prep}), {theirs}"
+
+
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
     # What the server lets through in a name (it refuses C0 controls): C1's CSI, which
     # 8-bit terminals read as ESC [ (here: clear the screen), a right-to-left override that
