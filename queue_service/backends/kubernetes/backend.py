@@ -49,7 +49,7 @@ from .manifests import (
     build,
     label_value,
 )
-from .status import observe
+from .status import Observation, observe
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -203,14 +203,33 @@ class KubernetesBackend:
 
     def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Per namespace: one list per workload kind in use plus one list of pods, all by the
-        label selector `gpuq.io/job-id` (never one GET per job)."""
+        label selector `gpuq.io/job-id` (never one GET per job). What is seen is acted on:
+        a workload that must stop is deleted, and an end once reported releases gpuq's
+        finalizer."""
         out: dict[str, JobStatus] = {}
+        for eid, (ref, obj, seen) in self._observe(external_ids).items():
+            if ref is not None and seen.stop:
+                self._delete(ref, grace_s=0)
+            if ref is not None and obj is not None and seen.status.state in RemoteState.TERMINAL:
+                self._release(ref, obj)
+            out[eid] = seen.status
+        return out
+
+    def _observe(
+        self, external_ids: Sequence[str]
+    ) -> dict[str, tuple[ObjectRef | None, Obj | None, Observation]]:
+        """What poll sees, with no action taken."""
+        out: dict[str, tuple[ObjectRef | None, Obj | None, Observation]] = {}
         refs: dict[str, list[ObjectRef]] = defaultdict(list)
         for eid in external_ids:
             try:
                 ref = ObjectRef.parse(eid)
             except ValueError as exc:
-                out[eid] = JobStatus(eid, RemoteState.LOST, reason=str(exc))
+                out[eid] = (
+                    None,
+                    None,
+                    Observation(JobStatus(eid, RemoteState.LOST, reason=str(exc))),
+                )
                 continue
             refs[ref.namespace].append(ref)
         now = self._clock()
@@ -234,11 +253,7 @@ class KubernetesBackend:
                     now=now,
                     image_pull_grace_s=self.settings.image_pull_grace_s,
                 )
-                if seen.stop:
-                    self._delete(ref, grace_s=0)
-                if obj is not None and (seen.status.state in RemoteState.TERMINAL):
-                    self._release(ref, obj)
-                out[ref.external_id] = seen.status
+                out[ref.external_id] = (ref, obj, seen)
         return out
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
@@ -279,13 +294,19 @@ class KubernetesBackend:
     # --- cancel ---------------------------------------------------------------------------
 
     def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
-        """Always True: a deletion's SIGTERM may end a pod with exit 0 (a checkpoint, then
-        exit), and the Job then reads as complete, so an earlier, natural end cannot be told
-        from one the deletion caused."""
+        """False, deleting nothing, when the workload had already ended by itself (as Slurm's
+        cancel): looked at first, with nothing acted on, so the poll that follows still reports
+        the end and releases the finalizer. Once deleted it is True: a deletion's SIGTERM may
+        end a pod with exit 0 (a checkpoint, then exit), so the end that follows cannot be
+        told from a natural one. A workload being deleted was stopped by gpuq: True again."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
             raise BackendError(str(exc), permanent=True) from None
+        _, obj, seen = self._observe([external_id])[external_id]
+        ended = seen.status.state in RemoteState.TERMINAL and seen.status.state != RemoteState.LOST
+        if ended and obj is not None and not obj["metadata"].get("deletionTimestamp"):
+            return False
         self._delete(ref, grace_s=grace_s)
         return True
 

@@ -166,6 +166,33 @@ def test_cancel_deletes_in_the_foreground_and_is_reported_cancelled(
     b.cancel(eid)  # cancelling again is harmless
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_cancel_of_a_workload_that_already_ended_deletes_nothing_and_says_so(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
+) -> None:
+    b = backend_for(api, clock, workload)
+    eid = b.submit(request(nodes=2)).external_id
+    sim.run(eid)
+    sim.succeed(eid)
+
+    assert b.cancel(eid, grace_s=5) is False
+
+    assert api.calls("DELETE") == []
+    assert b.poll([eid])[eid].state == R.SUCCEEDED  # still there to be reported
+
+
+def test_a_second_cancel_of_a_workload_being_deleted_is_still_a_stop(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    b = backend_for(api, clock, "volcano")
+    eid = b.submit(request(nodes=2)).external_id
+    sim.run(eid)
+    assert b.cancel(eid, grace_s=5) is True
+
+    assert b.cancel(eid, grace_s=5) is True  # gpuq's own deletion, not an end of its own
+    assert b.poll([eid])[eid].state == R.CANCELLED
+
+
 def test_logs_follow_rank_zero_with_byte_offsets(
     api: FakeApiServer, sim: Sim, clock: FakeClock
 ) -> None:
