@@ -191,44 +191,6 @@ def test_the_scheduler_plans_a_job_being_stopped_as_leaving(
     assert (running.preempting_since is not None) == (state in Job.STOPPING)
 
 
-def test_a_suspended_job_is_deleted_on_kubernetes_and_created_again_when_resumed(
-    fake_k8s: Any, people: Any, teams: Any
-) -> None:
-    """Against our fake API server (docs/kubernetes.md): the stop is the workload's deletion,
-    which the next sync sees as gone."""
-    from k8s_fakeapi import ApiError
-
-    from queue_service.tenancy.models import Quota
-
-    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=8)
-    with fake_k8s(setup=lambda sim: sim.node("gpu-1", gpus=8), image_default="busybox") as (
-        _,
-        sim,
-    ):
-        job = submit_job(people["alice"], spec(name="k8s-agent", cluster="k8s")).job
-        run_once()
-        job.refresh_from_db()
-        assert job.state == S.QUEUED, job.reason
-        first = job.external_id
-        sim.run(first)
-        run_once()
-        job.refresh_from_db()
-        assert job.state == S.RUNNING
-
-        suspend_job(people["alice"], job)
-        run_once()
-
-        job.refresh_from_db()
-        assert (job.state, job.external_id, job.placement) == (S.SUSPENDED, first, [])
-        with pytest.raises(ApiError, match="not found"):  # the workload was deleted
-            sim.workload(first)
-        resume_job(people["alice"], job)
-        run_once()
-        job.refresh_from_db()
-        assert job.state == S.QUEUED and job.attempts == 2
-        assert job.external_id and job.external_id != first
-
-
 def test_a_job_suspended_while_being_preempted_is_not_stopped_twice(
     people: Any, local_cluster: Any
 ) -> None:
