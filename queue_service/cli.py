@@ -513,7 +513,7 @@ ACTS_ON = {
 }
 
 
-def cmd_cancel(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """cancel, suspend or resume (args.command) each job named, or each job the filters
     select (as `scancel -u me --name x`); each is reported."""
     query = _filters(args)  # main() saw to it: IDs or filters, not both, not neither
@@ -658,7 +658,7 @@ def parser() -> argparse.ArgumentParser:
         ("suspend", "take jobs out of the queue, or stop them (TERM first), until resumed"),
         ("resume", "put suspended jobs back in the queue"),
     ):
-        p = command(verb, cmd_cancel, f"{what} (yours, or your team's as its admin)")
+        p = command(verb, cmd_stop_or_resume, f"{what} (yours, or your team's as its admin)")
         p.add_argument("ids", nargs="*", type=job_id, metavar="ID")
         p.add_argument("--state", help=f"with no IDs: comma-separated (default {ACTS_ON[verb]})")
         p.add_argument("--name", help="with no IDs: jobs whose names contain this text")

@@ -43,7 +43,9 @@ FILTER_CHOICES = {"state": Job.State.values, "kind": Job.Kind.values}
 
 def _check_choices(param: str, values: list[str]) -> None:
     known = FILTER_CHOICES.get(param)
-    unknown = [v for v in values if known is not None and v not in known]
+    if known is None:  # names (teams, clusters, ...): one nobody has matches nothing
+        return
+    unknown = [v for v in values if v not in known]
     if unknown:
         raise ValidationError(
             {

@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -107,20 +108,24 @@ def held_back() -> Held:
     ]
     if not rows:
         return Held()
-    known = {
-        str(pk): (state, name)
-        for pk, state, name in Job.objects.filter(
-            pk__in={dep for _, after in rows for dep in after}
-        ).values_list("id", "state", "name")
-    }
-    held = Held()
+    known = _states_and_names({dep for _, after in rows for dep in after})
+    waiting: dict[str, st.Reason] = {}
+    never: dict[str, str] = {}
     for job_id, after in rows:
-        reason, never = after_status(after, known)
-        if never is not None:
-            held.never[job_id] = never
+        reason, why_never = after_status(after, known)
+        if why_never is not None:
+            never[job_id] = why_never
         elif reason is not None:
-            held.waiting[job_id] = reason
-    return held
+            waiting[job_id] = reason
+    return Held(waiting, never)
+
+
+def _states_and_names(ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    """id -> (state, name) of these jobs (the ones `after` names), in one query."""
+    return {
+        str(pk): (state, name)
+        for pk, state, name in Job.objects.filter(pk__in=ids).values_list("id", "state", "name")
+    }
 
 
 def after_status(
@@ -686,13 +691,7 @@ def preview_job(
         }
     after = spec.get("after") or []
     if after:
-        known = {
-            str(pk): (state, name)
-            for pk, state, name in Job.objects.filter(pk__in=after).values_list(
-                "id", "state", "name"
-            )
-        }
-        reason, never = after_status(after, known)
+        reason, never = after_status(after, _states_and_names(after))
         if never is not None:
             reason = st.Reason("after_never_met", never)
         if reason is not None:
