@@ -29,6 +29,7 @@ TEXT_FIELDS = (
     "priority",
     "team",
     "cluster",
+    "array",
 )
 FORM_FIELDS = (
     "kind",
@@ -138,6 +139,8 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
         "after": ", ".join(spec.get("after") or ()),
         "hold": "on" if spec.get("hold") else "",
+        # A task's stored spec holds its own index: its copy is that one task again.
+        "array": _text(spec.get("array")),
     }
     return {k: str(v) for k, v in values.items()}
 

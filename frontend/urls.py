@@ -26,6 +26,7 @@ urlpatterns = [
     path("live/queue/", pages.queue_rows, name="queue-live"),
     path("jobs/<uuid:pk>/", jobs.job_detail, name="job"),
     path("jobs/<uuid:pk>/live/", jobs.job_live, name="job-live"),
+    path("jobs/<uuid:pk>/array/", jobs.job_array, name="job-array"),
     path("jobs/<uuid:pk>/log/", jobs.job_log, name="job-log"),
     path("jobs/<uuid:pk>/log/download/", jobs.job_log_download, name="job-log-download"),
     path("jobs/<uuid:pk>/cancel/", jobs.job_cancel, name="job-cancel"),

@@ -4,7 +4,7 @@
 
     gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
-    gpuq cancel ID [ID ...]               gpuq queue [--team vision]
+    gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
 
 Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN (or a file named by
@@ -158,6 +158,14 @@ def job_id(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not a job id: {value!r}") from None
 
 
+def array_id(value: str) -> str:
+    """A job array's id (a job's `array.id`), checked as a job id is."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an array id: {value!r}") from None
+
+
 def count(value: str) -> int:
     try:
         size = int(value)
@@ -201,6 +209,12 @@ def gpus(job: Mapping[str, Any]) -> str:
         return f"mig {spec['mig_profile']}"
     nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 0)
     return f"{nodes}x{per_node}" if nodes != 1 else str(per_node)
+
+
+def job_name(job: Mapping[str, Any]) -> str:
+    """The name, cleaned; a task of an array with its index, as Slurm shows it: sweep[7]."""
+    array = job.get("array")
+    return clean(job["name"]) + (f"[{array['index']}]" if array else "")
 
 
 def why(job: Mapping[str, Any]) -> str:
@@ -253,23 +267,61 @@ def cmd_resubmit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime
 def _submitted(api: Api, job: dict[str, Any], args: argparse.Namespace, out: IO[str]) -> int:
     if args.json:
         return _dump(job, out)
-    print(f"{job['id']}  {clean(job['name'])}  {job['state']}", file=out)
+    print(f"{job['id']}  {job_name(job)}  {job['state']}", file=out)
+    array: dict[str, Any] = job.get("array") or {}
+    size = int(array.get("size", 1))
+    if array:
+        tasks = f"{size} task{'s' if size != 1 else ''}"
+        print(
+            f"the first of an array of {tasks} ({array['indices']}): gpuq ls --array {array['id']}",
+            file=out,
+        )
     if not args.follow:
         return 0
     # As `srun` or `sbatch --wait`: the output as it comes, then the job's own exit status.
-    job = follow_job(api, job["id"], args.interval, out)
-    if job["state"] == "succeeded":
-        return 0
-    code = job["exit_code"]
-    # The local backend's reason is "exit code 7"; Slurm's, "NonZeroExitCode".
-    details = [why(job)] if why(job) else []
-    if code is not None and f"exit code {code}" not in why(job):
-        details.append(f"exit code {code}")
-    print(
-        f"gpuq: job {job['id']} ended {job['state']}: {', '.join(details) or 'no reason given'}",
-        file=sys.stderr,
-    )
-    return code if isinstance(code, int) and 0 < code < 256 else 1
+    # An array's tasks run side by side and their outputs would interleave: only the first's
+    # is followed, but the exit status is all of theirs, as `sbatch --wait`'s.
+    if size > 1:
+        print(
+            f"gpuq: following the output of {job_name(job)} only; then waiting for all"
+            f" {size} tasks to end",
+            file=sys.stderr,
+        )
+    ended = [follow_job(api, job["id"], args.interval, out)]
+    if size > 1:
+        ended = wait_array(api, array["id"], args.interval)
+    return exit_status(ended)
+
+
+def wait_array(api: Api, ident: str, interval_s: float) -> list[dict[str, Any]]:
+    """The array's tasks once every one has ended, by index."""
+    while True:
+        tasks, _ = list_jobs(api, {"array": ident}, None)
+        if all(task["state"] in ENDED for task in tasks):
+            return sorted(tasks, key=lambda task: int(task["array"]["index"]))
+        time.sleep(interval_s)
+
+
+def exit_status(jobs: Sequence[Mapping[str, Any]]) -> int:
+    """0 if every job succeeded; otherwise how each other one ended, on stderr, and the highest
+    exit status among them (as `sbatch --wait` for an array), or 1 where none has one."""
+    status = 0
+    for job in jobs:
+        if job["state"] == "succeeded":
+            continue
+        code = job["exit_code"]
+        # The local backend's reason is "exit code 7"; Slurm's, "NonZeroExitCode".
+        details = [why(job)] if why(job) else []
+        if code is not None and f"exit code {code}" not in why(job):
+            details.append(f"exit code {code}")
+        task = f" ({job_name(job)})" if job.get("array") else ""
+        print(
+            f"gpuq: job {job['id']}{task} ended {job['state']}:"
+            f" {', '.join(details) or 'no reason given'}",
+            file=sys.stderr,
+        )
+        status = max(status, code if isinstance(code, int) and 0 < code < 256 else 1)
+    return status
 
 
 def follow_job(api: Api, ident: str, interval_s: float, out: IO[str]) -> dict[str, Any]:
@@ -331,7 +383,7 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
         rows.append(
             [
                 job["id"],
-                clean(job["name"]),
+                job_name(job),
                 job["team"],
                 job["user"],
                 job["state"],
@@ -346,7 +398,7 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
     return 0
 
 
-FILTERS = ("state", "team", "name", "kind", "priority", "cluster")
+FILTERS = ("state", "team", "name", "kind", "priority", "cluster", "array")
 
 
 def _filters(args: argparse.Namespace) -> dict[str, str | int]:
@@ -392,7 +444,7 @@ def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
             [
                 str(job["queue_position"] or "-"),
                 job["id"],
-                clean(job["name"]),
+                job_name(job),
                 job["team"],
                 job["priority"],
                 gpus(job),
@@ -412,9 +464,13 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
     events = api.call("GET", f"jobs/{args.id}/events/")
     if args.json:
         return _dump({**job, "events": events}, out)
-    fields = [
-        ("id", job["id"]),
-        ("name", clean(job["name"])),
+    fields = [("id", job["id"]), ("name", job_name(job))]
+    if job.get("array"):
+        a = job["array"]
+        fields.append(
+            ("array", f"{a['id']} (index {a['index']} of {a['size']}, indices {a['indices']})")
+        )
+    fields += [
         ("state", job["state"]),
         ("team", f"{job['team']} (user {job['user']}, priority {job['priority']})"),
         ("gpus", gpus(job) + (f" {job['gpu_model']}" if job.get("gpu_model") else "")),
@@ -447,15 +503,24 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
 
 
 def _after(api: Api, ident: str) -> str:
-    """A job this one runs after: its name and state, or only its id where you cannot see it."""
+    """A job this one runs after: its name and state; an array: its name, indices and size;
+    only the id where you cannot see it."""
     try:
         ident = str(uuid.UUID(ident))  # nothing but a UUID goes in a path
         dep = api.call("GET", f"jobs/{ident}/")
     except ValueError:
         return clean(ident)
     except CliError:
-        return ident
-    return f"{clean(dep['name'])} ({dep['state']}, {ident})"
+        try:
+            tasks, _ = list_jobs(api, {"array": ident}, 1)
+        except CliError:
+            return ident
+        if not tasks:
+            return ident
+        array = tasks[0]["array"]
+        name = f"{clean(tasks[0]['name'])}[{clean(array['indices'])}]"
+        return f"array {name} ({array['size']} tasks, {ident})"
+    return f"{job_name(dep)} ({dep['state']}, {ident})"
 
 
 def _alloc(a: Mapping[str, Any]) -> str:
@@ -609,7 +674,8 @@ def parser() -> argparse.ArgumentParser:
             "--follow",
             action="store_true",
             help="then print its output (stdout and stderr) until it ends, and exit with its"
-            " exit status",
+            " exit status; an array: the first task's output, then wait for all its tasks and"
+            " exit with the highest status (as sbatch --wait)",
         )
         p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
 
@@ -630,6 +696,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster")
     p.add_argument("--name", help="names containing this text")
     p.add_argument("--mine", action="store_true", help="only jobs you submitted")
+    p.add_argument(
+        "--array", type=array_id, metavar="ID", help="only this job array's tasks (its id)"
+    )
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--limit", type=count, default=50, help="the N newest (default 50)")
     shown.add_argument("--all", action="store_true", help="every job that matches")
@@ -667,6 +736,12 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--priority")
         p.add_argument("--cluster")
         p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
+        p.add_argument(
+            "--array",
+            type=array_id,
+            metavar="ID",
+            help="with no IDs: this job array's tasks (its id), as `scancel ARRAY_ID`",
+        )
     return top
 
 
@@ -698,7 +773,7 @@ def main(
     if args.command in ACTS_ON and bool(args.ids) == bool(_filters(args)):
         _usage(
             top,
-            f"{args.command}: name jobs, or select them with filters (--mine, --name, --state, …)"
+            f"{args.command}: name jobs, or select them with filters (--mine, --name, --array, …)"
             + (": not both" if args.ids else ""),
         )
     following = args.command in ("submit", "resubmit") and args.follow

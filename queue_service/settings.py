@@ -52,6 +52,13 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
     return value
 
 
+def env_count(name: str, default: int, *, maximum: int) -> int:
+    raw = env(name, str(default)).strip()
+    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number from 1 to {maximum}")
+    return int(raw)
+
+
 def env_count_or_unlimited(name: str, default: int) -> int | None:
     raw = env(name, str(default)).strip().lower()
     if raw == "unlimited":
@@ -149,6 +156,9 @@ GPUQ_CYCLE_INTERVAL_S = env_float("GPUQ_CYCLE_INTERVAL_S", 5.0, minimum=0.1)
 GPUQ_SYNC_INTERVAL_S = env_float("GPUQ_SYNC_INTERVAL_S", 5.0, minimum=0.1)
 GPUQ_DEFAULT_TIME_LIMIT_S = env_float("GPUQ_DEFAULT_TIME_LIMIT_S", 24 * 3600.0, minimum=60)
 GPUQ_MAX_TIME_LIMIT_S = env_float("GPUQ_MAX_TIME_LIMIT_S", 30 * 24 * 3600.0, minimum=60)
+# Tasks in one job array (Slurm's MaxArraySize is 1001): each is a job row, made in one
+# transaction, so the ceiling keeps one submit's insert bounded.
+GPUQ_MAX_ARRAY_TASKS = env_count("GPUQ_MAX_ARRAY_TASKS", 1000, maximum=100_000)
 GPUQ_FAIR_SHARE_HALF_LIFE_S = env_float("GPUQ_FAIR_SHARE_HALF_LIFE_S", 7 * 24 * 3600.0, minimum=1)
 GPUQ_PREEMPTION_GRACE_S = env_float("GPUQ_PREEMPTION_GRACE_S", 30.0)
 GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)

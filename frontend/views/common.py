@@ -52,7 +52,9 @@ def visible_job(user: Any, pk: Any) -> Job:
     except ValueError:
         raise Http404("no such job") from None
     return get_object_or_404(
-        Job.objects.for_user(user).select_related("team", "user", "priority_class", "cluster"),
+        Job.objects.for_user(user).select_related(
+            "team", "user", "priority_class", "cluster", "array"
+        ),
         pk=pk,
     )
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import ValidationError
@@ -23,8 +24,9 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
-from queue_service.jobs.models import Job, PriorityClass
+from queue_service.jobs.models import Job, JobArray, PriorityClass
 from queue_service.jobs.reports import mig_choices
+from queue_service.jobs.snapshot import array_states
 from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
 
 from .common import permission_as_403, signed_in, visible_job
@@ -32,6 +34,7 @@ from .common import permission_as_403, signed_in, visible_job
 STREAMS = ("stdout", "stderr")
 LOG_FRAGMENT = "frontend/fragments/job_log.html"
 DOWNLOAD_CHUNK = 1024 * 1024
+ARRAY_LIST_LIMIT = 100  # tasks listed on a task's page: a 1000-task array stays a short page
 
 
 # --- job detail --------------------------------------------------------------------------------
@@ -42,11 +45,10 @@ DOWNLOAD_CHUNK = 1024 * 1024
 def job_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     job = visible_job(request.user, pk)
     stream = _stream(request)
-    return render(
-        request,
-        "frontend/job.html",
-        {**_live_context(request, job), "stream": stream, "streams": STREAMS},
-    )
+    context = {**_live_context(request, job), "stream": stream, "streams": STREAMS}
+    if job.array_id is not None:
+        context.update(_array_context(request, job))
+    return render(request, "frontend/job.html", context)
 
 
 @signed_in
@@ -55,6 +57,35 @@ def job_live(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The polled part of the job page: state, reason, timeline, placement, backend."""
     job = visible_job(request.user, pk)
     return render(request, "frontend/fragments/job_live.html", _live_context(request, job))
+
+
+@signed_in
+@require_GET
+def job_array(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """The polled summary of a task's array: its tasks by state, and the first of them."""
+    job = visible_job(request.user, pk)
+    if job.array_id is None:
+        raise Http404("not a task of an array")
+    return render(
+        request, "frontend/fragments/job_array.html", {"job": job, **_array_context(request, job)}
+    )
+
+
+def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+    """Two queries whatever the array's size: the count per state, and the first tasks."""
+    tasks = Job.objects.for_user(request.user).filter(array_id=job.array_id)
+    counts = dict(tasks.order_by().values_list("state").annotate(n=Count("id")))
+    listed = list(
+        tasks.order_by("array_index").only("id", "name", "array_index", "state")[:ARRAY_LIST_LIMIT]
+    )
+    total = sum(counts.values())
+    return {
+        "array": job.array,
+        "array_counts": [(Job.State(s), counts[s]) for s in Job.State.values if s in counts],
+        "array_tasks": listed,
+        "array_more": total - len(listed),
+        "array_finished": all(s in Job.TERMINAL for s in counts),
+    }
 
 
 def _stream(request: HttpRequest) -> str:
@@ -66,9 +97,13 @@ def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     can_manage = job_services.can_manage(request.user, job)
     after = job.spec.get("after") or []
     visible = Job.objects.for_user(request.user).in_bulk([uuid.UUID(a) for a in after])
+    arrays: dict[str, tuple[str, str]] = {}
+    if missing := [a for a in after if uuid.UUID(a) not in visible]:  # an array's id?
+        seen = JobArray.objects.for_user(request.user).filter(pk__in=missing).values_list("id")
+        arrays = array_states([str(pk) for (pk,) in seen])
     return {
-        # The jobs it runs after, with their state where this viewer may see them.
-        "after": [(a, visible.get(uuid.UUID(a))) for a in after],
+        # The jobs (or arrays) it runs after, with their state where this viewer may see them.
+        "after": [(a, visible.get(uuid.UUID(a)), arrays.get(a)) for a in after],
         "job": job,
         "events": list(job.events.all()),
         "can_manage": can_manage,
@@ -128,7 +163,7 @@ def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | Stre
                 return
             chunk = read_logs(job, offset=chunk.next_offset, limit=DOWNLOAD_CHUNK, stream=stream)
 
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.name).strip("-.")[:60] or "job"
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.display_name).strip("-.")[:60] or "job"
     response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = (
         f'attachment; filename="{slug}-{str(job.pk)[:8]}-{stream}.log"'
@@ -152,7 +187,7 @@ def job_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         except job_services.JobConflict as exc:
             messages.error(request, f"Not cancelled: {exc}")
         else:
-            messages.success(request, f"Cancelling {job.name}.")
+            messages.success(request, f"Cancelling {job.display_name}.")
     return redirect("job", pk=job.pk)
 
 
@@ -179,7 +214,7 @@ def _change(
         except job_services.JobConflict as exc:
             messages.error(request, f"{refused}: {exc}.")
         else:
-            messages.success(request, f"{done} {job.name}.")
+            messages.success(request, f"{done} {job.display_name}.")
     return redirect("job", pk=job.pk)
 
 
@@ -234,7 +269,16 @@ def submit(request: HttpRequest) -> HttpResponse:
 
 
 def _submitted(request: HttpRequest, job: Job) -> HttpResponse:
-    messages.success(request, f"Submitted {job.name}.")
+    """To the job's page; for an array, its first task's."""
+    if job.array_id is None:
+        messages.success(request, f"Submitted {job.name}.")
+    else:
+        size = job.array.size
+        messages.success(
+            request,
+            f"Submitted the array {job.name}: {size} task{'s' if size != 1 else ''}, each a job"
+            f" of its own. This is the first, {job.display_name}.",
+        )
     return redirect("job", pk=job.pk)
 
 
@@ -267,6 +311,7 @@ def submit_preview(request: HttpRequest) -> HttpResponse:
             context["problems"] = forms.form_errors(problems)
         else:
             context["preview"] = job_services.preview_submit(request.user, data)
+            context["array"] = data.get("array") not in (None, "")
     except YamlError as exc:
         context["problems"] = {"yaml": [str(exc)]}
     except ValidationError as exc:

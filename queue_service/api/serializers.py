@@ -4,6 +4,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queue_service.clusters.models import Cluster, Node
@@ -13,6 +14,18 @@ from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
+class ArrayTaskSerializer(serializers.Serializer):
+    """Which task of a job array a job is (null: not in an array)."""
+
+    id = serializers.UUIDField(help_text="the array's id: ?array= lists its tasks")
+    index = serializers.IntegerField(help_text="this task's index (its GPUQ_ARRAY_TASK_ID)")
+    indices = serializers.CharField(help_text="the array's indices as submitted: 0-15%4")
+    size = serializers.IntegerField(help_text="tasks in the array")
+    max_running = serializers.IntegerField(
+        allow_null=True, help_text="at most this many tasks at once (null: no limit)"
+    )
+
+
 class JobSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     user = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -20,12 +33,14 @@ class JobSerializer(serializers.ModelSerializer):
         source="priority_class", slug_field="name", read_only=True
     )
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    array = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
         fields = [
             "id",
             "name",
+            "array",
             "kind",
             "team",
             "user",
@@ -50,6 +65,20 @@ class JobSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(ArrayTaskSerializer(allow_null=True))
+    def get_array(self, job: Job) -> dict[str, Any] | None:
+        if job.array_id is None:
+            return None
+        return ArrayTaskSerializer(
+            {
+                "id": job.array_id,
+                "index": job.array_index,
+                "indices": job.array.indices,
+                "size": job.array.size,
+                "max_running": job.array.max_running,
+            }
+        ).data
 
 
 class PreviewSerializer(serializers.Serializer):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 from typing import Any
 
 from django.db.models import QuerySet
@@ -74,6 +75,7 @@ FILTER_PARAMETERS = {
             *FILTER_PARAMETERS.values(),
             OpenApiParameter("user", str, description="only this user's jobs (me: yours)"),
             OpenApiParameter("name", str, description="only names containing this text"),
+            OpenApiParameter("array", str, description="only this job array's tasks (its id)"),
         ]
     )
 )
@@ -86,7 +88,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     def get_queryset(self) -> QuerySet[Job]:
         qs = Job.objects.for_user(self.request.user).select_related(
-            "team", "user", "priority_class", "cluster"
+            "team", "user", "priority_class", "cluster", "array"
         )
         if self.action != "list":
             return qs
@@ -101,6 +103,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             qs = qs.filter(user__username=who)
         if params.get("name"):
             qs = qs.filter(name__icontains=params["name"])
+        if params.get("array"):
+            try:
+                qs = qs.filter(array_id=uuid.UUID(params["array"]))
+            except ValueError:
+                raise ValidationError({"array": ["must be an array's id (a UUID)"]}) from None
         return qs
 
     @extend_schema(
@@ -217,7 +224,7 @@ class QueueView(APIView):
         qs = (
             Job.objects.for_user(request.user)
             .filter(state=Job.State.PENDING)
-            .select_related("team", "user", "priority_class", "cluster")
+            .select_related("team", "user", "priority_class", "cluster", "array")
             .order_by("queue_position", "submitted_at", "id")
         )
         for param in ("team", "cluster"):

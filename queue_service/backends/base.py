@@ -93,6 +93,16 @@ class DispatchRequest:
     nccl_debug: bool = False
     attempt: int = 1
     placement: tuple[AllocatedNode, ...] = ()
+    array: ArrayTask | None = None
+
+
+@dataclass(frozen=True)
+class ArrayTask:
+    """Which task of a job array (Slurm's --array) a job is."""
+
+    array_id: str
+    index: int
+    count: int  # tasks in the array
 
 
 def job_env(job: DispatchRequest) -> dict[str, str]:
@@ -104,6 +114,10 @@ def job_env(job: DispatchRequest) -> dict[str, str]:
         "GPUQ_TEAM": job.team,
         "GPUQ_ATTEMPT": str(job.attempt),
     }
+    if job.array is not None:  # as Slurm's SLURM_ARRAY_JOB_ID, _TASK_ID, _TASK_COUNT
+        env["GPUQ_ARRAY_ID"] = job.array.array_id
+        env["GPUQ_ARRAY_TASK_ID"] = str(job.array.index)
+        env["GPUQ_ARRAY_TASK_COUNT"] = str(job.array.count)
     if job.checkpoint_dir:
         env["GPUQ_CHECKPOINT_DIR"] = job.checkpoint_dir
     if job.checkpoint_interval_s:

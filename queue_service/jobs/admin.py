@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from .models import Job, JobEvent, PriorityClass
+from .models import Job, JobArray, JobEvent, PriorityClass
 
 
 @admin.register(PriorityClass)
@@ -18,9 +18,16 @@ class JobEventInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["name", "team", "user", "state", "cluster", "submitted_at"]
+    list_display = ["name", "array_index", "team", "user", "state", "cluster", "submitted_at"]
     list_filter = ["state", "kind", "team", "cluster"]
     search_fields = ["name", "id", "external_id"]
     # State changes go through services (cancel); the admin only reads jobs.
     readonly_fields = [f.name for f in Job._meta.fields]
     inlines = [JobEventInline]
+
+
+@admin.register(JobArray)
+class JobArrayAdmin(admin.ModelAdmin):
+    list_display = ["name", "indices", "size", "team", "user", "submitted_at"]
+    search_fields = ["name", "id"]
+    readonly_fields = [f.name for f in JobArray._meta.fields]

@@ -15,6 +15,7 @@ from django.utils import timezone
 from queue_service.backends import BackendError, ClusterConfig, get_backend
 from queue_service.backends.base import (
     AllocatedNode,
+    ArrayTask,
     DispatchRequest,
     JobStatus,
     LogChunk,
@@ -89,6 +90,11 @@ def dispatch_request(job: Job) -> DispatchRequest:
         nccl_debug=bool(spec.get("nccl_debug")),
         attempt=max(job.attempts, 1),
         placement=placement,
+        array=(
+            None
+            if job.array is None or job.array_index is None
+            else ArrayTask(str(job.array_id), job.array_index, job.array.size)
+        ),
     )
 
 
@@ -99,7 +105,9 @@ def dispatch_job(job_id: str) -> None:
     2. backend.submit (idempotent by the job's unique name);
     3. dispatching -> queued with the external id; a transient error goes back to admitted
        for a later retry, a permanent one fails the job with the backend's message."""
-    job = Job.objects.select_related("cluster", "team", "user", "priority_class").get(pk=job_id)
+    job = Job.objects.select_related("cluster", "team", "user", "priority_class", "array").get(
+        pk=job_id
+    )
     if job.state != S.ADMITTED:
         return
     try:

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import models
@@ -24,14 +24,46 @@ class PriorityClass(models.Model):
         return self.name
 
 
+QS = TypeVar("QS", bound=models.QuerySet[Any])
+
+
+def team_scoped(qs: QS, user: Any) -> QS:
+    """Tenant scoping starts here: staff see everything, everyone else their teams' rows."""
+    if not user.is_authenticated:
+        return qs.none()
+    if user.is_staff:
+        return qs
+    return qs.filter(team__memberships__user=user)
+
+
 class JobQuerySet(models.QuerySet["Job"]):
     def for_user(self, user: Any) -> JobQuerySet:
-        """Tenant scoping starts here: staff see everything, everyone else their teams' jobs."""
-        if not user.is_authenticated:
-            return self.none()
-        if user.is_staff:
-            return self
-        return self.filter(team__memberships__user=user)
+        return team_scoped(self, user)
+
+
+class JobArrayQuerySet(models.QuerySet["JobArray"]):
+    def for_user(self, user: Any) -> JobArrayQuerySet:
+        return team_scoped(self, user)
+
+
+class JobArray(models.Model):
+    """A job array (Slurm's --array): one submit made one job per index, its tasks."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="job_arrays")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    name = models.CharField(max_length=128)
+    indices = models.CharField(max_length=1024)  # as given, normalized: "0-15%4"
+    size = models.PositiveIntegerField()
+    max_running = models.PositiveIntegerField(null=True, blank=True)  # Slurm's %N
+    submitted_at = models.DateTimeField(auto_now_add=True)
+
+    objects = JobArrayQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.indices}] ({self.id})"
 
 
 class Job(models.Model):
@@ -117,6 +149,11 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
 
+    array = models.ForeignKey(
+        JobArray, null=True, blank=True, on_delete=models.PROTECT, related_name="tasks"
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True)
+
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
@@ -139,6 +176,7 @@ class Job(models.Model):
             models.Index(fields=["state"]),
             models.Index(fields=["team", "state"]),
             models.Index(fields=["cluster", "state"]),
+            models.Index(fields=["array", "state"]),
         ]
 
     def __str__(self) -> str:
@@ -147,6 +185,11 @@ class Job(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL
+
+    @property
+    def display_name(self) -> str:
+        """The name, with a task's index as Slurm shows it: sweep[7]."""
+        return self.name if self.array_index is None else f"{self.name}[{self.array_index}]"
 
 
 class JobEvent(models.Model):

@@ -18,8 +18,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
-from .models import Job, JobEvent, JobRun, PriorityClass
-from .spec import JobSpecSerializer
+from .models import Job, JobArray, JobEvent, JobRun, PriorityClass
+from .spec import ArraySpec, JobSpecSerializer
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -187,42 +187,46 @@ def submit_job(
         if cluster is None:
             raise ValidationError({"cluster": [f"no enabled cluster named {cluster_name!r}"]})
     check_after(user, spec.get("after", ()))
-    priority = PriorityClass.objects.get(name=spec["priority"])
+    array: ArraySpec | None = spec.pop("array", None)
+    fields: dict[str, Any] = {
+        "team": team,
+        "user": user,
+        "name": spec["name"],
+        "kind": spec["kind"],
+        "priority_class": PriorityClass.objects.get(name=spec["priority"]),
+        "gpus": requested_gpus(spec, spec.get("gpu_model")),
+        "cluster": cluster,
+        "pinned_cluster": cluster is not None,
+    }
+    if spec.get("hold"):
+        fields.update(state=S.SUSPENDED, reason=held_reason(user, at_submit=True))
+    else:
+        fields["reason"] = {"code": "new", "message": "waiting for the next scheduling cycle"}
+    message, details = f"submitted by {user}", {}
+    if copy_of is not None:
+        message += f" as a copy of job {copy_of.pk}"
+        details = {"copy_of": str(copy_of.pk)}
     try:
         with transaction.atomic():
-            job = Job.objects.create(
-                team=team,
-                user=user,
-                name=spec["name"],
-                kind=spec["kind"],
-                spec=spec,
-                priority_class=priority,
-                gpus=requested_gpus(spec, spec.get("gpu_model")),
-                cluster=cluster,
-                pinned_cluster=cluster is not None,
-                idempotency_key=idempotency_key,
-                **(
-                    {"state": S.SUSPENDED, "reason": held_reason(user, at_submit=True)}
-                    if spec.get("hold")
-                    else {
-                        "reason": {
-                            "code": "new",
-                            "message": "waiting for the next scheduling cycle",
-                        }
-                    }
-                ),
+            if array is None:
+                jobs = [Job.objects.create(spec=spec, idempotency_key=idempotency_key, **fields)]
+            else:
+                jobs = _create_tasks(array, spec, fields, idempotency_key)
+            JobEvent.objects.bulk_create(
+                JobEvent(
+                    job=job,
+                    to_state=job.state,
+                    code="submitted",
+                    message=message
+                    if job.array_index is None
+                    else f"{message}: index {job.array_index} of an array of {len(jobs)} tasks",
+                    details=details
+                    if job.array_id is None
+                    else {**details, "array": str(job.array_id), "index": job.array_index},
+                )
+                for job in jobs
             )
-            message, details = f"submitted by {user}", {}
-            if copy_of is not None:
-                message += f" as a copy of job {copy_of.pk}"
-                details = {"copy_of": str(copy_of.pk)}
-            JobEvent.objects.create(
-                job=job,
-                to_state=job.state,
-                code="submitted",
-                message=message,
-                details=details,
-            )
+            job = jobs[0]
     except IntegrityError:
         # The same key raced in from a parallel request: that one won; return it.
         existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
@@ -233,22 +237,53 @@ def submit_job(
     return Submitted(job, created=True)
 
 
+def _create_tasks(
+    array: ArraySpec, spec: dict[str, Any], fields: dict[str, Any], idempotency_key: str | None
+) -> list[Job]:
+    """One job per index, each with its own index as its spec's `array` (a copy of one task
+    is that task again); the first carries the idempotency key, so a repeat returns it."""
+    group = JobArray.objects.create(
+        team=fields["team"],
+        user=fields["user"],
+        name=fields["name"],
+        indices=array.text,
+        size=len(array.indices),
+        max_running=array.max_running,
+    )
+    return Job.objects.bulk_create(
+        Job(
+            spec={**spec, "array": str(index)},
+            array=group,
+            array_index=index,
+            idempotency_key=idempotency_key if n == 0 else None,
+            **fields,
+        )
+        for n, index in enumerate(array.indices)
+    )
+
+
 def check_after(user: Any, after: Any) -> None:
     """Each job a new one is to run after must be one the user can see, and must not have
-    ended otherwise than by succeeding (then it never could)."""
+    ended otherwise than by succeeding (then it never could). An array's id stands for all
+    its tasks (Slurm's afterok on an array job)."""
     if not after:
         return
-    states = {
-        str(pk): state
-        for pk, state in Job.objects.for_user(user).filter(pk__in=after).values_list("id", "state")
-    }
+    jobs = dict(Job.objects.for_user(user).filter(pk__in=after).values_list("id", "state"))
+    found = {str(pk): (state, f"job {pk}") for pk, state in jobs.items()}
+    if missing := [dep for dep in after if dep not in found]:
+        from .snapshot import array_states
+
+        visible = JobArray.objects.for_user(user).filter(pk__in=missing).values_list("id")
+        for array_id, (state, task) in array_states([str(pk) for (pk,) in visible]).items():
+            found[array_id] = (state, f"array {array_id}: its task {task}")
     problems = []
     for dep in after:
-        state = states.get(dep)
-        if state is None:
+        if dep not in found:
             problems.append(f"no job {dep} among those you can see")
-        elif state in Job.TERMINAL and state != S.SUCCEEDED:
-            problems.append(f"job {dep} ended {state}: it can never succeed")
+            continue
+        state, what = found[dep]
+        if state in Job.TERMINAL and state != S.SUCCEEDED:
+            problems.append(f"{what} ended {state}: it can never succeed")
     if problems:
         raise ValidationError({"after": problems})
 

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 S = Job.State
 SEP = "/"  # snapshot node names are "<cluster>/<node>": unique across clusters
 USAGE_WINDOW_HALF_LIVES = 4  # older usage weighs under 1/16: not worth reading
+# Held jobs are left out by a NOT IN of their ids up to this many, and past it as the rows
+# are read: a statement's parameters are capped (32,766 on some SQLite builds).
+EXCLUDE_IN_SQL = 10_000
 
 
 def run_cycle(now: datetime | None = None) -> dict[str, Any]:
@@ -89,7 +92,8 @@ def policy() -> st.Policy:
 
 @dataclasses.dataclass(frozen=True)
 class Held:
-    """Pending jobs the scheduler does not see this cycle, because of their `after` jobs."""
+    """Pending jobs the scheduler does not see this cycle: their `after` jobs have not all
+    succeeded, or their array already runs as many tasks as it may."""
 
     waiting: dict[str, st.Reason] = dataclasses.field(default_factory=dict)
     never: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> why it never can
@@ -99,33 +103,106 @@ class Held:
 
 
 def held_back() -> Held:
-    """Pending jobs with `after` jobs (Slurm's afterok) that have not all succeeded."""
+    """Pending jobs with `after` jobs (Slurm's afterok) that have not all succeeded, and
+    tasks of arrays at their limit of tasks at once (Slurm's --array=...%N)."""
+    waiting: dict[str, st.Reason] = {}
+    never: dict[str, str] = {}
     rows = [
         (str(pk), spec["after"])
         for pk, spec in Job.objects.filter(state=S.PENDING, spec__has_key="after").values_list(
             "id", "spec"
         )
     ]
-    if not rows:
-        return Held()
-    known = _states_and_names({dep for _, after in rows for dep in after})
-    waiting: dict[str, st.Reason] = {}
-    never: dict[str, str] = {}
+    known = _states_and_names({dep for _, after in rows for dep in after}) if rows else {}
     for job_id, after in rows:
         reason, why_never = after_status(after, known)
         if why_never is not None:
             never[job_id] = why_never
         elif reason is not None:
             waiting[job_id] = reason
+    waiting.update(_over_array_limits(skip=waiting.keys() | never.keys()))
     return Held(waiting, never)
 
 
+def _over_array_limits(skip: Collection[str]) -> dict[str, st.Reason]:
+    """The pending tasks past what their array's limit leaves room for, by index: an array
+    of %4 with 3 tasks started lets its lowest pending index through to the scheduler."""
+    pending = (
+        Job.objects.filter(state=S.PENDING, array__max_running__isnull=False)
+        .order_by("array_id", "array_index")
+        .values_list("id", "array_id", "array__max_running", "array__name")
+    )
+    by_array: dict[Any, list[tuple[str, int, str]]] = defaultdict(list)
+    for pk, array_id, limit, name in pending:
+        if str(pk) not in skip:
+            by_array[array_id].append((str(pk), limit, name))
+    if not by_array:
+        return {}
+    started = dict(
+        Job.objects.filter(array_id__in=by_array, state__in=Job.ACTIVE)
+        .values("array_id")
+        .annotate(n=Count("id"))
+        .values_list("array_id", "n")
+    )
+    held: dict[str, st.Reason] = {}
+    for array_id, tasks in by_array.items():
+        limit, name, count = tasks[0][1], tasks[0][2], started.get(array_id, 0)
+        # Those let through are not started yet: they count as ahead of the held ones.
+        reason = st.Reason(
+            "array_limit",
+            f"array {name!r} runs at most {limit} tasks at once: {max(count, limit)} are"
+            " running or ahead of this one",
+            (("array", str(array_id)), ("max_running", limit), ("started", count)),
+        )
+        for job_id, _, _ in tasks[max(limit - count, 0) :]:
+            held[job_id] = reason
+    return held
+
+
 def _states_and_names(ids: Collection[str]) -> dict[str, tuple[str, str]]:
-    """id -> (state, name) of these jobs (the ones `after` names), in one query."""
-    return {
+    """id -> (state, name) of these jobs (the ones `after` names), in one query; an id that
+    is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
+    known = {
         str(pk): (state, name)
         for pk, state, name in Job.objects.filter(pk__in=ids).values_list("id", "state", "name")
     }
+    arrays = [i for i in ids if i not in known]
+    if arrays:
+        known.update(array_states(arrays))
+    return known
+
+
+def array_states(ids: Collection[str]) -> dict[str, tuple[str, str]]:
+    """Array id -> (state, name) as `after` reads it: succeeded once every task has; the end
+    of the first task (by index) that ended otherwise; else how many have succeeded. Named
+    as Slurm shows an array: sweep[0-15%4], or the task at fault: sweep[3]."""
+    rows = (
+        Job.objects.filter(array_id__in=[_uuid(i) for i in ids])
+        .order_by("array_id", "array_index")
+        .values_list("array_id", "array__name", "array__indices", "array_index", "state")
+    )
+    tasks: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    names: dict[str, tuple[str, str]] = {}
+    for array_id, name, indices, index, state in rows:
+        tasks[str(array_id)].append((index, state))
+        names[str(array_id)] = (name, indices)
+    out: dict[str, tuple[str, str]] = {}
+    for array_id, listed in tasks.items():
+        ended_otherwise = [
+            (index, state)
+            for index, state in listed
+            if state in Job.TERMINAL and state != S.SUCCEEDED
+        ]
+        succeeded = sum(1 for _, state in listed if state == S.SUCCEEDED)
+        name, indices = names[array_id]
+        if ended_otherwise:
+            index, state = ended_otherwise[0]
+            out[array_id] = (state, f"{name}[{index}]")
+        elif succeeded == len(listed):
+            out[array_id] = (S.SUCCEEDED, f"{name}[{indices}]")
+        else:
+            out[array_id] = (f"{succeeded} of {len(listed)} tasks succeeded", f"{name}[{indices}]")
+    return out
 
 
 def after_status(
@@ -170,10 +247,11 @@ def build_snapshot(
     )
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
+    here = len(exclude) > EXCLUDE_IN_SQL
     pending = tuple(
         st.PendingJob(request=_request_of(*row), attempts=attempts)
         for *row, attempts in Job.objects.filter(state=S.PENDING)
-        .exclude(pk__in=exclude)
+        .exclude(pk__in=frozenset() if here else exclude)
         .order_by("submitted_at", "id")
         .values_list(
             "id",
@@ -186,6 +264,7 @@ def build_snapshot(
             "cluster__name",
             "attempts",
         )
+        if not here or str(row[0]) not in exclude
     )
     running = tuple(
         st.RunningJob(

@@ -7,6 +7,7 @@ or a string, retries and checkpoint expanded)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -219,6 +220,74 @@ class CheckpointSerializer(serializers.Serializer):
 
 
 MAX_AFTER = 20
+ARRAY = re.compile(r"^(?P<ranges>[0-9][0-9,:-]*)(?:%(?P<limit>[0-9]+))?$")
+ARRAY_RANGE = re.compile(r"^(?P<a>[0-9]+)(?:-(?P<b>[0-9]+)(?::(?P<step>[0-9]+))?)?$")
+MAX_ARRAY_INDEX = 999_999
+ARRAY_HELP = "use 0-15, 1,3,5 or 0-15:2, with %N for at most N at once"
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """A job array (Slurm's --array): one task per index, each a job of its own."""
+
+    text: str  # normalized: "0-15%4"
+    indices: tuple[int, ...]
+    max_running: int | None
+
+
+def parse_array(value: Any, most: int) -> ArraySpec:
+    """Slurm's --array syntax: "0-15", "1,3,5", "0-15:4" (every 4th), "0-99%10" (at most 10
+    tasks at once); a number is one index, as in Slurm. At most `most` tasks."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"expected indices as text ({ARRAY_HELP})")
+    text = str(value).replace(" ", "")
+    m = ARRAY.match(text) if len(text) <= 1024 else None
+    if m is None:
+        raise ValueError(f"{str(value)[:40]!r} is not an array ({ARRAY_HELP})")
+    indices: set[int] = set()
+    for part in m["ranges"].split(","):
+        r = ARRAY_RANGE.match(part)
+        if r is None:
+            raise ValueError(f"{part[:40]!r} is not an index or a range ({ARRAY_HELP})")
+        first = int(r["a"])
+        last = int(r["b"]) if r["b"] is not None else first
+        step = int(r["step"]) if r["step"] is not None else 1
+        if last > MAX_ARRAY_INDEX:
+            raise ValueError(f"indices go up to {MAX_ARRAY_INDEX}")
+        if last < first:
+            raise ValueError(f"the range {part!r} ends before it starts")
+        if step == 0:
+            raise ValueError(f"the range {part!r} has a step of 0")
+        span = range(first, last + 1, step)
+        # Counted before expanding: "0-999999" must not build a million-element set.
+        if len(span) > most or len(indices.union(span)) > most:
+            raise ValueError(f"at most {most} tasks in an array on this site")
+        indices.update(span)
+    limit = int(m["limit"]) if m["limit"] is not None else None
+    if limit == 0:
+        raise ValueError("%0 would never run a task: give at least %1")
+    return ArraySpec(text, tuple(sorted(indices)), limit)
+
+
+@extend_schema_field(
+    {
+        "oneOf": [{"type": "string", "example": "0-15%4"}, {"type": "integer", "minimum": 0}],
+        "description": "a job array: one task per index (Slurm's --array syntax: 0-15, 1,3,5,"
+        " 0-15:2; %N runs at most N at once); each task sees GPUQ_ARRAY_TASK_ID",
+    }
+)
+class ArrayField(serializers.Field):
+    default_error_messages = {"invalid": "{message}"}
+
+    def to_internal_value(self, data: Any) -> ArraySpec:
+        try:
+            return parse_array(data, int(settings.GPUQ_MAX_ARRAY_TASKS))
+        except ValueError as exc:
+            self.fail("invalid", message=str(exc))
+            raise
+
+    def to_representation(self, value: Any) -> Any:
+        return value.text if isinstance(value, ArraySpec) else value
 
 
 class JobSpecSerializer(serializers.Serializer):
@@ -273,8 +342,11 @@ class JobSpecSerializer(serializers.Serializer):
         child=serializers.UUIDField(format="hex_verbose"),
         required=False,
         max_length=MAX_AFTER,
-        help_text="ids of jobs that must succeed before this one may start (Slurm's afterok)",
+        help_text="ids of jobs that must succeed before this one may start (Slurm's afterok);"
+        " a job array's id stands for all its tasks",
     )
+    # Slurm's --array: stored on each task as its own index (submit_job splits it).
+    array = ArrayField(required=False)
 
     def validate_name(self, value: str) -> str:
         if CONTROL.search(value) or "\n" in value or not value.strip():

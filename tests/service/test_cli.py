@@ -423,6 +423,108 @@ def test_what_cancel_suspend_and_resume_select_by_default_matches_the_service() 
     assert ACTS_ON["resume"] == Job.State.SUSPENDED
 
 
+def array_tasks(first_id: str) -> list[Job]:
+    """The tasks of the array whose first task this is, by index."""
+    first = Job.objects.get(pk=first_id)
+    return list(Job.objects.filter(array=first.array_id).order_by("array_index"))
+
+
+def test_an_array_submitted_is_said_so_and_its_tasks_are_shown_with_their_index(
+    gpuq: Gpuq, job_file: Any, local_cluster: Any
+) -> None:
+    submit = gpuq("alice", "submit", job_file('name: sweep\narray: "0-3%2"\ncommand: [x]\n'))
+    other = submitted_id(gpuq("alice", "submit", job_file("name: other\ncommand: [x]\n")))
+    tasks = array_tasks(submitted_id(submit))
+    array = str(tasks[0].array_id)
+    run_cycle()  # two tasks admitted; the limit holds back the other two
+
+    listed = gpuq("bob", "ls", "--array", array)
+    queue = gpuq("bob", "queue")
+    shown = fields(gpuq("bob", "show", str(tasks[2].pk)))
+
+    assert submit.out.splitlines() == [
+        f"{tasks[0].pk}  sweep[0]  pending",
+        f"the first of an array of 4 tasks (0-3%2): gpuq ls --array {array}",
+    ]
+    assert sorted(row.split()[:2] for row in listed.out.splitlines()[1:]) == sorted(
+        [str(task.pk), f"sweep[{task.array_index}]"] for task in tasks
+    )
+    assert other not in listed.out
+    held = "array 'sweep' runs at most 2 tasks at once: 2 are running or ahead of this one"
+    rows = queue.out.splitlines()[1:]
+    assert [row.split()[:3] for row in rows] == [
+        ["-", str(tasks[2].pk), "sweep[2]"],
+        ["-", str(tasks[3].pk), "sweep[3]"],
+    ]
+    assert all(row.endswith(held) for row in rows)
+    assert (shown["name"], shown["array"], shown["why"]) == (
+        "sweep[2]",
+        f"{array} (index 2 of 4, indices 0-3%2)",
+        held,
+    )
+    bad = gpuq("alice", "ls", "--array", "sweep")
+    assert (bad.code, bad.out) == (2, "")
+    assert "argument --array: not an array id: 'sweep'" in bad.err
+
+
+def test_cancel_suspend_and_resume_select_an_arrays_tasks_as_scancel_does(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    sweep = array_tasks(
+        submitted_id(gpuq("alice", "submit", job_file("name: sweep\narray: 0-2\ncommand: [x]\n")))
+    )
+    other = array_tasks(
+        submitted_id(gpuq("alice", "submit", job_file("name: other\narray: 0-1\ncommand: [x]\n")))
+    )
+    array = str(sweep[0].array_id)
+
+    def lines(state: str) -> list[str]:
+        return sorted(f"{task.pk}  {state}" for task in sweep)
+
+    held = gpuq("alice", "suspend", "--array", array)
+    resumed = gpuq("alice", "resume", "--array", array)
+    cancelled = gpuq("alice", "cancel", "--array", array)
+
+    assert (held.code, sorted(held.out.splitlines())) == (0, lines("suspended"))
+    assert (resumed.code, sorted(resumed.out.splitlines())) == (0, lines("pending"))
+    assert (cancelled.code, sorted(cancelled.out.splitlines())) == (0, lines("cancelled"))
+    bad = gpuq("alice", "cancel", "--array", "sweep")
+    assert bad.code == 2 and "argument --array: not an array id: 'sweep'" in bad.err
+    both = gpuq("alice", "cancel", str(other[0].pk), "--array", array)
+    assert both.code == 2 and "not both" in both.err
+    assert {task.state for task in array_tasks(str(other[0].pk))} == {Job.State.PENDING}
+
+
+def test_submit_follow_of_an_array_follows_the_first_task_and_exits_as_the_worst_one(
+    gpuq: Gpuq, job_file: Any, job_loop: Any
+) -> None:
+    # As `sbatch --wait` for an array: every task waited for, the highest exit status.
+    path = job_file(
+        "name: sweep\narray: 0-2\n"
+        'command: "echo task $GPUQ_ARRAY_TASK_ID; exit $GPUQ_ARRAY_TASK_ID"\n'
+    )
+    result = gpuq("alice", "submit", "-f", path)
+
+    tasks = array_tasks(result.out.split()[0])
+    assert result.code == 2
+    assert result.out.splitlines()[1:] == [
+        f"the first of an array of 3 tasks (0-2): gpuq ls --array {tasks[0].array_id}",
+        "task 0",
+    ]
+    assert result.err == (
+        "gpuq: following the output of sweep[0] only; then waiting for all 3 tasks to end\n"
+        f"gpuq: job {tasks[1].pk} (sweep[1]) ended failed: exit code 1\n"
+        f"gpuq: job {tasks[2].pk} (sweep[2]) ended failed: exit code 2\n"
+    )
+    assert [task.state for task in tasks] == [Job.State.SUCCEEDED, *[Job.State.FAILED] * 2]
+    ok = gpuq("alice", "submit", "-f", job_file("name: ok\narray: 0-1\ncommand: [/bin/true]\n"))
+    assert (ok.code, ok.err) == (
+        0,
+        "gpuq: following the output of ok[0] only; then waiting for all 2 tasks to end\n",
+    )
+    assert {task.state for task in array_tasks(ok.out.split()[0])} == {Job.State.SUCCEEDED}
+
+
 def test_show_names_the_jobs_a_job_runs_after(gpuq: Gpuq, job_file: Any) -> None:
     prep = submitted_id(gpuq("alice", "submit", job_file("name: prep\ncommand: [/bin/true]\n")))
     theirs = submitted_id(gpuq("charlie", "submit", job_file("name: theirs\ncommand: [x]\n")))
@@ -435,6 +537,17 @@ def test_show_names_the_jobs_a_job_runs_after(gpuq: Gpuq, job_file: Any) -> None
     shown = fields(gpuq("bob", "show", train))
 
     assert shown["after"] == f"prep (pending, {prep}), {theirs}"
+
+
+def test_show_names_an_array_a_job_runs_after(gpuq: Gpuq, job_file: Any) -> None:
+    first = gpuq("alice", "submit", job_file("name: sweep\narray: 0-2%1\ncommand: [x]\n"))
+    array = Job.objects.get(pk=submitted_id(first)).array_id
+    merge = submitted_id(
+        gpuq("alice", "submit", job_file(f"name: merge\ncommand: [x]\nafter: [{array}]\n"))
+    )
+
+    assert fields(gpuq("bob", "show", merge))["after"] == f"array sweep[0-2%1] (3 tasks, {array})"
+    assert gpuq("charlie", "show", merge).code == 1  # an outsider does not see the job
 
 
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:

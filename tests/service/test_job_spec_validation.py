@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from queue_service.jobs.models import Job
-from queue_service.jobs.spec import parse_duration, parse_memory_mb
+from queue_service.jobs.spec import ArraySpec, parse_array, parse_duration, parse_memory_mb
 from tests.conftest import spec
 
 INVALID: list[tuple[str, dict[str, Any], str]] = [
@@ -65,6 +65,17 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("gpu model with spaces", {"gpu_model": "A100 80GB"}, "gpu_model"),
     ("image with spaces", {"image": "nvcr.io/x y"}, "image"),
     ("nccl_debug on one GPU", {"nccl_debug": True}, "nccl_debug"),
+    ("array of words", {"array": "a-b"}, "array"),
+    ("array range that ends before it starts", {"array": "5-1"}, "array"),
+    ("array step of 0", {"array": "0-10:0"}, "array"),
+    ("array limit of 0", {"array": "0-3%0"}, "array"),
+    ("array over the site's task limit", {"array": "0-1000"}, "array"),
+    ("array index past the maximum", {"array": "1000000"}, "array"),
+    ("array as a list", {"array": [1, 2]}, "array"),
+    ("array as true", {"array": True}, "array"),
+    ("array of 400 digits", {"array": "9" * 400}, "array"),
+    ("array of a billion tasks", {"array": "0-999999999"}, "array"),
+    ("array with a shell", {"array": "0-3; rm -rf /"}, "array"),
 ]
 
 
@@ -165,6 +176,43 @@ def test_durations_parse_like_slurm_and_humans(text: Any, seconds: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("given", "indices", "max_running"),
+    [
+        ("0-3", (0, 1, 2, 3), None),
+        ("1,3,5", (1, 3, 5), None),
+        ("0-15:4", (0, 4, 8, 12), None),
+        ("1-8:3", (1, 4, 7), None),
+        ("0-99%10", tuple(range(100)), 10),
+        (7, (7,), None),
+        ("7", (7,), None),
+        (" 0 - 2 % 1 ", (0, 1, 2), 1),
+        ("3,1,1-2", (1, 2, 3), None),  # each index once, in order
+        ("0-999", tuple(range(1000)), None),
+    ],
+)
+def test_array_indices_parse_like_slurms_array_option(
+    given: Any, indices: tuple[int, ...], max_running: int | None
+) -> None:
+    parsed = parse_array(given, 1000)
+    assert (parsed.indices, parsed.max_running) == (indices, max_running)
+    assert parse_array(parsed.text, 1000) == parsed  # what is stored reads back the same
+
+
+def test_an_array_past_the_sites_task_limit_is_refused_before_it_is_expanded() -> None:
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="at most 10 tasks"):
+            parse_array("0-999999", 10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000  # a million indices in a set would take tens of MB
+    assert parse_array("0-9", 10) == ArraySpec("0-9", tuple(range(10)), None)
+
+
+@pytest.mark.parametrize(
     ("text", "mb"), [(4096, 4096), ("64G", 65536), ("64GiB", 65536), ("512M", 512), ("1T", 1048576)]
 )
 def test_memory_sizes_parse_to_megabytes(text: Any, mb: int) -> None:
@@ -194,6 +242,8 @@ def _valid_specs() -> Any:
         "time_limit": st.one_of(st.none(), durations),
         "priority": st.sampled_from(["low", "normal", "high"]),
         "hold": st.booleans(),
+        # A task stores its own index: its copy is that task again.
+        "array": st.integers(0, 999).map(str),
         "retries": st.fixed_dictionaries(
             {"max": st.integers(0, 20)},
             optional={
@@ -237,6 +287,10 @@ def test_a_stored_spec_is_accepted_again_and_stored_unchanged(db: Any) -> None:
 
     from queue_service.jobs.spec import JobSpecSerializer
 
+    def as_stored(value: Any) -> Any:
+        assert isinstance(value, ArraySpec) and len(value.indices) == 1
+        return str(value.indices[0])  # as submit_job stores a task's index
+
     @settings(
         max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
     )
@@ -245,9 +299,9 @@ def test_a_stored_spec_is_accepted_again_and_stored_unchanged(db: Any) -> None:
         first = JobSpecSerializer(data=data)
         # Refused specs store nothing (e.g. NCCL debugging on one GPU): not this test's.
         assume(first.is_valid())
-        stored = json.loads(json.dumps(dict(first.validated_data)))
+        stored = json.loads(json.dumps(dict(first.validated_data), default=as_stored))
         again = JobSpecSerializer(data=stored)
         assert again.is_valid(), (stored, again.errors)
-        assert json.loads(json.dumps(dict(again.validated_data))) == stored
+        assert json.loads(json.dumps(dict(again.validated_data), default=as_stored)) == stored
 
     check()

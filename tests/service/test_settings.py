@@ -14,6 +14,7 @@ from queue_service.settings import (
     database_from_url,
     env,
     env_bool,
+    env_count,
     env_count_or_unlimited,
     env_float,
     env_float_or_off,
@@ -92,6 +93,19 @@ def test_a_bad_count_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: st
     monkeypatch.setenv("GPUQ_C", raw)
     with pytest.raises(ImproperlyConfigured, match=r"GPUQ_C.*'unlimited'"):
         env_count_or_unlimited("GPUQ_C", 2)
+
+
+@pytest.mark.parametrize("raw", ["0", "11", "-1", "ten", "2.0", ""])
+def test_a_bounded_count_out_of_its_range_names_the_variable_and_the_range(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    monkeypatch.setenv("GPUQ_C", raw)
+    assert env_count("GPUQ_X", 4, maximum=10) == 4
+    message = f"GPUQ_C='{raw}' must be a whole number from 1 to 10"
+    with pytest.raises(ImproperlyConfigured, match=message):
+        env_count("GPUQ_C", 4, maximum=10)
+    monkeypatch.setenv("GPUQ_C", " 10 ")
+    assert env_count("GPUQ_C", 4, maximum=10) == 10
 
 
 @pytest.mark.parametrize(("raw", "value"), [("1", 1.0), ("0.5", 0.5), ("0", 0.0), ("OFF", None)])

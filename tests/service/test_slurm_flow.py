@@ -131,3 +131,34 @@ def test_a_suspended_job_is_stopped_on_slurm_and_runs_again_when_resumed(
     assert job.external_id != first and job.attempts == 2
     cancel_job(people["alice"], job)
     wait([job], lambda j: j.is_terminal, timeout=120)
+
+
+def test_an_array_runs_on_slurm_one_sbatch_per_task_each_with_its_index(
+    slurm: Cluster, people: Any
+) -> None:
+    from queue_service.jobs.dispatch import read_logs
+
+    first = submit_job(
+        people["alice"],
+        {
+            "name": "sweep",
+            "command": 'echo "lr index $GPUQ_ARRAY_TASK_ID of $GPUQ_ARRAY_TASK_COUNT"',
+            "gpus_per_node": 1,
+            "cluster": "lab",
+            "array": "2-6:2%2",
+        },
+    ).job
+    tasks = list(Job.objects.filter(array=first.array_id).order_by("array_index"))
+
+    wait(tasks, lambda j: j.is_terminal, timeout=120)
+
+    assert [(t.array_index, t.state) for t in tasks] == [
+        (2, S.SUCCEEDED),
+        (4, S.SUCCEEDED),
+        (6, S.SUCCEEDED),
+    ]
+    assert len({t.external_id for t in tasks}) == 3  # a Slurm job each
+    outputs = [read_logs(t, offset=0, limit=4096, stream="stdout").data.decode() for t in tasks]
+    assert outputs == ["lr index 2 of 3\n", "lr index 4 of 3\n", "lr index 6 of 3\n"]
+    # %2: the last task was let through only once one of the first two had ended.
+    assert tasks[2].admitted_at >= min(t.finished_at for t in tasks[:2])

@@ -73,6 +73,10 @@ JOBS: list[tuple[str, dict[str, Any]]] = [
                "time_limit": "1h"}),
     ("bob", {"name": "smoke-test", "command": "echo checking GPUs; exit 3",
              "gpus_per_node": 1, "time_limit": "5m"}),
+    # A job array on MIG slices (the training GPUs are taken): three shards at a time.
+    ("alice", {"name": "eval-shards", "kind": "agent", "mig_profile": "1g.10gb",
+               "array": "0-11%3", "command": 'echo "shard $GPUQ_ARRAY_TASK_ID"; sleep 20',
+               "time_limit": "1h"}),
 ]  # fmt: skip
 
 
@@ -228,8 +232,8 @@ def submit_all(base: str, creds: dict[str, Any]) -> None:
     def settled() -> bool:
         from queue_service.jobs.models import Job
 
-        states = list(Job.objects.filter(name__in=[s["name"] for _, s in JOBS]).values_list(
-            "state", flat=True))  # fmt: skip
+        states = list(Job.objects.filter(name__in=[s["name"] for _, s in JOBS],
+            array__isnull=True).values_list("state", flat=True))  # fmt: skip
         return states.count("running") >= 4 and "queued" not in states
 
     wait_until(settled, "the demo jobs to start")
@@ -242,10 +246,12 @@ def shoot(base: str, creds: dict[str, Any], out: Path) -> None:
     from queue_service.jobs.models import Job
 
     job = Job.objects.get(name="resnet50-imagenet")
+    task = Job.objects.get(name="eval-shards", array_index=0)
     pages = [
         ("dashboard", "/", DESKTOP, "light", None),
         ("queue", "/queue/", DESKTOP, "light", None),
         ("job", f"/jobs/{job.pk}/", DESKTOP, "light", None),
+        ("job-array", f"/jobs/{task.pk}/", DESKTOP, "light", None),
         ("clusters", "/clusters/", DESKTOP, "light", None),
         ("team-admin", "/teams/vision/", DESKTOP, "light", None),
         ("submit", "/submit/", DESKTOP, "light", fill_submit_form),

@@ -51,6 +51,7 @@ def spec_of(drop: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
         ),
         (form(checkpoint_interval="5m"), spec_of(checkpoint={"dir": "", "interval": "5m"})),
         (form(command="  set -e\r\n  make  \r\n"), spec_of(command="  set -e\n  make  ")),
+        (form(array=" 0-15%4 "), spec_of(array="0-15%4")),
     ],
     ids=[
         "plain",
@@ -61,6 +62,7 @@ def spec_of(drop: tuple[str, ...] = (), **values: Any) -> dict[str, Any]:
         "retries-and-checkpoint",
         "interval-without-dir",
         "script-kept-as-typed",
+        "array",
     ],
 )
 def test_the_form_becomes_the_spec_the_api_takes(posted: dict[str, str], expected: Any) -> None:
@@ -149,7 +151,7 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
         "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False, "team": "vision",
         "after": ["6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11", "0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22"],
-        "hold": True,
+        "hold": True, "array": "7",
     }  # fmt: skip
     values = spec_to_form(stored)
     assert values == {
@@ -159,11 +161,12 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "cluster": "", "retries_max": "2", "checkpoint_dir": "/ck", "checkpoint_interval": "30m",
         "env": "A=1\nB=x y",
         "after": "6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11, 0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22",
-        "hold": "on",
+        "hold": "on", "array": "7",
     }  # fmt: skip
     assert form_to_spec(values).data["env"] == {"A": "1", "B": "x y"}
     assert form_to_spec(values).data["after"] == stored["after"]
     assert form_to_spec(values).data["hold"] is True
+    assert form_to_spec(values).data["array"] == "7"  # a task's copy: that one task again
     assert "hold" not in form_to_spec({**values, "hold": ""}).data
 
 

@@ -317,3 +317,37 @@ def test_resubmitting_as_a_copy_prefills_the_form(
         {"SEED": "7"},
     )
     assert copy.spec["command"] == "python train.py --note 'it'\"'\"'s $(here)'"
+
+
+def test_an_array_from_the_form_opens_its_first_task_with_the_arrays_tasks_running_live(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    page = sign_in("alice")
+    page.goto("/submit/")
+    page.fill("#f-name", "sweep")
+    page.fill("#f-command", 'echo "task $GPUQ_ARRAY_TASK_ID"; sleep 1')
+    page.get_by_label("Array").fill("0-3%2")
+    expect(page.locator("#preview-array")).to_contain_text("for its first task")
+    page.get_by_role("button", name="Submit job").click()
+
+    first = job_page(page)
+    assert (first.array_index, first.array.size, first.array.max_running) == (0, 4, 2)
+    expect(page.locator(".messages")).to_contain_text("Submitted the array sweep: 4 tasks")
+    expect(page.get_by_role("heading", level=1)).to_have_text("sweep[0]")
+    expect(page.locator("#array-of")).to_have_text(
+        "Task 0 of array sweep: one of 4 tasks (indices 0-3%2, at most 2 at once)"
+    )
+    summary = page.get_by_role("region", name="Array sweep")
+    expect(summary.get_by_role("list", name="Tasks by index").get_by_role("link")).to_have_text(
+        ["task 0", "task 1", "task 2", "task 3"]
+    )
+    # The summary follows the other tasks without a reload, and stops once all have ended.
+    expect(summary.get_by_role("list", name="Tasks by state")).to_have_text(
+        "Succeeded 4", timeout=30_000
+    )
+    expect(page.locator("#job-array")).to_have_attribute("data-finished", "true")
+    expect(page.locator("#log-text")).to_have_text("task 0\n")
+    summary.get_by_role("link", name="task 2").click()
+    expect(page.get_by_role("heading", level=1)).to_have_text("sweep[2]")
+    expect(page.locator("#log-text")).to_have_text("task 2\n")
+    expect(page.get_by_role("link", name="task 2")).to_have_attribute("aria-current", "page")

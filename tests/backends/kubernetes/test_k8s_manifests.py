@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from k8s_rules import crd_schema, semantic_causes, volcano_webhook_denial
 from k8s_sim import container_argv, expand
 
+from queue_service.backends.base import ArrayTask
 from queue_service.backends.kubernetes.config import parse_settings
 from queue_service.backends.kubernetes.manifests import (
     ManifestError,
@@ -188,6 +189,21 @@ def test_gpus_requests_equal_limits_and_time_limit_checkpoint_priority_are_carri
     assert pod["terminationGracePeriodSeconds"] == 90
     assert pod["priorityClassName"] == "gpuq-high"
     assert obj["spec"]["backoffLimit"] == 0
+
+
+@pytest.mark.parametrize("workload", ["volcano", "indexed"])
+def test_every_pod_of_an_array_task_knows_its_index(workload: str) -> None:
+    array = ArrayTask("0e4c7b5e-2f51-4c8e-9a5e-3c1f0d6b7a21", 7, 16)
+    plan = build(request(nodes=2, array=array), cfg(workload=workload))
+    envs = [container_argv(pod)[1] for pod in pods_for(plan)]
+    assert envs
+    for env in envs:
+        assert (env["GPUQ_ARRAY_ID"], env["GPUQ_ARRAY_TASK_ID"], env["GPUQ_ARRAY_TASK_COUNT"]) == (
+            array.array_id,
+            "7",
+            "16",
+        )
+    assert "GPUQ_ARRAY_TASK_ID" not in container_argv(pods_for(build(request(), cfg()))[0])[1]
 
 
 def test_names_are_dns_labels_derived_from_the_job_and_attempt() -> None:

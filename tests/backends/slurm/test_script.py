@@ -177,6 +177,15 @@ def run_script(text: str, env: dict[str, str] | None = None) -> str:
     return result.stdout.decode()
 
 
+def test_an_array_task_sees_its_index_and_the_arrays_size() -> None:
+    from queue_service.backends.base import ArrayTask
+
+    show = ("bash", "-c", 'echo "$GPUQ_ARRAY_ID $GPUQ_ARRAY_TASK_ID/$GPUQ_ARRAY_TASK_COUNT"')
+    task = render(gpus_per_node=1, command=show, array=ArrayTask("a1", 3, 10))
+    assert run_script(task) == "a1 3/10\n"
+    assert run_script(render(gpus_per_node=1, command=show)) == " /\n"
+
+
 def test_nccl_defaults_yield_to_the_site_and_to_the_user() -> None:
     show = ("bash", "-c", 'echo "$NCCL_DEBUG $TORCH_NCCL_ASYNC_ERROR_HANDLING"')
     base = {"PATH": "/usr/bin:/bin"}
