@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, NoReturn
 
@@ -220,6 +220,18 @@ def job_name(job: Mapping[str, Any]) -> str:
 def why(job: Mapping[str, Any]) -> str:
     reason = job.get("reason") or {}
     return clean(str(reason.get("message", "")))
+
+
+def index_ranges(indices: Iterable[int]) -> str:
+    """Array indices as Slurm writes them, each run of consecutive ones as a range:
+    [3, 5, 7, 8, 9] -> 3,5,7-9."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -438,25 +450,53 @@ def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
     total = api.last_headers.get("X-Total-Count", "")
     if args.json:
         return _dump(jobs, out)
+    cut = total.isdigit() and int(total) > len(jobs)
     rows = [["POS", "ID", "NAME", "TEAM", "PRIORITY", "GPUS", "WAITED", "EST. START", "REASON"]]
-    for job in jobs:
+    for tasks in queue_lines(jobs):
+        job, name, reason = tasks[0], job_name(tasks[0]), why(tasks[0])
+        if len(tasks) > 1:
+            # An array's tasks held by its limit, as squeue shows them: sweep[3-11], with
+            # the first of them (the next to go) for the other columns. The list's end may
+            # have cut the last such line short.
+            job = min(tasks, key=lambda task: task["array"]["index"])
+            name = f"{clean(job['name'])}[{index_ranges(t['array']['index'] for t in tasks)}]"
+            many = f"at least {len(tasks)}" if cut and tasks[-1] is jobs[-1] else str(len(tasks))
+            reason = f"{many} tasks: {why(job)}"
         rows.append(
             [
                 str(job["queue_position"] or "-"),
                 job["id"],
-                job_name(job),
+                name,
                 job["team"],
                 job["priority"],
                 gpus(job),
                 age(job["submitted_at"], now),
                 when(job["estimated_start"]),
-                why(job),
+                reason,
             ]
         )
     table(rows, out)
-    if total.isdigit() and int(total) > len(jobs):
+    if cut:
         print(f"(the first {len(jobs)} of {total} shown)", file=out)
     return 0
+
+
+def queue_lines(jobs: Sequence[Mapping[str, Any]]) -> list[list[Mapping[str, Any]]]:
+    """The queue's jobs as `gpuq queue` prints them: one line each, except the tasks held
+    back by their array's limit (the %N of 0-99%10), one line per array where its first
+    held task is."""
+    lines: list[list[Mapping[str, Any]]] = []
+    held: dict[str, list[Mapping[str, Any]]] = {}
+    for job in jobs:
+        reason = job.get("reason") or {}
+        if not job.get("array") or reason.get("code") != "array_limit":
+            lines.append([job])
+        elif job["array"]["id"] in held:
+            held[job["array"]["id"]].append(job)
+        else:
+            held[job["array"]["id"]] = [job]
+            lines.append(held[job["array"]["id"]])
+    return lines
 
 
 def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
@@ -703,7 +743,12 @@ def parser() -> argparse.ArgumentParser:
     shown.add_argument("--limit", type=count, default=50, help="the N newest (default 50)")
     shown.add_argument("--all", action="store_true", help="every job that matches")
 
-    p = command("queue", cmd_queue, "pending jobs in scheduling order, and why each waits")
+    p = command(
+        "queue",
+        cmd_queue,
+        "pending jobs in scheduling order, and why each waits"
+        " (an array's tasks held back by its limit: one line, as sweep[3-11])",
+    )
     p.add_argument("--team")
     p.add_argument("--cluster")
 

@@ -1,8 +1,11 @@
-"""Small presentation filters: a job's shape, times relative to now, team colours, bars."""
+"""Small presentation filters: a job's shape, times relative to now, team colours, bars,
+array indices."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
+from itertools import groupby
 from typing import Any
 
 from django import template
@@ -13,6 +16,7 @@ from frontend import charts
 
 register = template.Library()
 TIMES = "\N{MULTIPLICATION SIGN}"
+INDEX_CHARS = 64  # squeue's default SLURM_BITSTR_LEN
 
 
 @register.filter
@@ -81,3 +85,28 @@ def quota_bar(row: Any) -> SafeString:
 @register.filter
 def get(mapping: Any, key: Any) -> Any:
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def index_ranges(indices: Iterable[int], max_chars: int = INDEX_CHARS) -> str:
+    """Array indices as Slurm writes them: runs of consecutive ones as first-last, in order
+    ([3, 5, 7, 8, 9] is "3,5,7-9"). Past `max_chars` (0: no limit), the ranges that fit and
+    ",…", as squeue cuts at SLURM_BITSTR_LEN: a stepped 10,000-task array is not 50 KB."""
+    if isinstance(indices, range) and indices.step == 1 and len(indices) > 1:
+        return f"{indices[0]}-{indices[-1]}"  # one run, however long, without sorting it
+    parts = []
+    # Within a run of consecutive indices, index minus rank is the same.
+    for _, run in groupby(enumerate(sorted(set(indices))), key=lambda pair: pair[1] - pair[0]):
+        first, *rest = (index for _, index in run)
+        parts.append(f"{first}-{rest[-1]}" if rest else str(first))
+    text = ",".join(parts)
+    if not max_chars or len(text) <= max_chars:
+        return text
+    shown: list[str] = []
+    size = 1  # n parts and ",…" take their lengths, n - 1 commas and 2
+    for part in parts:
+        size += len(part) + 1
+        if shown and size > max_chars:
+            break
+        shown.append(part)
+    return text if len(shown) == len(parts) else ",".join(shown) + ",…"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import operator
+from collections.abc import Iterable
+from functools import reduce
 from pathlib import Path
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
@@ -34,11 +38,72 @@ QUEUE_STATES: dict[str, tuple[str, list[str] | None]] = {
 }
 QUEUE_LIMIT = 100  # rows per poll: rendering them is most of the fragment's cost
 DASHBOARD_LIMIT = 50
+# Tasks the cycle holds back because their array runs as many as its %N allows: one row per
+# array (as squeue shows 1234_[3-11%3]). A reason without a code is NULL to the key lookup,
+# so "not held" is not exclude(HELD): NOT NULL would drop those jobs as well.
+HELD = Q(state=S.PENDING, reason__code="array_limit")
+NOT_HELD = ~Q(state=S.PENDING) | Q(reason__code__isnull=True) | ~Q(reason__code="array_limit")
 
 
 def _jobs(request: HttpRequest) -> QuerySet[Job]:
     return Job.objects.for_user(request.user).select_related(
         "team", "user", "priority_class", "cluster"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldTasks:
+    """One row for an array's held tasks: the first of them gives its columns and its link."""
+
+    first: Job
+    indices: Iterable[int]
+    count: int
+
+
+def _held_tasks(jobs: QuerySet[Job], limit: int) -> tuple[list[HeldTasks], int, int]:
+    """A row for each of the first `limit` arrays with held tasks (oldest first), how many
+    tasks are held and in how many arrays. Three queries at most, however many tasks: per
+    array the count and the lowest and highest index; the indices themselves (as values, not
+    Job objects) only of arrays with gaps among them, as a limit holds back the tail of an
+    array; the first held task of each array shown."""
+    held = jobs.filter(HELD)
+    arrays = list(
+        held.values("array_id")
+        .annotate(
+            n=Count("id"),
+            low=Min("array_index"),
+            high=Max("array_index"),
+            at=Min("submitted_at"),
+        )
+        .order_by("at", "array_id")
+    )
+    shown = arrays[:limit]
+    if not shown:
+        return [], 0, 0
+    indices: dict[Any, Iterable[int]] = {
+        a["array_id"]: range(a["low"], a["high"] + 1) for a in shown
+    }
+    gapped: dict[Any, list[int]] = {
+        a["array_id"]: [] for a in shown if a["n"] != a["high"] - a["low"] + 1
+    }
+    if gapped:
+        rows = held.filter(array_id__in=list(gapped)).values_list("array_id", "array_index")
+        for array_id, index in rows.order_by("array_index"):
+            gapped[array_id].append(index)
+        indices.update(gapped)
+    firsts = held.filter(
+        reduce(operator.or_, (Q(array_id=a["array_id"], array_index=a["low"]) for a in shown))
+    )
+    by_array = {job.array_id: job for job in firsts}
+    # A task let through since the first query is left out: the next poll shows the rest.
+    return (
+        [
+            HeldTasks(by_array[a["array_id"]], indices[a["array_id"]], a["n"])
+            for a in shown
+            if a["array_id"] in by_array
+        ],
+        sum(a["n"] for a in arrays),
+        len(arrays),
     )
 
 
@@ -70,16 +135,21 @@ def _dashboard_context(request: HttpRequest) -> dict[str, Any]:
 
 def _dashboard_jobs(request: HttpRequest) -> dict[str, Any]:
     jobs = _jobs(request)
+    # Suspended jobs wait too (for their owner): after the queue ("pending" < "suspended"),
+    # and after the arrays' held tasks.
+    waiting = list(
+        jobs.filter(NOT_HELD, state__in=[S.PENDING, S.SUSPENDED]).order_by(
+            "state", F("queue_position").asc(nulls_last=True), "submitted_at"
+        )[:DASHBOARD_LIMIT]
+    )
+    held, held_total, _ = _held_tasks(jobs, DASHBOARD_LIMIT)
+    queued = sum(1 for job in waiting if job.state == S.PENDING)
     return {
         "running": list(
             jobs.filter(state__in=RUNNING_STATES).order_by("-admitted_at")[:DASHBOARD_LIMIT]
         ),
-        # Suspended jobs wait too (for their owner): after the queue ("pending" < "suspended").
-        "pending": list(
-            jobs.filter(state__in=[S.PENDING, S.SUSPENDED]).order_by(
-                "state", F("queue_position").asc(nulls_last=True), "submitted_at"
-            )[:DASHBOARD_LIMIT]
-        ),
+        "pending": [*waiting[:queued], *held, *waiting[queued:]],
+        "pending_count": len(waiting) + held_total,
         "recent": list(jobs.filter(state__in=Job.TERMINAL).order_by("-finished_at")[:8]),
     }
 
@@ -114,13 +184,24 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         qs = qs.filter(team__slug=team)
     if cluster:
         qs = qs.filter(cluster__name=cluster)
+    total = qs.count()
+    held: list[HeldTasks] = []
+    held_total = arrays = 0
     if state == "pending":
-        qs = qs.order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
+        held, held_total, arrays = _held_tasks(qs, QUEUE_LIMIT)
+        qs = qs.filter(NOT_HELD).order_by(
+            F("queue_position").asc(nulls_last=True), "submitted_at", "id"
+        )
     else:
         qs = qs.order_by("-submitted_at", "id")
     return {
         "jobs": list(qs[:QUEUE_LIMIT]),
-        "total": qs.count(),
+        "held": held,
+        "total": total,
+        "held_total": held_total,
+        # Each kind of row has its limit: held arrays neither use up nor get cut by the jobs'.
+        "jobs_cut": total - held_total > QUEUE_LIMIT,
+        "arrays_cut": arrays > QUEUE_LIMIT,
         "limit": QUEUE_LIMIT,
         "state": state,
         "team": team,

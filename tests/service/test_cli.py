@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from queue_service.cli import ENDED, clean, main
+from queue_service.cli import ENDED, clean, index_ranges, main
 from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
@@ -308,6 +308,24 @@ def test_ls_follows_the_api_pages_and_queue_says_how_many_it_left_out(
     assert len(json.loads(gpuq("alice", "queue", "--json").out)) == 1000
 
 
+def test_queue_says_a_held_array_line_the_list_s_end_cut_short_has_at_least_its_tasks(
+    gpuq: Gpuq, people: dict[str, Any], local_cluster: Any
+) -> None:
+    first = submit_job(people["alice"], spec(name="first", array="0-899%1")).job
+    second = submit_job(people["bob"], spec(name="second", array="0-199%1")).job
+    run_cycle()  # each array's task 0 admitted: 899 + 199 held, the list holds 1,000
+
+    queue = gpuq("alice", "queue").out.splitlines()
+
+    assert [row.split()[:3] for row in queue[1:-1]] == [
+        ["-", str(array_tasks(str(first.pk))[1].pk), "first[1-899]"],
+        ["-", str(array_tasks(str(second.pk))[1].pk), "second[1-101]"],
+    ]
+    assert "  899 tasks: array 'first' runs at most 1 tasks at once: " in queue[1]
+    assert "  at least 101 tasks: array 'second' runs at most 1 tasks at once: " in queue[2]
+    assert queue[-1] == "(the first 1000 of 1098 shown)"
+
+
 def test_a_team_admin_reads_usage_and_a_member_is_told_who_may(
     gpuq: Gpuq, job_file: Any, local_cluster: Any
 ) -> None:
@@ -451,12 +469,9 @@ def test_an_array_submitted_is_said_so_and_its_tasks_are_shown_with_their_index(
     )
     assert other not in listed.out
     held = "array 'sweep' runs at most 2 tasks at once: 2 are running or ahead of this one"
-    rows = queue.out.splitlines()[1:]
-    assert [row.split()[:3] for row in rows] == [
-        ["-", str(tasks[2].pk), "sweep[2]"],
-        ["-", str(tasks[3].pk), "sweep[3]"],
-    ]
-    assert all(row.endswith(held) for row in rows)
+    (row,) = queue.out.splitlines()[1:]  # the held tasks on one line, as squeue's
+    assert row.split()[:3] == ["-", str(tasks[2].pk), "sweep[2-3]"]
+    assert row.endswith(f"2 tasks: {held}")
     assert (shown["name"], shown["array"], shown["why"]) == (
         "sweep[2]",
         f"{array} (index 2 of 4, indices 0-3%2)",
@@ -465,6 +480,68 @@ def test_an_array_submitted_is_said_so_and_its_tasks_are_shown_with_their_index(
     bad = gpuq("alice", "ls", "--array", "sweep")
     assert (bad.code, bad.out) == (2, "")
     assert "argument --array: not an array id: 'sweep'" in bad.err
+
+
+def test_queue_shows_the_tasks_an_array_s_limit_holds_back_on_one_line_per_array(
+    gpuq: Gpuq, job_file: Any, local_cluster: Any
+) -> None:
+    sweep = array_tasks(
+        submitted_id(gpuq("alice", "submit", job_file("name: sweep\narray: 0-9%3\ncommand: [x]\n")))
+    )
+    other = array_tasks(
+        submitted_id(gpuq("bob", "submit", job_file("name: other\narray: 0-3%1\ncommand: [x]\n")))
+    )
+    wide = array_tasks(  # never fits the 2 nodes: its tasks wait for room, not for a limit
+        submitted_id(
+            gpuq(
+                "alice",
+                "submit",
+                job_file("name: wide\narray: 0-1\nnodes: 3\ngpus_per_node: 1\ncommand: [x]\n"),
+            )
+        )
+    )
+    run_cycle()  # sweep[0-2] and other[0] admitted; the limits hold back the rest
+    cancelled = gpuq("alice", "cancel", str(sweep[4].pk), str(sweep[6].pk))
+    assert cancelled.code == 0, cancelled.err
+    run_cycle()
+
+    queue = gpuq("bob", "queue")
+
+    rows = queue.out.splitlines()
+    assert [row.split()[:4] for row in rows[1:]] == [
+        ["1", str(wide[0].pk), "wide[0]", "vision"],
+        ["2", str(wide[1].pk), "wide[1]", "vision"],
+        ["-", str(sweep[3].pk), "sweep[3,5,7-9]", "vision"],
+        ["-", str(other[1].pk), "other[1-3]", "vision"],
+    ]
+    assert "needs 3 nodes" in rows[1] and "needs 3 nodes" in rows[2]
+    assert rows[3].endswith(
+        "5 tasks: array 'sweep' runs at most 3 tasks at once: 3 are running or ahead of this one"
+    )
+    assert rows[4].endswith(
+        "3 tasks: array 'other' runs at most 1 tasks at once: 1 are running or ahead of this one"
+    )
+    # --json stays the API's list: one entry per task.
+    listed = json.loads(gpuq("bob", "queue", "--json").out)
+    assert len(listed) == 2 + 5 + 3
+
+
+@pytest.mark.parametrize(
+    ("indices", "written"),
+    [
+        ([], ""),
+        ([7], "7"),
+        ([3, 4], "3-4"),
+        (range(3, 12), "3-11"),
+        ([3, 5, 7, 8, 9], "3,5,7-9"),
+        ([1, 3, 5], "1,3,5"),
+        ([9, 0, 8, 2, 1], "0-2,8-9"),  # in any order
+        ([4, 4, 5, 4], "4-5"),  # each once
+        ([0, 2, 3, 4, 10, 11, 999], "0,2-4,10-11,999"),
+    ],
+)
+def test_index_ranges_are_written_as_slurm_writes_them(indices: Any, written: str) -> None:
+    assert index_ranges(indices) == written
 
 
 def test_cancel_suspend_and_resume_select_an_arrays_tasks_as_scancel_does(

@@ -1,5 +1,6 @@
 """Job arrays in the UI (one submit, one job per index), through Django's test client: the
-form's Array field, a task's page with its array's summary, and task names in the lists."""
+form's Array field, a task's page with its array's summary, task names in the lists, and the
+tasks an array's limit holds back as one row per array in the queue and the dashboard."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.signals import post_init
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from frontend.templatetags.gpuq import INDEX_CHARS, index_ranges
 from queue_service.jobs.models import Job, JobArray
-from queue_service.jobs.services import submit_job
+from queue_service.jobs.services import cancel_job, submit_job
+from queue_service.jobs.snapshot import run_cycle
 from queue_service.jobs.spec import JobSpecSerializer
 from tests.conftest import spec
 
@@ -206,3 +210,196 @@ def test_a_job_after_an_array_names_the_array_and_how_far_it_is(alice: Client, p
     words = text(alice.get(f"/jobs/{merge.pk}/").content.decode())
 
     assert "array sweep[0-1] (1 of 2 tasks succeeded) (each must succeed first)" in words
+
+
+# --- held tasks: one row per array ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("indices", "max_chars", "expected"),
+    [
+        ([], 0, ""),
+        ([7], 0, "7"),
+        ([0, 1], 0, "0-1"),
+        (range(3, 12), 0, "3-11"),
+        ([3, 5, 7, 8, 9], 0, "3,5,7-9"),
+        ([9, 8, 3, 7, 5, 5], 0, "3,5,7-9"),  # in any order, each once
+        (range(10_000), 0, "0-9999"),
+        (list(range(10_000)), 0, "0-9999"),
+        (range(5, 6), 0, "5"),
+        (range(0, 100, 2), 20, "0,2,4,6,8,10,12,14,…"),  # the ranges that fit, then ",…"
+        (range(0, 100, 2), 0, ",".join(str(i) for i in range(0, 100, 2))),
+        ([1, 2, 3, 10], 5, "1-3,…"),
+        ([1, 2, 3, 10], 6, "1-3,10"),  # it fits
+        ([1, 2, 3], 2, "1-3"),  # nothing left out: no ",…" even past the limit
+        ([100, 102], 4, "100,…"),  # at least the first range
+    ],
+)
+def test_index_ranges_writes_indices_as_slurm_does(
+    indices: Any, max_chars: int, expected: str
+) -> None:
+    assert index_ranges(indices, max_chars) == expected
+    assert index_ranges(indices) == index_ranges(indices, INDEX_CHARS)
+
+
+def test_index_ranges_are_cut_at_squeues_length_for_a_stepped_big_array() -> None:
+    shown = index_ranges(range(0, 20_000, 2))
+    assert shown.startswith("0,2,4,") and shown.endswith(",…")
+    assert len(shown) <= INDEX_CHARS
+
+
+def held_row(page: str) -> list[str]:
+    return re.findall(r'<tr class="held" data-array="[^"]+">.*?</tr>', page, re.S)
+
+
+def cells(row: str) -> list[str]:
+    """A table row's cells as a reader sees them (a cell's lines apart)."""
+    return [text(cell.replace("<div", " <div")) for cell in re.findall(r"<td.*?</td>", row, re.S)]
+
+
+@pytest.fixture
+def held_sweep(people: Any, local_cluster: Any) -> list[Job]:
+    """Bob's job fills the cluster; Alice's array 0-5%2 without task 4: tasks 0 and 1 wait
+    in the queue (let through), 2, 3 and 5 are held back by the array's limit."""
+    submit_job(people["bob"], spec(name="big", nodes=2, gpus_per_node=4))
+    first = submit_job(people["alice"], spec(name="sweep", array="0-5%2")).job
+    cancel_job(people["alice"], tasks(first)[4])
+    run_cycle()
+    return tasks(first)
+
+
+def test_an_arrays_held_tasks_are_one_queue_row_after_the_queue_for_owner_and_teammate(
+    people: Any, held_sweep: list[Job]
+) -> None:
+    zero, one, two, three, _, five = held_sweep
+    assert [t.reason["code"] for t in (two, three, five)] == ["array_limit"] * 3
+    assert (zero.queue_position, one.queue_position) == (1, 2)
+    # A reason without a code (the field's default) is not a held task's: it stays listed.
+    bare = submit_job(people["bob"], spec(name="bare")).job
+    Job.objects.filter(pk=bare.pk).update(reason={})
+
+    for person in ("alice", "bob"):
+        page = client_of(people[person]).get("/queue/").content.decode()
+
+        (row,) = held_row(page)
+        assert f'data-array="{two.array_id}"' in row
+        assert f'<a href="/jobs/{two.pk}/">sweep[2-3,5]</a>' in row
+        assert cells(row) == [
+            "—",
+            "sweep[2-3,5] 3 tasks · alice · now",
+            "normal",
+            "vision",
+            "1 \N{MULTIPLICATION SIGN} any GPU each",
+            two.reason["message"],
+            "unknown",
+        ]
+        listed = [str(j.pk) for j in (zero, one, bare)]
+        assert re.findall(r'<tr data-job="([^"]+)">', page) == listed
+        assert page.index(f'data-job="{bare.pk}"') < page.index(row)
+        for held in (three, five):
+            assert f"/jobs/{held.pk}/" not in page
+        # Still a count of jobs: the three in the queue and the three held.
+        assert "6 jobs, 3 of them held back by their array's limit (a row per array)." in text(page)
+
+
+def test_an_outsider_sees_his_teams_held_tasks_and_nothing_of_anothers(
+    people: Any, held_sweep: list[Job]
+) -> None:
+    theirs = submit_job(people["charlie"], spec(name="theirs", array="0-3%1")).job
+    run_cycle()
+
+    charlie = client_of(people["charlie"])
+    for path in ("/queue/", "/live/queue/", "/", "/live/dashboard/"):
+        page = charlie.get(path).content.decode()
+        (row,) = held_row(page)
+        assert f'data-array="{theirs.array_id}"' in row and "theirs[1-3]" in row, path
+        assert "sweep" not in page and str(held_sweep[0].array_id) not in page, path
+    page = text(charlie.get("/live/queue/").content.decode())
+    assert "4 jobs, 3 of them held back by their array's limit" in page
+
+
+def test_the_live_queue_shows_held_tasks_as_one_row_with_the_pages_filters(
+    alice: Client, held_sweep: list[Job]
+) -> None:
+    two = held_sweep[2]
+
+    live = alice.get("/live/queue/", headers={"HX-Request": "true"}).content.decode()
+    (row,) = held_row(live)
+    assert "sweep[2-3,5]" in row and 'hx-get="/live/queue/?"' in live
+    narrowed = alice.get("/live/queue/?team=vision&state=pending").content.decode()
+    assert len(held_row(narrowed)) == 1
+    elsewhere = alice.get("/live/queue/?team=language").content.decode()
+    assert held_row(elsewhere) == [] and "sweep" not in elsewhere
+    # Only the queue of pending jobs gathers them: "all" lists each task.
+    every = alice.get("/live/queue/?state=all").content.decode()
+    assert held_row(every) == [] and f'<tr data-job="{two.pk}">' in every
+
+
+def test_the_dashboard_lists_an_arrays_held_tasks_as_one_row_before_suspended_jobs(
+    people: Any, held_sweep: list[Job]
+) -> None:
+    zero, one, two = held_sweep[:3]
+    paused = submit_job(people["bob"], spec(name="paused", hold=True)).job
+
+    for path in ("/", "/live/dashboard/"):
+        page = client_of(people["bob"]).get(path).content.decode()
+
+        (row,) = held_row(page)
+        assert f'<a href="/jobs/{two.pk}/">sweep[2-3,5]</a>' in row
+        assert cells(row) == [
+            "—",
+            "sweep[2-3,5] 3 tasks · alice · normal",
+            "vision",
+            "1 \N{MULTIPLICATION SIGN} any GPU each",
+            two.reason["message"],
+            "unknown",
+        ]
+        waiting = re.search(r'<section class="card" aria-labelledby="pending-h">.*?</section>',
+                            page, re.S)[0]  # fmt: skip
+        order = [waiting.index(f"/jobs/{j.pk}/") for j in (zero, one, two, paused)]
+        assert order == sorted(order), path
+        # A count of jobs: two let through, three held, one suspended.
+        assert re.search(r'Waiting <span class="count">6</span>', waiting), path
+
+
+def test_a_thousand_held_tasks_cost_the_queue_and_dashboard_no_more_than_a_few(
+    alice: Client, people: Any, local_cluster: Any
+) -> None:
+    built: list[Job] = []
+
+    def count_pending(sender: Any, instance: Job, **kwargs: Any) -> None:
+        # Not instance.state: where it is deferred (only()), reading it would be a query.
+        if instance.__dict__.get("state") == S.PENDING:
+            built.append(instance)
+
+    paths = ("/queue/", "/live/queue/", "/", "/live/dashboard/")
+
+    def measure() -> dict[str, tuple[int, int, str]]:
+        out = {}
+        post_init.connect(count_pending, sender=Job)
+        try:
+            for path in paths:
+                built.clear()
+                with CaptureQueriesContext(connection) as captured:
+                    page = alice.get(path).content.decode()
+                out[path] = (len(captured), len(built), page)
+        finally:
+            post_init.disconnect(count_pending, sender=Job)
+        return out
+
+    submit_job(people["alice"], spec(name="small", array="0-2%1"))
+    run_cycle()
+    small = measure()
+    submit_job(people["alice"], spec(name="big", array="0-999%4"))
+    run_cycle()
+    assert Job.objects.filter(name="big", reason__code="array_limit").count() == 996
+    big = measure()
+
+    for path in paths:
+        (q_small, built_small, _), (q_big, built_big, page) = small[path], big[path]
+        assert q_big == q_small, path
+        assert (built_small, built_big) == (1, 2), path  # one pending Job per held array
+        assert [cells(r)[1].split(" · ")[0] for r in held_row(page)] == [
+            "small[1-2] 2 tasks",
+            "big[4-999] 996 tasks",
+        ], path

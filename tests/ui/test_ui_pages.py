@@ -88,7 +88,7 @@ def test_every_page_is_reachable_from_the_navigation_and_back_works(
 
 
 def test_the_queue_lists_waiting_jobs_in_order_with_reasons_in_numbers(
-    busy: dict[str, Job], sign_in: Any
+    busy: dict[str, Job], sign_in: Any, people: Any
 ) -> None:
     page = sign_in("alice")
     page.get_by_label("Main").get_by_role("link", name="Queue").click()
@@ -99,6 +99,17 @@ def test_the_queue_lists_waiting_jobs_in_order_with_reasons_in_numbers(
     assert re.search(r"\d", busy["waiter"].reason["message"])
     # Tenant scoping: language's waiting job is not alice's to see.
     expect(page.locator(f'tr[data-job="{busy["lang"].pk}"]')).to_have_count(0)
+    # An array's tasks past its limit come in one row, after the queue, without a reload.
+    sweep = submit_job(people["alice"], spec(name="sweep", array="0-5%2")).job
+    run_cycle()
+    held = page.locator("tr.held")
+    expect(held).to_have_count(1, timeout=12_000)
+    expect(page.locator("table.queue tbody tr").last).to_have_class("held")
+    expect(held.get_by_role("link")).to_have_text("sweep[2-5]")
+    expect(held).to_contain_text("4 tasks")
+    expect(held.locator("td.reason")).to_contain_text("array 'sweep' runs at most 2 tasks")
+    expect(page.locator("table.queue tbody tr[data-job]")).to_have_count(3)  # waiter, 0, 1
+    expect(page.locator("#queue-live > p")).to_contain_text("7 jobs, 4 of them held back")
     page.get_by_label("State").select_option("active")
     page.get_by_role("button", name="Filter").click()
     expect(page).to_have_url(re.compile(r"state=active"))
@@ -109,6 +120,13 @@ def test_the_queue_lists_waiting_jobs_in_order_with_reasons_in_numbers(
     expect(page.locator("#queue-live .empty")).to_have_text("No jobs match.")
     page.go_back()
     expect(page.locator("table.queue tbody tr")).to_have_count(1)
+    # The row opens its first held task, whose page shows the whole array.
+    page.goto("/queue/")
+    page.locator("tr.held").get_by_role("link").click()
+    third = Job.objects.get(array_id=sweep.array_id, array_index=2)
+    expect(page).to_have_url(re.compile(rf"/jobs/{third.pk}/$"))
+    expect(page.get_by_role("heading", name="sweep[2]", exact=True)).to_be_visible()
+    expect(page.locator("#job-array")).to_contain_text("6 tasks")
 
 
 def test_the_queue_follows_a_cancelled_job_without_a_reload(
