@@ -270,9 +270,32 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
 
 
 def cmd_resubmit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    """A copy of a job (its spec, team and pinned cluster), submitted as you."""
+    """A copy of a job (its spec, team and pinned cluster), submitted as you; --array: as an
+    array of those indices; --failed: of the indices of its array's tasks that did not
+    succeed (as `sbatch --array=3,17` after reading sacct)."""
     headers = {"Idempotency-Key": args.idempotency_key or f"gpuq-cli-{uuid.uuid4()}"}
-    job = api.call("POST", f"jobs/{args.id}/resubmit/", headers=headers)
+    indices = args.array
+    if args.failed:
+        array = (api.call("GET", f"jobs/{args.id}/") or {}).get("array")
+        if not array:
+            raise CliError(f"job {args.id} is not a task of an array: --failed needs one")
+        tasks, _ = list_jobs(api, {"array": array["id"]}, None)
+        failed = [t["array"]["index"] for t in tasks if t["state"] in ENDED - {"succeeded"}]
+        if not failed:
+            ended = sum(1 for t in tasks if t["state"] in ENDED)
+            raise CliError(
+                f"no task of array {array['id']} ended otherwise than succeeded"
+                f" ({ended} of {len(tasks)} have ended)"
+            )
+        indices = index_ranges(failed)
+    body = json.dumps({"array": indices}).encode() if indices is not None else None
+    job = api.call(
+        "POST",
+        f"jobs/{args.id}/resubmit/",
+        headers=headers,
+        body=body,
+        content_type="application/json" if body else None,
+    )
     return _submitted(api, job, args, out)
 
 
@@ -726,6 +749,16 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("resubmit", cmd_resubmit, "submit a copy of a job (its file, team and cluster)")
     p.add_argument("id", type=job_id)
+    indices = p.add_mutually_exclusive_group()
+    indices.add_argument(
+        "--array", metavar="INDICES", help="as an array of these indices instead (e.g. 3,17,40-45)"
+    )
+    indices.add_argument(
+        "--failed",
+        action="store_true",
+        help="a task of an array: as an array of its array's tasks that ended otherwise than"
+        " succeeded",
+    )
     submitting(p)
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")

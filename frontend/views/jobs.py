@@ -29,6 +29,7 @@ from queue_service.jobs.reports import mig_choices
 from queue_service.jobs.snapshot import array_states
 from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
 
+from ..templatetags.gpuq import index_ranges
 from .common import permission_as_403, signed_in, visible_job
 
 STREAMS = ("stdout", "stderr")
@@ -72,14 +73,20 @@ def job_array(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
-    """Two queries whatever the array's size: the count per state, and the first tasks."""
+    """Three queries whatever the array's size: the count per state, the first tasks, and
+    the indices of those that ended otherwise than succeeded."""
     tasks = Job.objects.for_user(request.user).filter(array_id=job.array_id)
     counts = dict(tasks.order_by().values_list("state").annotate(n=Count("id")))
     listed = list(
         tasks.order_by("array_index").only("id", "name", "array_index", "state")[:ARRAY_LIST_LIMIT]
     )
     total = sum(counts.values())
+    # The indices to run again, for "Resubmit those that did not succeed".
+    unsucceeded = Job.TERMINAL - {Job.State.SUCCEEDED}
+    again = list(tasks.filter(state__in=unsucceeded).values_list("array_index", flat=True))
     return {
+        "array_again": index_ranges(again, max_chars=0),
+        "array_again_count": len(again),
         "array": job.array,
         "array_counts": [(Job.State(s), counts[s]) for s in Job.State.values if s in counts],
         "array_tasks": listed,
@@ -234,6 +241,8 @@ def submit(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         if source:
             data = job_services.copy_data(context["copied_from"])
+            if request.GET.get("array"):  # e.g. an array's tasks that did not succeed
+                data["array"] = request.GET["array"]
             context["values"] = forms.spec_to_form(data)
             context["yaml_text"] = forms.spec_to_yaml(data)
         return render(request, "frontend/submit.html", context)

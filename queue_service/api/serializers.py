@@ -81,6 +81,27 @@ class JobSerializer(serializers.ModelSerializer):
         ).data
 
 
+class ResubmitSerializer(serializers.Serializer):
+    """What a copy may change: its array's indices (checked as a job file's `array`)."""
+
+    array = serializers.CharField(
+        required=False,
+        max_length=1024,
+        help_text="submit the copy as an array of these indices, e.g. an array's failed tasks",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {
+                    name: ["a copy keeps the original's spec; only array may be given"]
+                    for name in unknown
+                }
+            )
+        return attrs
+
+
 class PreviewSerializer(serializers.Serializer):
     starts_now = serializers.BooleanField()
     reason = serializers.DictField(allow_null=True)

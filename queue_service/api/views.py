@@ -136,17 +136,23 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         return Response(s.PreviewSerializer(result).data)
 
     @extend_schema(
-        request=None,
+        request=s.ResubmitSerializer,
         responses={201: s.JobSerializer, 200: s.JobSerializer},
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
     )
     @action(detail=True, methods=["post"])
     def resubmit(self, request: Request, pk: str) -> Response:
-        """Submit a copy of this job as you: its spec, team and pinned cluster."""
+        """Submit a copy of this job as you: its spec, team and pinned cluster; with `array`,
+        as an array of those indices (e.g. an array's failed tasks again)."""
+        if not isinstance(request.data, dict):
+            raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
+        body = s.ResubmitSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
         result = job_services.resubmit_job(
             request.user,
             self.get_object(),
             idempotency_key=request.headers.get("Idempotency-Key"),
+            array=body.validated_data.get("array"),
         )
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(s.JobSerializer(result.job).data, status=code)

@@ -297,11 +297,17 @@ def copy_data(job: Job) -> dict[str, Any]:
     return data
 
 
-def resubmit_job(user: Any, job: Job, *, idempotency_key: str | None = None) -> Submitted:
+def resubmit_job(
+    user: Any, job: Job, *, idempotency_key: str | None = None, array: str | None = None
+) -> Submitted:
     """Submit a copy of `job` as `user` (as `sbatch` of the same script again): validated
     anew, since its priority class or cluster may have gone, and only into a team the user
-    belongs to."""
-    return submit_job(user, copy_data(job), idempotency_key=idempotency_key, copy_of=job)
+    belongs to. `array`: as an array of these indices instead (as `sbatch --array=3,17` of
+    an array's failed tasks)."""
+    data = copy_data(job)
+    if array is not None:
+        data["array"] = array
+    return submit_job(user, data, idempotency_key=idempotency_key, copy_of=job)
 
 
 # --- cancel ---------------------------------------------------------------------------------

@@ -245,3 +245,34 @@ def test_held_tasks_stay_out_of_the_snapshot_however_many_there_are(
 
     assert [t.state for t in tasks(first)] == [S.ADMITTED, S.PENDING, S.PENDING, S.PENDING]
     assert {t.reason["code"] for t in tasks(first)[1:]} == {"array_limit"}
+
+
+def test_a_task_resubmitted_with_other_indices_makes_an_array_of_those(
+    people: Any, client_for: Any
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-4%2", command=SAYS_INDEX)).job
+    bob = client_for("bob")  # a teammate reruns alice's failed tasks
+
+    answer = bob.post(f"/api/v1/jobs/{first.pk}/resubmit/", {"array": "1,3"}, format="json")
+
+    assert answer.status_code == 201, answer.content
+    copy = Job.objects.get(pk=answer.json()["id"])
+    assert (copy.user.username, copy.array.indices, copy.array.max_running) == ("bob", "1,3", None)
+    assert [(t.array_index, t.spec["array"]) for t in tasks(copy)] == [(1, "1"), (3, "3")]
+    assert {k: v for k, v in copy.spec.items() if k != "array"} == {
+        k: v for k, v in first.spec.items() if k != "array"
+    }
+    assert bob.post(f"/api/v1/jobs/{first.pk}/resubmit/", {"array": "x-"}, format="json").json()[
+        "array"
+    ] == ["'x-' is not an array (use 0-15, 1,3,5 or 0-15:2, with %N for at most N at once)"]
+    changed = bob.post(f"/api/v1/jobs/{first.pk}/resubmit/", {"name": "other"}, format="json")
+    assert changed.status_code == 400
+    assert changed.json() == {"name": ["a copy keeps the original's spec; only array may be given"]}
+    listed = bob.post(f"/api/v1/jobs/{first.pk}/resubmit/", [1], format="json")
+    assert listed.status_code == 400
+    plain = bob.post(f"/api/v1/jobs/{first.pk}/resubmit/")  # no body: the task itself again
+    assert plain.status_code == 201 and plain.json()["array"]["indices"] == "0"
+    outsider = client_for("charlie").post(
+        f"/api/v1/jobs/{first.pk}/resubmit/", {"array": "1"}, format="json"
+    )
+    assert outsider.status_code == 404

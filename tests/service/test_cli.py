@@ -894,3 +894,44 @@ def test_the_gpuq_command_is_installed_and_imports_nothing_of_the_service() -> N
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert imported.stdout.strip() == "['queue_service']"
+
+
+def test_resubmit_failed_reruns_the_tasks_of_an_array_that_did_not_succeed(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    sweep = gpuq("alice", "submit", job_file("name: sweep\narray: 0-5\ncommand: [x]\n"))
+    tasks = array_tasks(submitted_id(sweep))
+    ended = {1: "failed", 2: "succeeded", 4: "timeout", 5: "cancelled"}
+    for task in tasks:
+        if task.array_index in ended:
+            Job.objects.filter(pk=task.pk).update(state=ended[task.array_index])
+
+    again = gpuq("bob", "resubmit", "--failed", str(tasks[2].pk))
+
+    assert again.code == 0, again.err
+    copy = array_tasks(submitted_id(again))
+    assert [t.array_index for t in copy] == [1, 4, 5]  # 0 and 3 still pending, 2 succeeded
+    assert {t.user.username for t in copy} == {"bob"}
+    given = gpuq("alice", "resubmit", "--array", "7,9-10", str(tasks[0].pk))
+    assert [t.array_index for t in array_tasks(submitted_id(given))] == [7, 9, 10]
+    bad = gpuq("alice", "resubmit", "--array", "9-7", str(tasks[0].pk))
+    assert (bad.code, bad.out) == (1, "")
+    assert "array: the range '9-7' ends before it starts" in bad.err
+
+
+def test_resubmit_failed_says_when_there_is_nothing_to_rerun(gpuq: Gpuq, job_file: Any) -> None:
+    plain = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [x]\n")))
+    sweep = submitted_id(gpuq("alice", "submit", job_file("name: s\narray: 0-1\ncommand: [x]\n")))
+    array = Job.objects.get(pk=sweep).array_id
+
+    not_a_task = gpuq("alice", "resubmit", "--failed", plain)
+    none_failed = gpuq("alice", "resubmit", "--failed", sweep)
+
+    assert (not_a_task.code, none_failed.code) == (1, 1)
+    assert f"job {plain} is not a task of an array: --failed needs one" in not_a_task.err
+    assert (
+        f"no task of array {array} ended otherwise than succeeded (0 of 2 have ended)"
+        in none_failed.err
+    )
+    assert gpuq("alice", "resubmit", "--failed", "--array", "1", sweep).code == 2
+    assert Job.objects.count() == 3

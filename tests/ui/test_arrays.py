@@ -403,3 +403,31 @@ def test_a_thousand_held_tasks_cost_the_queue_and_dashboard_no_more_than_a_few(
             "small[1-2] 2 tasks",
             "big[4-999] 996 tasks",
         ], path
+
+
+def test_a_tasks_page_offers_to_resubmit_the_tasks_that_did_not_succeed(
+    alice: Client, people: Any
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-5")).job
+    ended = {1: S.FAILED, 2: S.SUCCEEDED, 4: S.TIMEOUT, 5: S.LOST}
+    for task in tasks(first):
+        if task.array_index in ended:
+            Job.objects.filter(pk=task.pk).update(state=ended[task.array_index])
+
+    page = alice.get(f"/jobs/{first.pk}/").content.decode()
+
+    link = f'href="/submit/?from={first.pk}&amp;array=1%2C4-5"'
+    assert link in page
+    assert "Resubmit the 3 that did not succeed (as an array of indices 1,4-5)" in text(page)
+    form = alice.get(f"/submit/?from={first.pk}&array=1,4-5").content.decode()
+    assert re.search(r'name="array"[^>]*value="1,4-5"', form), form
+    bob = client_of(people["bob"])
+    made = bob.post("/submit/", {**FORM, "array": "1,4-5", "from": str(first.pk)}, follow=True)
+    copy = Job.objects.get(pk=made.redirect_chain[0][0].split("/")[2])
+    assert [t.array_index for t in tasks(copy)] == [1, 4, 5]
+
+
+def test_no_resubmit_offer_while_no_task_has_failed(alice: Client, people: Any) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-2")).job
+    Job.objects.filter(pk=first.pk).update(state=S.SUCCEEDED)
+    assert "did not succeed" not in alice.get(f"/jobs/{first.pk}/").content.decode()
