@@ -2,10 +2,11 @@
 
 - submit: `submit_job` of one array of N tasks against N separate `submit_job` calls of the
   same spec (what a script looping over `gpuq submit` does, minus HTTP);
-- hold: `held_back()`, the cycle's step that holds tasks past their array's `%N` limit, and
-  a whole steady `run_cycle()` (nothing changed since the last; no cluster, so every job
-  waits), with N pending tasks in arrays of 100 tasks with `%10` against N pending jobs
-  without arrays. Each is timed on its second call, after a first that warms up.
+- hold: `build_snapshot()`, the cycle's read of its input, which holds back the tasks past
+  their array's `%N` limit (`held_back`, over the same rows), and a whole steady
+  `run_cycle()` (nothing changed since the last; no cluster, so every job waits), with N
+  pending tasks in arrays of 100 tasks with `%10` against N pending jobs without arrays.
+  Each is timed on its second call, after a first that warms up.
 
     .venv/bin/python bench/array_bench.py [--tasks 100 1000] [--repeats 5]
 
@@ -62,9 +63,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
+    from django.utils import timezone
+
     from queue_service.jobs.services import submit_job
-    from queue_service.jobs.snapshot import held_back, run_cycle
+    from queue_service.jobs.snapshot import build_snapshot, run_cycle
     from queue_service.tenancy.models import Membership, Team
+
+    def snapshot() -> object:
+        return build_snapshot(timezone.now())
 
     setup_test_environment()
     old_name = connection.creation.create_test_db(verbosity=0)
@@ -74,8 +80,8 @@ def main() -> None:
         Membership.objects.create(user=user, team=team, role="member")
         print(f"PostgreSQL, {args.repeats} repeats each, alternating; median ms")
         print(
-            "| tasks | one array | separate submits | ratio | held_back, arrays %10"
-            " | held_back, no arrays | cycle, arrays %10 | cycle, no arrays |"
+            "| tasks | one array | separate submits | ratio | snapshot, arrays %10"
+            " | snapshot, no arrays | cycle, arrays %10 | cycle, no arrays |"
         )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for n in args.tasks:
@@ -91,12 +97,12 @@ def main() -> None:
                 reset()
                 for k in range(max(n // 100, 1)):
                     submit_job(user, {**SPEC, "name": f"s{k}", "array": f"0-{min(n, 100) - 1}%10"})
-                hold_arrays.append(_second_call(held_back))
+                hold_arrays.append(_second_call(snapshot))
                 cycle_arrays.append(_second_call(run_cycle))
                 reset()
                 for _ in range(n):
                     submit_job(user, SPEC)
-                hold_plain.append(_second_call(held_back))
+                hold_plain.append(_second_call(snapshot))
                 cycle_plain.append(_second_call(run_cycle))
             a, b = statistics.median(one), statistics.median(each)
             print(

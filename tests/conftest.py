@@ -9,6 +9,7 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -199,3 +200,50 @@ def job_loop(local_cluster: Any, live_server: Any) -> Iterator[JobLoop]:
     yield loop
     loop.stop()
     assert not loop.errors, f"the job loop failed: {loop.errors[:3]}"
+
+
+# The embedded default's database: a scenario runs in `manage.py shell` on a fresh SQLite file
+# (pytest's own database is PostgreSQL), with alice of team vision (nominal 8 GPUs) and a
+# local cluster `cluster` of one 4-GPU node already there.
+SQLITE_PREAMBLE = """
+from django.contrib.auth import get_user_model
+from queue_service.clusters.models import Cluster
+from queue_service.jobs.dispatch import sync_cluster
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import cancel_job, submit_job
+from queue_service.jobs.snapshot import run_cycle
+from queue_service.tenancy.models import Membership, Quota, Team
+
+team = Team.objects.create(slug="vision", name="Vision")
+Quota.objects.create(team=team, gpu_model="*", nominal_gpus=8)
+alice = get_user_model().objects.create_user("alice")
+Membership.objects.create(user=alice, team=team, role="member")
+cluster = Cluster.objects.create(name="local", kind="local", settings={
+    "workdir": WORKDIR, "nodes": [{"name": "n1", "gpus": 4, "gpu_model": "SIM-A100"}]})
+sync_cluster(cluster.pk)
+"""
+
+
+def on_sqlite(tmp_path: Path, scenario: str) -> list[str]:
+    """What `scenario` (after SQLITE_PREAMBLE) prints, run on a migrated SQLite database."""
+    import subprocess
+    import sys
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp_path}/gpuq.sqlite3",
+        "CELERY_BROKER_URL": "",
+    }
+    manage = [sys.executable, str(Path(__file__).resolve().parents[1] / "manage.py")]
+    subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True, timeout=300)
+    script = f"WORKDIR = {str(tmp_path / 'jobs')!r}\n" + SQLITE_PREAMBLE + scenario
+    result = subprocess.run(
+        [*manage, "shell", "--verbosity", "0", "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()

@@ -85,7 +85,9 @@ def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     unsucceeded = Job.TERMINAL - {Job.State.SUCCEEDED}
     again = list(tasks.filter(state__in=unsucceeded).values_list("array_index", flat=True))
     return {
-        "array_again": index_ranges(again, max_chars=0),
+        # The array's limit holds for the rerun as for the first run.
+        "array_again": index_ranges(again, max_chars=0)
+        + (f"%{job.array.max_running}" if again and job.array.max_running else ""),
         "array_again_count": len(again),
         "array": job.array,
         "array_counts": [(Job.State(s), counts[s]) for s in Job.State.values if s in counts],

@@ -11,6 +11,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
 from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
+from queue_service.jobs.spec import MAX_ARRAY_TEXT
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
@@ -86,7 +87,7 @@ class ResubmitSerializer(serializers.Serializer):
 
     array = serializers.CharField(
         required=False,
-        max_length=1024,
+        max_length=MAX_ARRAY_TEXT,
         help_text="submit the copy as an array of these indices, e.g. an array's failed tasks",
     )
 

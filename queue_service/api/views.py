@@ -6,7 +6,7 @@ import base64
 import uuid
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -231,7 +231,8 @@ class QueueView(APIView):
             Job.objects.for_user(request.user)
             .filter(state=Job.State.PENDING)
             .select_related("team", "user", "priority_class", "cluster", "array")
-            .order_by("queue_position", "submitted_at", "id")
+            # Jobs held out of the queue (no position) last, on SQLite too (NULLs first there).
+            .order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
         )
         for param in ("team", "cluster"):
             if request.query_params.get(param):

@@ -55,7 +55,7 @@ class JobArray(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
     )
     name = models.CharField(max_length=128)
-    indices = models.CharField(max_length=1024)  # as given, normalized: "0-15%4"
+    indices = models.TextField()  # as given, normalized: "0-15%4"
     size = models.PositiveIntegerField()
     max_running = models.PositiveIntegerField(null=True, blank=True)  # Slurm's %N
     submitted_at = models.DateTimeField(auto_now_add=True)

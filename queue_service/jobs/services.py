@@ -19,7 +19,7 @@ from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass
-from .spec import ArraySpec, JobSpecSerializer
+from .spec import ArraySpec, JobSpecSerializer, parse_array
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -274,7 +274,7 @@ def check_after(user: Any, after: Any) -> None:
         from .snapshot import array_states
 
         visible = JobArray.objects.for_user(user).filter(pk__in=missing).values_list("id")
-        for array_id, (state, task) in array_states([str(pk) for (pk,) in visible]).items():
+        for array_id, (state, task, _) in array_states([str(pk) for (pk,) in visible]).items():
             found[array_id] = (state, f"array {array_id}: its task {task}")
     problems = []
     for dep in after:
@@ -306,7 +306,13 @@ def resubmit_job(
     an array's failed tasks)."""
     data = copy_data(job)
     if array is not None:
-        data["array"] = array
+        try:  # checked as given, before the original's limit is added to it
+            parse_array(array, int(settings.GPUQ_MAX_ARRAY_TASKS))
+        except ValueError as exc:
+            raise ValidationError({"array": [str(exc)]}) from None
+        limit = job.array.max_running if job.array is not None else None
+        # The original's limit holds for the copy, unless the copy gives its own.
+        data["array"] = f"{array}%{limit}" if limit is not None and "%" not in array else array
     return submit_job(user, data, idempotency_key=idempotency_key, copy_of=job)
 
 

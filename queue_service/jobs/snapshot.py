@@ -15,7 +15,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q, TextField
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 import scheduler
@@ -23,36 +25,33 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler import types as st
 
-from .models import Job, JobRun, PriorityClass, SchedulerLock
+from .models import Job, JobArray, JobRun, PriorityClass, SchedulerLock
 from .services import StaleState, transition
 
 log = logging.getLogger(__name__)
 S = Job.State
 SEP = "/"  # snapshot node names are "<cluster>/<node>": unique across clusters
 USAGE_WINDOW_HALF_LIVES = 4  # older usage weighs under 1/16: not worth reading
-# Held jobs are left out by a NOT IN of their ids up to this many, and past it as the rows
-# are read: a statement's parameters are capped (32,766 on some SQLite builds).
-EXCLUDE_IN_SQL = 10_000
 
 
 def run_cycle(now: datetime | None = None) -> dict[str, Any]:
     """One scheduling cycle.
 
     1. Lock: one cycle at a time (SELECT ... FOR UPDATE on the SchedulerLock row).
-    2. Dependencies: pending jobs whose `after` jobs have not all succeeded are held back
-       (with why), and those whose `after` can never be met are marked for cancelling.
-    3. Snapshot: nodes, teams with quotas and usage, the other pending jobs, active jobs.
-    4. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
-    5. Apply: admit started jobs with their placements, mark preemption victims, store each
+    2. Snapshot: nodes, teams with quotas and usage, active jobs, and the pending jobs (one
+       read) less those held back by the same rows (held_back): jobs whose `after` jobs have
+       not all succeeded, or can never (marked for cancelling), and array tasks past their
+       array's limit; each held one with why.
+    3. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
+    4. Apply: admit started jobs with their placements, mark preemption victims, store each
        waiting job's reason, position and estimated start, cancel what can never start -
        all in this transaction.
-    6. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
+    5. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
     """
     now = now or timezone.now()
     with transaction.atomic():
         lock, _ = SchedulerLock.objects.select_for_update().get_or_create(pk=1)
-        held = held_back()
-        snap, clusters = build_snapshot(now, exclude=held.ids())
+        snap, clusters, held = build_snapshot(now)
         started = time.perf_counter()
         decisions = decide(snap, now)
         decide_ms = (time.perf_counter() - started) * 1000
@@ -102,51 +101,71 @@ class Held:
         return frozenset(self.waiting) | frozenset(self.never)
 
 
-def held_back() -> Held:
-    """Pending jobs with `after` jobs (Slurm's afterok) that have not all succeeded, and
-    tasks of arrays at their limit of tasks at once (Slurm's --array=...%N)."""
+# A pending job's row as build_snapshot reads it: the request's fields (_request_of, but
+# the spec as text: held jobs' are never decoded), its attempts, its array's id, index,
+# limit and name, and its `after` list (decoded: usually null).
+PendingRow = tuple[Any, ...]
+PENDING_FIELDS = (
+    "id",
+    "team__slug",
+    "priority_class__name",
+    "submitted_at",
+    "spec_text",
+    "kind",
+    "pinned_cluster",
+    "cluster__name",
+    "attempts",
+    "array_id",
+    "array_index",
+    "array__max_running",
+    "array__name",
+    "after",
+)
+ID, SPEC, ATTEMPTS, ARRAY, INDEX, LIMIT, NAME, AFTER = 0, 4, 8, 9, 10, 11, 12, 13
+
+
+def _pending_rows() -> list[PendingRow]:
+    return list(
+        Job.objects.filter(state=S.PENDING)
+        .annotate(spec_text=Cast("spec", TextField()), after=KeyTransform("after", "spec"))
+        .order_by("submitted_at", "id")
+        .values_list(*PENDING_FIELDS)
+    )
+
+
+def held_back(rows: Collection[PendingRow]) -> Held:
+    """Of these pending jobs, those with `after` jobs (Slurm's afterok) that have not all
+    succeeded, and tasks of arrays at their limit of tasks at once (Slurm's --array=...%N).
+    Decided from the same rows the snapshot is made of: a job that turned pending after they
+    were read (a submit, a resume, a requeue) waits for the next cycle, past any limit."""
     waiting: dict[str, st.Reason] = {}
     never: dict[str, str] = {}
-    rows = [
-        (str(pk), spec["after"])
-        for pk, spec in Job.objects.filter(state=S.PENDING, spec__has_key="after").values_list(
-            "id", "spec"
-        )
-    ]
-    known = _states_and_names({dep for _, after in rows for dep in after}) if rows else {}
-    for job_id, after in rows:
+    with_after = [(str(row[ID]), row[AFTER]) for row in rows if row[AFTER]]
+    known = _states_and_names({dep for _, after in with_after for dep in after})
+    for job_id, after in with_after:
         reason, why_never = after_status(after, known)
         if why_never is not None:
             never[job_id] = why_never
         elif reason is not None:
             waiting[job_id] = reason
-    waiting.update(_over_array_limits(skip=waiting.keys() | never.keys()))
+    waiting.update(_over_array_limits(rows, skip=waiting.keys() | never.keys()))
     return Held(waiting, never)
 
 
-def _over_array_limits(skip: Collection[str]) -> dict[str, st.Reason]:
+def _over_array_limits(rows: Collection[PendingRow], skip: Collection[str]) -> dict[str, st.Reason]:
     """The pending tasks past what their array's limit leaves room for, by index: an array
     of %4 with 3 tasks started lets its lowest pending index through to the scheduler."""
-    pending = (
-        Job.objects.filter(state=S.PENDING, array__max_running__isnull=False)
-        .order_by("array_id", "array_index")
-        .values_list("id", "array_id", "array__max_running", "array__name")
-    )
-    by_array: dict[Any, list[tuple[str, int, str]]] = defaultdict(list)
-    for pk, array_id, limit, name in pending:
-        if str(pk) not in skip:
-            by_array[array_id].append((str(pk), limit, name))
+    by_array: dict[Any, list[PendingRow]] = defaultdict(list)
+    for row in rows:
+        if row[LIMIT] is not None and str(row[ID]) not in skip:
+            by_array[row[ARRAY]].append(row)
     if not by_array:
         return {}
-    started = dict(
-        Job.objects.filter(array_id__in=by_array, state__in=Job.ACTIVE)
-        .values("array_id")
-        .annotate(n=Count("id"))
-        .values_list("array_id", "n")
-    )
+    started = started_per_array(list(by_array))
     held: dict[str, st.Reason] = {}
     for array_id, tasks in by_array.items():
-        limit, name, count = tasks[0][1], tasks[0][2], started.get(array_id, 0)
+        tasks.sort(key=lambda row: row[INDEX])
+        limit, name, count = tasks[0][LIMIT], tasks[0][NAME], started.get(array_id, 0)
         # Those let through are not started yet: they count as ahead of the held ones.
         reason = st.Reason(
             "array_limit",
@@ -154,84 +173,105 @@ def _over_array_limits(skip: Collection[str]) -> dict[str, st.Reason]:
             " running or ahead of this one",
             (("array", str(array_id)), ("max_running", limit), ("started", count)),
         )
-        for job_id, _, _ in tasks[max(limit - count, 0) :]:
-            held[job_id] = reason
+        for row in tasks[max(limit - count, 0) :]:
+            held[str(row[ID])] = reason
     return held
 
 
-def _states_and_names(ids: Collection[str]) -> dict[str, tuple[str, str]]:
-    """id -> (state, name) of these jobs (the ones `after` names), in one query; an id that
-    is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
+def started_per_array(array_ids: list[Any]) -> dict[Any, int]:
+    """Array id -> its tasks holding GPUs or on their way to (admitted to stopping)."""
+    return dict(
+        Job.objects.filter(array_id__in=array_ids, state__in=Job.ACTIVE)
+        .values("array_id")
+        .annotate(n=Count("id"))
+        .values_list("array_id", "n")
+    )
+
+
+# An `after` entry as the cycle reads it: (state, name, "job" | "array").
+Dep = tuple[str, str, str]
+
+
+def _states_and_names(ids: Collection[str]) -> dict[str, Dep]:
+    """id -> (state, name, kind) of these jobs (the ones `after` names), in one query; an
+    id that is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
+    if not ids:
+        return {}
     known = {
-        str(pk): (state, name)
+        str(pk): (state, name, "job")
         for pk, state, name in Job.objects.filter(pk__in=ids).values_list("id", "state", "name")
     }
-    arrays = [i for i in ids if i not in known]
-    if arrays:
+    if arrays := [i for i in ids if i not in known]:
         known.update(array_states(arrays))
     return known
 
 
-def array_states(ids: Collection[str]) -> dict[str, tuple[str, str]]:
-    """Array id -> (state, name) as `after` reads it: succeeded once every task has; the end
-    of the first task (by index) that ended otherwise; else how many have succeeded. Named
-    as Slurm shows an array: sweep[0-15%4], or the task at fault: sweep[3]."""
-    rows = (
-        Job.objects.filter(array_id__in=[_uuid(i) for i in ids])
-        .order_by("array_id", "array_index")
-        .values_list("array_id", "array__name", "array__indices", "array_index", "state")
+def array_states(ids: Collection[str]) -> dict[str, Dep]:
+    """Array id -> (state, name, "array") as `after` reads it: succeeded once every task
+    has, named as Slurm shows an array (sweep[0-15%4]); the end of the first task (by index)
+    that ended otherwise, named as that task (sweep[3]); else how many have succeeded. Two
+    queries, whatever the arrays' sizes."""
+    wanted = [_uuid(i) for i in ids]
+    names = {
+        str(pk): (name, indices, size)
+        for pk, name, indices, size in JobArray.objects.filter(pk__in=wanted).values_list(
+            "id", "name", "indices", "size"
+        )
+    }
+    succeeded: dict[str, int] = defaultdict(int)
+    failed: dict[str, tuple[int, str]] = {}  # the lowest index that ended otherwise
+    groups = (
+        Job.objects.filter(array_id__in=wanted)
+        .values("array_id", "state")
+        .annotate(n=Count("id"), first=Min("array_index"))
+        .values_list("array_id", "state", "n", "first")
     )
-    tasks: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    names: dict[str, tuple[str, str]] = {}
-    for array_id, name, indices, index, state in rows:
-        tasks[str(array_id)].append((index, state))
-        names[str(array_id)] = (name, indices)
-    out: dict[str, tuple[str, str]] = {}
-    for array_id, listed in tasks.items():
-        ended_otherwise = [
-            (index, state)
-            for index, state in listed
-            if state in Job.TERMINAL and state != S.SUCCEEDED
-        ]
-        succeeded = sum(1 for _, state in listed if state == S.SUCCEEDED)
-        name, indices = names[array_id]
-        if ended_otherwise:
-            index, state = ended_otherwise[0]
-            out[array_id] = (state, f"{name}[{index}]")
-        elif succeeded == len(listed):
-            out[array_id] = (S.SUCCEEDED, f"{name}[{indices}]")
+    for array_id, state, n, first in groups:
+        key = str(array_id)
+        if state == S.SUCCEEDED:
+            succeeded[key] = n
+        elif state in Job.TERMINAL and (key not in failed or first < failed[key][0]):
+            failed[key] = (first, state)
+    out: dict[str, Dep] = {}
+    for key, (name, indices, size) in names.items():
+        if key in failed:
+            index, state = failed[key]
+            out[key] = (state, f"{name}[{index}]", "array")
+        elif succeeded[key] == size:
+            out[key] = (S.SUCCEEDED, f"{name}[{indices}]", "array")
         else:
-            out[array_id] = (f"{succeeded} of {len(listed)} tasks succeeded", f"{name}[{indices}]")
+            out[key] = (
+                f"{succeeded[key]} of {size} tasks succeeded",
+                f"{name}[{indices}]",
+                "array",
+            )
     return out
 
 
-def after_status(
-    after: list[str], known: dict[str, tuple[str, str]]
-) -> tuple[st.Reason | None, str | None]:
+def after_status(after: list[str], known: dict[str, Dep]) -> tuple[st.Reason | None, str | None]:
     """(why it waits, None) while some `after` job has yet to succeed; (None, why it never
     can) once one ended otherwise; (None, None) when all succeeded."""
     unmet = []
     for dep in after:
-        state, name = known.get(dep, ("gone", "?"))
+        state, name, kind = known.get(dep, ("gone", "?", "job"))
         if state == S.SUCCEEDED:
             continue
         if state in Job.TERMINAL or state == "gone":
-            return None, f"job {name!r} ({dep}) ended {state}, so this one can never start"
-        unmet.append((dep, state, name))
+            what = f"job {name!r} ({dep})" if kind == "job" else f"task {name!r} of array {dep}"
+            return None, f"{what} ended {state}, so this one can never start"
+        unmet.append((dep, kind, f"{name!r} ({state})"))
     if not unmet:
         return None, None
-    listed = ", ".join(f"{name!r} ({state})" for _, state, name in unmet)
-    message = (
-        f"waiting for job {listed} to succeed"
-        if len(unmet) == 1
-        else f"waiting for {len(unmet)} jobs to succeed: {listed}"
-    )
+    listed = ", ".join(item if kind == "job" else f"array {item}" for _, kind, item in unmet)
+    if len(unmet) > 1:
+        message = f"waiting for {len(unmet)} jobs to succeed: {listed}"
+    else:
+        message = f"waiting for {'job ' if unmet[0][1] == 'job' else ''}{listed} to succeed"
     return st.Reason("after", message, (("after", tuple(dep for dep, _, _ in unmet)),)), None
 
 
-def build_snapshot(
-    now: datetime, exclude: frozenset[str] = frozenset()
-) -> tuple[st.Snapshot, dict[str, Cluster]]:
+def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held]:
+    """The scheduler's input, and the pending jobs left out of it (held back, with why)."""
     clusters = {c.name: c for c in Cluster.objects.filter(enabled=True)}
     active = list(
         Job.objects.filter(state__in=Job.ACTIVE)
@@ -247,24 +287,16 @@ def build_snapshot(
     )
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
-    here = len(exclude) > EXCLUDE_IN_SQL
+    rows = _pending_rows()
+    held = held_back(rows)
+    out = {_uuid(i) for i in held.ids()}
     pending = tuple(
-        st.PendingJob(request=_request_of(*row), attempts=attempts)
-        for *row, attempts in Job.objects.filter(state=S.PENDING)
-        .exclude(pk__in=frozenset() if here else exclude)
-        .order_by("submitted_at", "id")
-        .values_list(
-            "id",
-            "team__slug",
-            "priority_class__name",
-            "submitted_at",
-            "spec",
-            "kind",
-            "pinned_cluster",
-            "cluster__name",
-            "attempts",
+        st.PendingJob(
+            request=_request_of(*row[:SPEC], json.loads(row[SPEC]), *row[SPEC + 1 : ATTEMPTS]),
+            attempts=row[ATTEMPTS],
         )
-        if not here or str(row[0]) not in exclude
+        for row in rows
+        if row[ID] not in out
     )
     running = tuple(
         st.RunningJob(
@@ -289,7 +321,7 @@ def build_snapshot(
         ),
         mig_tables=_mig_tables(clusters.values()),
     )
-    return snap, clusters
+    return snap, clusters, held
 
 
 def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
@@ -780,7 +812,7 @@ def preview_job(
                 "position": None,
                 "estimated_start": None,
             }
-    snap, _ = build_snapshot(now, exclude=held_back().ids())
+    snap, _, _ = build_snapshot(now)
     request = st.JobRequest(
         id=PREVIEW_ID,
         team=team_slug,

@@ -220,8 +220,10 @@ class CheckpointSerializer(serializers.Serializer):
 
 
 MAX_AFTER = 20
-ARRAY = re.compile(r"^(?P<ranges>[0-9][0-9,:-]*)(?:%(?P<limit>[0-9]+))?$")
-ARRAY_RANGE = re.compile(r"^(?P<a>[0-9]+)(?:-(?P<b>[0-9]+)(?::(?P<step>[0-9]+))?)?$")
+ARRAY = re.compile(r"(?P<ranges>[0-9][0-9,:-]*)(?:%(?P<limit>[0-9]+))?")  # fullmatch
+ARRAY_RANGE = re.compile(r"(?P<a>[0-9]+)(?:-(?P<b>[0-9]+)(?::(?P<step>[0-9]+))?)?")
+# Room for the indices a rerun of an array's failed tasks lists one by one.
+MAX_ARRAY_TEXT = 16384
 MAX_ARRAY_INDEX = 999_999
 ARRAY_HELP = "use 0-15, 1,3,5 or 0-15:2, with %N for at most N at once"
 
@@ -241,12 +243,14 @@ def parse_array(value: Any, most: int) -> ArraySpec:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"expected indices as text ({ARRAY_HELP})")
     text = str(value).replace(" ", "")
-    m = ARRAY.match(text) if len(text) <= 1024 else None
+    if len(text) > MAX_ARRAY_TEXT:
+        raise ValueError(f"at most {MAX_ARRAY_TEXT} characters")
+    m = ARRAY.fullmatch(text)
     if m is None:
         raise ValueError(f"{str(value)[:40]!r} is not an array ({ARRAY_HELP})")
     indices: set[int] = set()
     for part in m["ranges"].split(","):
-        r = ARRAY_RANGE.match(part)
+        r = ARRAY_RANGE.fullmatch(part)
         if r is None:
             raise ValueError(f"{part[:40]!r} is not an index or a range ({ARRAY_HELP})")
         first = int(r["a"])
@@ -266,6 +270,10 @@ def parse_array(value: Any, most: int) -> ArraySpec:
     limit = int(m["limit"]) if m["limit"] is not None else None
     if limit == 0:
         raise ValueError("%0 would never run a task: give at least %1")
+    if limit is not None and limit > MAX_ARRAY_INDEX:
+        raise ValueError(f"%N is at most %{MAX_ARRAY_INDEX}")
+    if limit is not None:
+        limit = min(limit, len(indices))  # %N past the size limits nothing
     return ArraySpec(text, tuple(sorted(indices)), limit)
 
 

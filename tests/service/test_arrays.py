@@ -4,15 +4,17 @@ backend with real processes, without Celery (the embedded loop)."""
 
 from __future__ import annotations
 
+import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from queue_service.jobs.dispatch import read_logs
 from queue_service.jobs.models import Job, JobArray, JobRun
-from queue_service.jobs.services import resubmit_job, submit_job
+from queue_service.jobs.services import resubmit_job, resume_job, submit_job, suspend_job
 from queue_service.jobs.snapshot import run_cycle
-from tests.conftest import spec
+from tests.conftest import on_sqlite, spec
 from tests.service.test_job_flow import run_until
 
 S = Job.State
@@ -192,7 +194,7 @@ def test_a_job_after_an_array_starts_once_every_task_has_succeeded(
 
     merge.refresh_from_db()
     assert merge.reason["message"] == (
-        "waiting for job 'sweep[0-2]' (0 of 3 tasks succeeded) to succeed"
+        "waiting for array 'sweep[0-2]' (0 of 3 tasks succeeded) to succeed"
     )
     merge = run_until(merge, lambda j: j.is_terminal)
     assert merge.state == S.SUCCEEDED
@@ -211,7 +213,7 @@ def test_a_job_after_an_array_whose_task_failed_is_cancelled_with_which_task(
 
     assert merge.state == S.CANCELLED
     assert merge.reason["message"] == (
-        f"job 'sweep[1]' ({first.array_id}) ended failed, so this one can never start"
+        f"task 'sweep[1]' of array {first.array_id} ended failed, so this one can never start"
     )
     late = client_for("alice").post(
         "/api/v1/jobs/", spec(after=[str(first.array_id)]), format="json"
@@ -232,19 +234,93 @@ def test_after_takes_only_arrays_of_your_teams(client_for: Any, people: Any) -> 
     assert answer.json() == {"after": [f"no job {charlies.array_id} among those you can see"]}
 
 
-def test_held_tasks_stay_out_of_the_snapshot_however_many_there_are(
-    people: Any, local_cluster: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _commit_meanwhile(monkeypatch: pytest.MonkeyPatch, change: Any) -> None:
+    """Run `change` from another connection, committed, just after the cycle has read the
+    pending jobs and before it decides which to hold back (READ COMMITTED lets the cycle's
+    later queries see it)."""
+    import threading
+
+    from django.db import connection
+
     from queue_service.jobs import snapshot
 
-    # Past this many held jobs, they are left out as rows are read, not by a NOT IN.
-    monkeypatch.setattr(snapshot, "EXCLUDE_IN_SQL", 1)
-    first = submit_job(people["alice"], spec(name="sweep", array="0-3%1")).job
+    real = snapshot.held_back
+
+    def racing(rows: Any) -> Any:
+        def other() -> None:
+            try:
+                change()
+            finally:
+                connection.close()  # this thread's own connection
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        return real(rows)
+
+    monkeypatch.setattr(snapshot, "held_back", racing)
+
+
+def test_an_array_submitted_while_a_cycle_reads_starts_no_more_than_its_limit(
+    people: Any, local_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[Job] = []
+    _commit_meanwhile(
+        monkeypatch,
+        lambda: made.append(submit_job(people["alice"], spec(name="sweep", array="0-3%1")).job),
+    )
 
     run_cycle()
+    monkeypatch.undo()
+    run_cycle()
 
-    assert [t.state for t in tasks(first)] == [S.ADMITTED, S.PENDING, S.PENDING, S.PENDING]
-    assert {t.reason["code"] for t in tasks(first)[1:]} == {"array_limit"}
+    assert [t.state for t in tasks(made[0])] == [S.ADMITTED, S.PENDING, S.PENDING, S.PENDING]
+
+
+def test_a_task_resumed_while_a_cycle_reads_waits_for_its_turn(
+    people: Any, local_cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-1%1", command="sleep 5")).job
+    second = tasks(first)[1]
+    suspend_job(people["alice"], second)
+    run_cycle()  # task 0 takes the array's one place
+    _commit_meanwhile(
+        monkeypatch, lambda: resume_job(people["alice"], Job.objects.get(pk=second.pk))
+    )
+
+    run_cycle()
+    monkeypatch.undo()
+    run_cycle()
+
+    states = [t.state for t in tasks(first)]
+    assert states[1] == S.PENDING and sum(state in Job.ACTIVE for state in states) == 1
+    assert tasks(first)[1].reason["code"] == "array_limit"
+
+
+def test_the_embedded_default_runs_arrays_and_lists_held_tasks_last_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    printed = on_sqlite(
+        tmp_path,
+        textwrap.dedent(
+            """
+            from rest_framework.test import APIClient
+            submit_job(alice, {"name": "wide", "command": ["true"], "nodes": 2, "gpus_per_node": 4})
+            submit_job(alice, {"name": "sweep", "command": ["true"], "array": "0-3%1"})
+            run_cycle()
+            client = APIClient()
+            client.force_authenticate(alice)
+            queue = client.get("/api/v1/queue/").json()
+            print("queue", [(j["name"], (j["array"] or {}).get("index"), j["reason"]["code"])
+                            for j in queue])
+            """
+        ),
+    )
+    # SQLite sorts NULL positions first: the held tasks must still come after the queue.
+    assert printed[-1] == (
+        "queue [('wide', None, 'unsatisfiable'), ('sweep', 1, 'array_limit'),"
+        " ('sweep', 2, 'array_limit'), ('sweep', 3, 'array_limit')]"
+    )
 
 
 def test_a_task_resubmitted_with_other_indices_makes_an_array_of_those(
@@ -257,7 +333,8 @@ def test_a_task_resubmitted_with_other_indices_makes_an_array_of_those(
 
     assert answer.status_code == 201, answer.content
     copy = Job.objects.get(pk=answer.json()["id"])
-    assert (copy.user.username, copy.array.indices, copy.array.max_running) == ("bob", "1,3", None)
+    # The original's %2 holds for the rerun.
+    assert (copy.user.username, copy.array.indices, copy.array.max_running) == ("bob", "1,3%2", 2)
     assert [(t.array_index, t.spec["array"]) for t in tasks(copy)] == [(1, "1"), (3, "3")]
     assert {k: v for k, v in copy.spec.items() if k != "array"} == {
         k: v for k, v in first.spec.items() if k != "array"

@@ -4,9 +4,6 @@ UPDATE from JSON documents, which compares as it writes) and on the embedded def
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +15,7 @@ from queue_service.jobs.models import Job
 from queue_service.jobs.services import cancel_job, submit_job
 from queue_service.jobs.snapshot import _write_waits, run_cycle
 from scheduler import types as st
-from tests.conftest import spec
+from tests.conftest import on_sqlite, spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,63 +109,29 @@ def test_waits_are_stored_as_the_scheduler_gave_them(
     assert job.estimated_start == datetime.fromtimestamp(estimate, tz=UTC)
 
 
-SQLITE_SCENARIO = textwrap.dedent(
-    """
-    from django.contrib.auth import get_user_model
-    from queue_service.clusters.models import Cluster
-    from queue_service.jobs.dispatch import sync_cluster
-    from queue_service.jobs.models import Job
-    from queue_service.jobs.services import cancel_job, submit_job
-    from queue_service.jobs.snapshot import run_cycle
-    from queue_service.tenancy.models import Membership, Quota, Team
-
-    team = Team.objects.create(slug="vision", name="Vision")
-    Quota.objects.create(team=team, gpu_model="*", nominal_gpus=8)
-    alice = get_user_model().objects.create_user("alice")
-    Membership.objects.create(user=alice, team=team, role="member")
-    cluster = Cluster.objects.create(name="local", kind="local", settings={
-        "workdir": WORKDIR, "nodes": [{"name": "n1", "gpus": 4, "gpu_model": "SIM-A100"}]})
-    sync_cluster(cluster.pk)
-    spec = {"command": ["true"], "nodes": 2, "gpus_per_node": 4}
-    jobs = [submit_job(alice, {**spec, "name": f"j{i}"}).job for i in range(3)]
-
-    def positions():
-        return list(Job.objects.filter(state="pending").order_by("queue_position")
-                    .values_list("queue_position", flat=True))
-
-    run_cycle()
-    first = positions()
-    cancel_job(alice, jobs[0])
-    run_cycle()
-    print("reason", Job.objects.get(pk=jobs[2].pk).reason["code"])
-    print("positions", first, "then", positions())
-    held = submit_job(alice, {**spec, "name": "held", "after": [str(jobs[1].pk)]}).job
-    run_cycle()
-    held = Job.objects.get(pk=held.pk)
-    print("held", held.reason["code"], held.queue_position, positions())
-    """
-)
-
-
 def test_the_embedded_default_stores_waits_on_sqlite(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path}/gpuq.sqlite3",
-        "CELERY_BROKER_URL": "",
-    }
-    manage = [sys.executable, str(REPO / "manage.py")]
-    subprocess.run([*manage, "migrate", "--verbosity", "0"], env=env, check=True, timeout=300)
-    script = f"WORKDIR = {str(tmp_path / 'jobs')!r}\n" + SQLITE_SCENARIO
-    result = subprocess.run(
-        [*manage, "shell", "--verbosity", "0", "-c", script],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    scenario = textwrap.dedent(
+        """
+        spec = {"command": ["true"], "nodes": 2, "gpus_per_node": 4}
+        jobs = [submit_job(alice, {**spec, "name": f"j{i}"}).job for i in range(3)]
+
+        def positions():
+            return list(Job.objects.filter(state="pending").order_by("queue_position")
+                        .values_list("queue_position", flat=True))
+
+        run_cycle()
+        first = positions()
+        cancel_job(alice, jobs[0])
+        run_cycle()
+        print("reason", Job.objects.get(pk=jobs[2].pk).reason["code"])
+        print("positions", first, "then", positions())
+        held = submit_job(alice, {**spec, "name": "held", "after": [str(jobs[1].pk)]}).job
+        run_cycle()
+        held = Job.objects.get(pk=held.pk)
+        print("held", held.reason["code"], held.queue_position, positions())
+        """
     )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[-3:] == [
+    assert on_sqlite(tmp_path, scenario)[-3:] == [
         "reason unsatisfiable",
         "positions [1, 2, 3] then [1, 2]",
         "held after None [None, 1, 2]",  # SQLite sorts NULL first

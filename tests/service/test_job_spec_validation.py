@@ -76,6 +76,10 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("array of 400 digits", {"array": "9" * 400}, "array"),
     ("array of a billion tasks", {"array": "0-999999999"}, "array"),
     ("array with a shell", {"array": "0-3; rm -rf /"}, "array"),
+    # A limit past a 32-bit column was a 500 on PostgreSQL; a trailing newline was stored.
+    ("array limit past 32 bits", {"array": "0-3%2147483648"}, "array"),
+    ("array limit of 30 digits", {"array": "0-3%" + "9" * 30}, "array"),
+    ("array with a trailing newline", {"array": "0-2\n"}, "array"),
 ]
 
 
@@ -188,6 +192,7 @@ def test_durations_parse_like_slurm_and_humans(text: Any, seconds: int) -> None:
         (" 0 - 2 % 1 ", (0, 1, 2), 1),
         ("3,1,1-2", (1, 2, 3), None),  # each index once, in order
         ("0-999", tuple(range(1000)), None),
+        ("0-3%100", (0, 1, 2, 3), 4),  # a limit past the size limits nothing
     ],
 )
 def test_array_indices_parse_like_slurms_array_option(
@@ -196,6 +201,12 @@ def test_array_indices_parse_like_slurms_array_option(
     parsed = parse_array(given, 1000)
     assert (parsed.indices, parsed.max_running) == (indices, max_running)
     assert parse_array(parsed.text, 1000) == parsed  # what is stored reads back the same
+
+
+def test_array_text_past_its_length_is_refused_saying_so() -> None:
+    with pytest.raises(ValueError, match=r"^at most 16384 characters$"):
+        parse_array("1," * 8200 + "1", 100_000)
+    assert len(parse_array(",".join(map(str, range(0, 4000, 2))), 100_000).indices) == 2000
 
 
 def test_an_array_past_the_sites_task_limit_is_refused_before_it_is_expanded() -> None:

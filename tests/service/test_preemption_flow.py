@@ -89,7 +89,7 @@ def test_a_restarted_victim_brings_its_preemptions_to_the_scheduler(
     cancel_job(people["alice"], mine)
     for victim in victims:
         run_until(victim, lambda j: j.state == S.RUNNING, timeout=40)
-    snap, _ = build_snapshot(timezone.now())
+    snap, _, _ = build_snapshot(timezone.now())
     counts = {r.request.id: r.preemptions for r in snap.running}
     assert {counts[str(v.pk)] for v in victims} == {1}
     assert sorted(counts.values()) == [0] * 6 + [1, 1]

@@ -185,7 +185,7 @@ def test_the_scheduler_plans_a_job_being_stopped_as_leaving(
         state=state, cluster=local_cluster, placement=[{"node": "n1", "gpus": [0]}]
     )
 
-    snap, _ = build_snapshot(timezone.now())
+    snap, _, _ = build_snapshot(timezone.now())
 
     (running,) = snap.running
     assert (running.preempting_since is not None) == (state in Job.STOPPING)
