@@ -106,7 +106,7 @@ def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     can_manage = job_services.can_manage(request.user, job)
     after = job.spec.get("after") or []
     visible = Job.objects.for_user(request.user).in_bulk([uuid.UUID(a) for a in after])
-    arrays: dict[str, tuple[str, str]] = {}
+    arrays: dict[str, tuple[str, str, str]] = {}
     if missing := [a for a in after if uuid.UUID(a) not in visible]:  # an array's id?
         seen = JobArray.objects.for_user(request.user).filter(pk__in=missing).values_list("id")
         arrays = array_states([str(pk) for (pk,) in seen])

@@ -19,7 +19,7 @@ from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass
-from .spec import ArraySpec, JobSpecSerializer, parse_array
+from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, parse_array
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -312,7 +312,14 @@ def resubmit_job(
             raise ValidationError({"array": [str(exc)]}) from None
         limit = job.array.max_running if job.array is not None else None
         # The original's limit holds for the copy, unless the copy gives its own.
-        data["array"] = f"{array}%{limit}" if limit is not None and "%" not in array else array
+        if limit is not None and "%" not in array:
+            if len(array) + len(f"%{limit}") > MAX_ARRAY_TEXT:
+                most = MAX_ARRAY_TEXT - len(f"%{limit}")
+                raise ValidationError(
+                    {"array": [f"at most {most} characters, with the original's %{limit} added"]}
+                )
+            array = f"{array}%{limit}"
+        data["array"] = array
     return submit_job(user, data, idempotency_key=idempotency_key, copy_of=job)
 
 

@@ -242,6 +242,8 @@ def parse_array(value: Any, most: int) -> ArraySpec:
     tasks at once); a number is one index, as in Slurm. At most `most` tasks."""
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"expected indices as text ({ARRAY_HELP})")
+    if isinstance(value, int) and not 0 <= value <= MAX_ARRAY_INDEX:
+        raise ValueError(f"indices go from 0 to {MAX_ARRAY_INDEX}")
     text = str(value).replace(" ", "")
     if len(text) > MAX_ARRAY_TEXT:
         raise ValueError(f"at most {MAX_ARRAY_TEXT} characters")
@@ -249,10 +251,13 @@ def parse_array(value: Any, most: int) -> ArraySpec:
     if m is None:
         raise ValueError(f"{str(value)[:40]!r} is not an array ({ARRAY_HELP})")
     indices: set[int] = set()
+    listed = 0  # indices as the parts list them, overlaps counted twice
     for part in m["ranges"].split(","):
         r = ARRAY_RANGE.fullmatch(part)
         if r is None:
             raise ValueError(f"{part[:40]!r} is not an index or a range ({ARRAY_HELP})")
+        if any(len(number or "") > len(str(MAX_ARRAY_INDEX)) for number in r.groups()):
+            raise ValueError(f"indices go up to {MAX_ARRAY_INDEX}")  # before int() of 10k digits
         first = int(r["a"])
         last = int(r["b"]) if r["b"] is not None else first
         step = int(r["step"]) if r["step"] is not None else 1
@@ -263,10 +268,14 @@ def parse_array(value: Any, most: int) -> ArraySpec:
         if step == 0:
             raise ValueError(f"the range {part!r} has a step of 0")
         span = range(first, last + 1, step)
-        # Counted before expanding: "0-999999" must not build a million-element set.
-        if len(span) > most or len(indices.union(span)) > most:
+        # Counted before expanding, and overlaps too: however the text repeats a range, the
+        # work is bounded by `most` ("0-999999" must not build a million-element set).
+        listed += len(span)
+        if listed > most:
             raise ValueError(f"at most {most} tasks in an array on this site")
         indices.update(span)
+    if m["limit"] is not None and len(m["limit"]) > len(str(MAX_ARRAY_INDEX)):
+        raise ValueError(f"%N is at most %{MAX_ARRAY_INDEX}")
     limit = int(m["limit"]) if m["limit"] is not None else None
     if limit == 0:
         raise ValueError("%0 would never run a task: give at least %1")
@@ -437,6 +446,8 @@ def load_yaml_spec(text: str) -> dict[str, Any]:
         raise YamlError(str(exc), None) from None
     except RecursionError:
         raise YamlError("the file is nested too deeply", None) from None
+    except ValueError:  # an integer of more than 4300 digits
+        raise YamlError("the file has a number too long to read", None) from None
     if not isinstance(data, dict):
         raise YamlError("the file must be a mapping of fields (name:, command:, ...)", 1)
     problem = shape_problem(data)

@@ -353,3 +353,17 @@ def test_a_task_resubmitted_with_other_indices_makes_an_array_of_those(
         f"/api/v1/jobs/{first.pk}/resubmit/", {"array": "1"}, format="json"
     )
     assert outsider.status_code == 404
+
+
+def test_a_rerun_too_long_for_the_originals_limit_says_so(people: Any, client_for: Any) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-4%2")).job
+    # 780 parts of one index each, 16,384 characters: valid alone, too long with "%2".
+    indices = ",".join(["999999-999999:999999"] * 780) + ",9999"
+    assert len(indices) == 16384
+
+    answer = client_for("alice").post(
+        f"/api/v1/jobs/{first.pk}/resubmit/", {"array": indices}, format="json"
+    )
+
+    assert answer.status_code == 400
+    assert answer.json() == {"array": ["at most 16382 characters, with the original's %2 added"]}

@@ -203,6 +203,15 @@ def test_array_indices_parse_like_slurms_array_option(
     assert parse_array(parsed.text, 1000) == parsed  # what is stored reads back the same
 
 
+def test_an_array_counts_every_index_its_text_lists_so_repeats_cannot_make_work() -> None:
+    # The union would be 10 tasks; the parts list 20, and each listed one costs work.
+    with pytest.raises(ValueError, match="at most 15 tasks"):
+        parse_array("0-9,0-9", 15)
+    with pytest.raises(ValueError, match="indices go up to 999999"):
+        parse_array("1-" + "9" * 5000, 1000)  # int() of 5000 digits would raise its own error
+    assert parse_array("0-9,5", 15).indices == tuple(range(10))
+
+
 def test_array_text_past_its_length_is_refused_saying_so() -> None:
     with pytest.raises(ValueError, match=r"^at most 16384 characters$"):
         parse_array("1," * 8200 + "1", 100_000)

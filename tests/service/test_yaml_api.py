@@ -65,6 +65,13 @@ BAD_FILES = [
         "holds more than 100,000 values",
     ),
     ("over the body limit", "name: x\ncommand: '" + "y" * 3_000_000 + "'\n", 413, "larger than"),
+    # int() of more than 4300 digits raises ValueError: the UI's YAML mode answered 500.
+    (
+        "a number of 5000 digits",
+        "name: x\ncommand: [x]\narray: " + "9" * 5000 + "\n",
+        400,
+        "a number too long to read",
+    ),
 ]
 
 
