@@ -25,8 +25,7 @@ from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
 from queue_service.jobs.models import Job, JobArray, PriorityClass
-from queue_service.jobs.reports import mig_choices
-from queue_service.jobs.snapshot import array_states
+from queue_service.jobs.reports import array_states, mig_choices
 from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
 
 from ..templatetags.gpuq import index_ranges

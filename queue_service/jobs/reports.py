@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import csv
 import io
+import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.db.models import Count, Min, Q, Sum
 
 from queue_service.clusters.models import Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler.mig import geometry, parse_profile
 
-from .models import Job, JobRun
+from .models import Job, JobArray, JobRun
 
 # --- usage: GPU-hours per user per day -------------------------------------------------------
 
@@ -275,3 +276,50 @@ def cluster_totals(
         mig_slices=slices,
         mig_slices_held=slices_held,
     )
+
+
+# An `after` entry as the cycle, the submit check and the job page read it:
+# (state, name, "job" | "array").
+Dep = tuple[str, str, str]
+
+
+def array_states(ids: Collection[str]) -> dict[str, Dep]:
+    """Array id -> (state, name, "array") as `after` reads it: succeeded once every task
+    has, named as Slurm shows an array (sweep[0-15%4]); the end of the first task (by index)
+    that ended otherwise, named as that task (sweep[3]); else how many have succeeded. Two
+    queries, whatever the arrays' sizes."""
+    wanted = [uuid.UUID(i) for i in ids]
+    names = {
+        str(pk): (name, indices, size)
+        for pk, name, indices, size in JobArray.objects.filter(pk__in=wanted).values_list(
+            "id", "name", "indices", "size"
+        )
+    }
+    succeeded: dict[str, int] = defaultdict(int)
+    failed: dict[str, tuple[int, str]] = {}  # the lowest index that ended otherwise
+    groups = (
+        Job.objects.filter(array_id__in=wanted)
+        .values("array_id", "state")
+        .annotate(n=Count("id"), first=Min("array_index"))
+        .values_list("array_id", "state", "n", "first")
+    )
+    for array_id, state, n, first in groups:
+        key = str(array_id)
+        if state == Job.State.SUCCEEDED:
+            succeeded[key] = n
+        elif state in Job.TERMINAL and (key not in failed or first < failed[key][0]):
+            failed[key] = (first, state)
+    out: dict[str, Dep] = {}
+    for key, (name, indices, size) in names.items():
+        if key in failed:
+            index, state = failed[key]
+            out[key] = (state, f"{name}[{index}]", "array")
+        elif succeeded[key] == size:
+            out[key] = (Job.State.SUCCEEDED, f"{name}[{indices}]", "array")
+        else:
+            out[key] = (
+                f"{succeeded[key]} of {size} tasks succeeded",
+                f"{name}[{indices}]",
+                "array",
+            )
+    return out

@@ -19,6 +19,7 @@ from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass
+from .reports import array_states
 from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, parse_array
 
 log = logging.getLogger(__name__)
@@ -271,8 +272,6 @@ def check_after(user: Any, after: Any) -> None:
     jobs = dict(Job.objects.for_user(user).filter(pk__in=after).values_list("id", "state"))
     found = {str(pk): (state, f"job {pk}") for pk, state in jobs.items()}
     if missing := [dep for dep in after if dep not in found]:
-        from .snapshot import array_states
-
         visible = JobArray.objects.for_user(user).filter(pk__in=missing).values_list("id")
         for array_id, (state, task, _) in array_states([str(pk) for (pk,) in visible]).items():
             found[array_id] = (state, f"array {array_id}: its task {task}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Min, Q, TextField
+from django.db.models import Count, Q, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -25,7 +25,8 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler import types as st
 
-from .models import Job, JobArray, JobRun, PriorityClass, SchedulerLock
+from .models import Job, JobRun, PriorityClass, SchedulerLock
+from .reports import Dep, array_states
 from .services import StaleState, transition
 
 log = logging.getLogger(__name__)
@@ -188,10 +189,6 @@ def started_per_array(array_ids: list[Any]) -> dict[Any, int]:
     )
 
 
-# An `after` entry as the cycle reads it: (state, name, "job" | "array").
-Dep = tuple[str, str, str]
-
-
 def _states_and_names(ids: Collection[str]) -> dict[str, Dep]:
     """id -> (state, name, kind) of these jobs (the ones `after` names), in one query; an
     id that is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
@@ -204,48 +201,6 @@ def _states_and_names(ids: Collection[str]) -> dict[str, Dep]:
     if arrays := [i for i in ids if i not in known]:
         known.update(array_states(arrays))
     return known
-
-
-def array_states(ids: Collection[str]) -> dict[str, Dep]:
-    """Array id -> (state, name, "array") as `after` reads it: succeeded once every task
-    has, named as Slurm shows an array (sweep[0-15%4]); the end of the first task (by index)
-    that ended otherwise, named as that task (sweep[3]); else how many have succeeded. Two
-    queries, whatever the arrays' sizes."""
-    wanted = [_uuid(i) for i in ids]
-    names = {
-        str(pk): (name, indices, size)
-        for pk, name, indices, size in JobArray.objects.filter(pk__in=wanted).values_list(
-            "id", "name", "indices", "size"
-        )
-    }
-    succeeded: dict[str, int] = defaultdict(int)
-    failed: dict[str, tuple[int, str]] = {}  # the lowest index that ended otherwise
-    groups = (
-        Job.objects.filter(array_id__in=wanted)
-        .values("array_id", "state")
-        .annotate(n=Count("id"), first=Min("array_index"))
-        .values_list("array_id", "state", "n", "first")
-    )
-    for array_id, state, n, first in groups:
-        key = str(array_id)
-        if state == S.SUCCEEDED:
-            succeeded[key] = n
-        elif state in Job.TERMINAL and (key not in failed or first < failed[key][0]):
-            failed[key] = (first, state)
-    out: dict[str, Dep] = {}
-    for key, (name, indices, size) in names.items():
-        if key in failed:
-            index, state = failed[key]
-            out[key] = (state, f"{name}[{index}]", "array")
-        elif succeeded[key] == size:
-            out[key] = (S.SUCCEEDED, f"{name}[{indices}]", "array")
-        else:
-            out[key] = (
-                f"{succeeded[key]} of {size} tasks succeeded",
-                f"{name}[{indices}]",
-                "array",
-            )
-    return out
 
 
 def after_status(after: list[str], known: dict[str, Dep]) -> tuple[st.Reason | None, str | None]:
