@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from queue_service.jobs.spec import duration_text
+
 # The form's inputs, in the order they are read.
 TEXT_FIELDS = (
     "name",
@@ -147,17 +149,6 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
 
 def spec_to_yaml(spec: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(spec), sort_keys=False, allow_unicode=True)
-
-
-def duration_text(seconds: Any) -> str:
-    """Seconds -> the shortest exact form the API accepts back ("2h", "90m", "45s")."""
-    if not seconds:
-        return ""
-    seconds = int(seconds)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _text(value: Any) -> str:

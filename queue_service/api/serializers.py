@@ -11,7 +11,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
 from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
-from queue_service.jobs.spec import MAX_ARRAY_TEXT
+from queue_service.jobs.spec import MAX_ARRAY_INDEX, MAX_ARRAY_TEXT, DurationField
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
@@ -82,6 +82,12 @@ class JobSerializer(serializers.ModelSerializer):
         ).data
 
 
+def refuse_unknown(data: Any, fields: Any, why: str) -> None:
+    unknown = sorted(set(data) - set(fields)) if isinstance(data, dict) else []
+    if unknown:
+        raise serializers.ValidationError({name: [why] for name in unknown})
+
+
 class ResubmitSerializer(serializers.Serializer):
     """What a copy may change: its array's indices (checked as a job file's `array`)."""
 
@@ -92,13 +98,42 @@ class ResubmitSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
+        why = "a copy keeps the original's spec; only array may be given"
+        refuse_unknown(self.initial_data, self.fields, why)
+        return attrs
+
+
+UPDATE_ONLY = (
+    "only priority, time_limit and array.max_running can change; resubmit a copy to change the rest"
+)
+
+
+class ArrayLimitSerializer(serializers.Serializer):
+    max_running = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_ARRAY_INDEX,
+        allow_null=True,
+        help_text="at most this many of the array's tasks at once (%N); null: no limit",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        refuse_unknown(data, self.fields, UPDATE_ONLY)
+        return super().to_internal_value(data)
+
+
+class JobUpdateSerializer(serializers.Serializer):
+    """What may change after submit (as `scontrol update`): a waiting job's priority class
+    and time limit, and its array's limit of tasks at once."""
+
+    priority = serializers.CharField(required=False, max_length=32)
+    time_limit = DurationField(required=False, allow_null=True)
+    array = ArrayLimitSerializer(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        refuse_unknown(self.initial_data, self.fields, UPDATE_ONLY)
+        if not attrs:
             raise serializers.ValidationError(
-                {
-                    name: ["a copy keeps the original's spec; only array may be given"]
-                    for name in unknown
-                }
+                {"non_field_errors": ["nothing to change: give priority, time_limit or array"]}
             )
         return attrs
 

@@ -157,6 +157,17 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(s.JobSerializer(result.job).data, status=code)
 
+    @extend_schema(request=s.JobUpdateSerializer, responses={200: s.JobSerializer, **errors(409)})
+    def partial_update(self, request: Request, pk: str) -> Response:
+        """Change a waiting job's priority or time limit, or its array's limit of tasks at
+        once (as `scontrol update`); the rest of a job is fixed once submitted."""
+        if not isinstance(request.data, dict):
+            raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
+        body = s.JobUpdateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        job = job_services.update_job(request.user, self.get_object(), dict(body.validated_data))
+        return Response(s.JobSerializer(job).data)
+
     @extend_schema(request=None, responses={200: s.JobSerializer, **errors(409)})
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:

@@ -18,9 +18,9 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
-from .models import Job, JobArray, JobEvent, JobRun, PriorityClass
+from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
 from .reports import array_states
-from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, parse_array
+from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, duration_text, parse_array
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -358,6 +358,112 @@ def cancel_job(user: Any, job: Job) -> Job:
         _stop_unless_stopping(job, was)
         return job
     raise JobConflict("the job is changing state; try again")
+
+
+# --- update ---------------------------------------------------------------------------------
+
+# What may change once a job is stored: while it waits, what orders and bounds it in the
+# queue (as `scontrol update` of a pending job); at any time, its array's %N.
+UPDATABLE = ("priority", "time_limit")
+
+
+def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
+    """Change a job's priority class or time limit while it waits (pending or suspended), or
+    its array's limit of tasks at once (`array: {"max_running": N}`, Slurm's
+    ArrayTaskThrottle; null for none) at any time. Checked as a submit would check the job
+    with those values; the next cycle orders it anew. Changing nothing records nothing."""
+    if not can_manage(user, job):
+        raise PermissionDenied("only the job's owner or a team admin can update it")
+    said: list[str] = []
+    details: dict[str, Any] = {}
+    with transaction.atomic():
+        # The cycle decides under this lock from the pending jobs it read: waiting for it,
+        # no cycle admits a job on its old spec and then dispatches the new one.
+        SchedulerLock.objects.select_for_update().get_or_create(pk=1)
+        job.refresh_from_db()
+        fields = _spec_changes(job, {k: changes[k] for k in UPDATABLE if k in changes}, said)
+        details.update({k: [job.spec.get(k), fields["spec"][k]] for k in said})
+        if fields:
+            waiting = job.state == S.PENDING
+            if waiting:  # its position and reason were decided on the old values
+                fields.update(
+                    queue_position=None,
+                    estimated_start=None,
+                    reason={"code": "new", "message": "waiting for the next scheduling cycle"},
+                )
+            if (
+                Job.objects.filter(pk=job.pk, state=job.state).update(
+                    updated_at=timezone.now(), **fields
+                )
+                != 1
+            ):
+                raise JobConflict("the job is changing state; try again")
+        if "array" in changes:
+            throttle = _set_array_limit(job, changes["array"].get("max_running"))
+            if throttle is not None:
+                said.append("array")
+                details["array_max_running"] = list(throttle)
+        if said:
+            note(
+                job,
+                "updated",
+                f"updated by {user}: " + "; ".join(_change_text(k, details) for k in said),
+                details,
+            )
+    job.refresh_from_db()
+    if said:
+        request_cycle()
+    return job
+
+
+def _spec_changes(job: Job, wanted: dict[str, Any], said: list[str]) -> dict[str, Any]:
+    """The fields to write for `wanted` spec values, validated with the rest of the job's spec
+    as a submit of it would be; appends to `said` the keys that really change."""
+    if not wanted:
+        return {}
+    if job.state not in (S.PENDING, S.SUSPENDED):
+        raise JobConflict(
+            "a job's priority and time limit can change only while it waits (pending or"
+            f" suspended); this one is {job.state}"
+        )
+    serializer = JobSpecSerializer(data={**copy_data(job), **wanted})
+    serializer.is_valid(raise_exception=True)
+    new = {k: serializer.validated_data[k] for k in wanted}
+    said.extend(k for k in UPDATABLE if k in new and new[k] != job.spec.get(k))
+    if not said:
+        return {}
+    fields: dict[str, Any] = {"spec": {**job.spec, **{k: new[k] for k in said}}}
+    if "priority" in said:
+        fields["priority_class"] = PriorityClass.objects.get(name=new["priority"])
+    return fields
+
+
+def _set_array_limit(job: Job, limit: int | None) -> tuple[int | None, int | None] | None:
+    """Set the %N of `job`'s array (at most its size, as at submit); (old, new), or None if
+    that is what it already was."""
+    if job.array_id is None:
+        raise ValidationError({"array": ["this job is not a task of an array"]})
+    array = JobArray.objects.select_for_update().get(pk=job.array_id)
+    if limit is not None:
+        limit = min(limit, array.size)
+    if limit == array.max_running:
+        return None
+    indices = array.indices.split("%", 1)[0] + ("" if limit is None else f"%{limit}")
+    JobArray.objects.filter(pk=array.pk).update(max_running=limit, indices=indices)
+    return array.max_running, limit
+
+
+def _change_text(key: str, details: dict[str, Any]) -> str:
+    if key == "array":
+        old, new = (
+            "no limit" if n is None else f"at most {n} at once"
+            for n in details["array_max_running"]
+        )
+        return f"its array's tasks: {new} (was {old})"
+    old, new = details[key]
+    if key == "time_limit":
+        return f"time limit {duration_text(new)} (was {duration_text(old) or 'none'})"
+    return f"priority {new} (was {old})"
 
 
 # --- suspend and resume ---------------------------------------------------------------------

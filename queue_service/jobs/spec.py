@@ -78,6 +78,17 @@ def parse_duration(value: Any) -> int:
     return _whole(seconds, MAX_DURATION_S, "at most 100 years")
 
 
+def duration_text(seconds: Any) -> str:
+    """Seconds -> the shortest exact form the API accepts back ("2h", "90m", "45s")."""
+    if not seconds:
+        return ""
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
 def parse_memory_mb(value: Any) -> int:
     """MB from 4096 (MB), "64G", "64GiB", "512M", "1T"."""
     if isinstance(value, bool):

@@ -42,6 +42,9 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("bob", "post", "/api/v1/jobs/{job}/resubmit/", None),
     ("charlie", "post", "/api/v1/jobs/{job}/resubmit/", None),
     ("staff", "post", "/api/v1/jobs/{job}/resubmit/", None),  # 400: not a member of vision
+    ("alice", "patch", "/api/v1/jobs/{job}/", {"priority": "low", "time_limit": "2h"}),
+    ("alice", "patch", "/api/v1/jobs/{job}/", {"name": "renamed"}),  # 400: fixed at submit
+    ("bob", "patch", "/api/v1/jobs/{job}/", {"priority": "high"}),  # 403
     ("alice", "post", "/api/v1/jobs/{job}/resume/", None),  # 409: not suspended
     ("bob", "post", "/api/v1/jobs/{job}/suspend/", None),  # 403
     ("alice", "post", "/api/v1/jobs/{job}/suspend/", None),
@@ -49,6 +52,7 @@ CALLS: list[tuple[str, str, str, Any]] = [
     ("bob", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),
     ("alice", "post", "/api/v1/jobs/{job}/cancel/", None),  # 409: it already ended
+    ("alice", "patch", "/api/v1/jobs/{job}/", {"priority": "high"}),  # 409: it ended
     ("alice", "get", "/api/v1/queue/?team=vision", None),
     ("alice", "get", "/api/v1/queue/?team=%00", None),  # 400 (middleware.py)
     ("alice", "get", "/api/v1/teams/", None),
