@@ -6,6 +6,7 @@
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
     gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
+    gpuq update ID [ID ...] | --array ID [--priority high] [--time-limit 30m] [--max-running 8]
 
 Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN (or a file named by
 GPUQ_TOKEN_FILE), or --url and --token.
@@ -166,6 +167,11 @@ def array_id(value: str) -> str:
         raise argparse.ArgumentTypeError(f"not an array id: {value!r}") from None
 
 
+def array_limit(value: str) -> dict[str, int | None]:
+    """--max-running N|none as the API's `array` change: at most N tasks at once, or none."""
+    return {"max_running": None if value.strip().lower() == "none" else count(value)}
+
+
 def count(value: str) -> int:
     try:
         size = int(value)
@@ -220,6 +226,17 @@ def job_name(job: Mapping[str, Any]) -> str:
 def why(job: Mapping[str, Any]) -> str:
     reason = job.get("reason") or {}
     return clean(str(reason.get("message", "")))
+
+
+def duration(seconds: Any) -> str:
+    """Seconds as the shortest exact form the API takes back: 7200 -> 2h, 90 -> 90s."""
+    if not seconds:
+        return "none"
+    seconds = int(seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def index_ranges(indices: Iterable[int]) -> str:
@@ -644,23 +661,97 @@ ACTS_ON = {
 def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """cancel, suspend or resume (args.command) each job named, or each job the filters
     select (as `scancel -u me --name x`); each is reported."""
-    query = _filters(args)  # main() saw to it: IDs or filters, not both, not neither
-    ids = args.ids
-    if not ids:
-        jobs, _ = list_jobs(api, {"state": ACTS_ON[args.command], **query}, None)
-        ids = [job["id"] for job in jobs]
-        if not ids:
-            print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
     failed = 0
-    for ident in ids:
+    for job in selected(api, args, ACTS_ON[args.command]):
         try:
-            job = api.call("POST", f"jobs/{ident}/{args.command}/")
+            answer = api.call("POST", f"jobs/{job['id']}/{args.command}/")
         except CliError as exc:
             failed += 1
-            print(f"gpuq: {ident}: {exc}", file=sys.stderr)
+            print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             continue
-        print(f"{job['id']}  {job['state']}", file=out)
+        print(f"{answer['id']}  {answer['state']}", file=out)
     return 1 if failed else 0
+
+
+def selected(api: Api, args: argparse.Namespace, states: str) -> list[dict[str, Any]]:
+    """The jobs args.ids names (as {"id": ...}), or those the filters select, in `states`
+    unless --state says otherwise. main() saw to it: IDs or filters, not both, not neither."""
+    if args.ids:
+        return [{"id": ident} for ident in args.ids]
+    jobs, _ = list_jobs(api, {"state": states, **_filters(args)}, None)
+    if not jobs:
+        print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
+    return jobs
+
+
+# What update selects by filters when no --state is given: a priority or time limit changes
+# only while a job waits (the server's 409 otherwise); an array's %N while any task is left.
+UPDATE_WAITING = "pending,suspended"
+
+
+def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    """Change jobs' priority class or time limit while they wait, or their arrays' limit of
+    tasks at once (as `scontrol update`): one PATCH per job, each reported."""
+    changes: dict[str, Any] = {}
+    if args.new_priority is not None:
+        changes["priority"] = args.new_priority
+    if args.time_limit is not None:
+        changes["time_limit"] = None if args.time_limit.lower() == "default" else args.time_limit
+    states = UPDATE_WAITING if changes else ACTS_ON["cancel"]
+    failed = 0
+    answers: list[Any] = []
+    limited: set[str] = set()  # arrays whose %N has been sent, with one of their tasks
+    for job in selected(api, args, states):
+        body = dict(changes)
+        if args.max_running is not None:
+            if "array" not in job:  # named by id: which array it is in decides what to send
+                try:
+                    job = api.call("GET", f"jobs/{job['id']}/")
+                except CliError as exc:
+                    failed += 1
+                    print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
+                    continue
+            array = job.get("array")
+            if array is None and not changes:
+                body["array"] = args.max_running  # the server says it is not in an array
+            elif array is not None and array["id"] not in limited:
+                limited.add(array["id"])
+                body["array"] = args.max_running
+        if not body:
+            continue  # only its array's %N, sent with another of its tasks
+        try:
+            answer = api.call(
+                "PATCH",
+                f"jobs/{job['id']}/",
+                body=json.dumps(body).encode(),
+                content_type="application/json",
+            )
+        except CliError as exc:
+            failed += 1
+            print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
+            continue
+        answers.append(answer)
+        if not args.json:
+            print(f"{answer['id']}  {job_name(answer)}  {updated(answer, body)}", file=out)
+    if args.json:
+        _dump(answers, out)
+    return 1 if failed else 0
+
+
+def updated(job: Mapping[str, Any], sent: Mapping[str, Any]) -> str:
+    """What the job now holds of what was sent: priority high, time limit 30m, array 0-15%8
+    (at most 8 at once)."""
+    said = []
+    if "priority" in sent:
+        said.append(f"priority {clean(str(job['priority']))}")
+    if "time_limit" in sent:
+        said.append(f"time limit {duration((job.get('spec') or {}).get('time_limit'))}")
+    if "array" in sent and job.get("array"):
+        array = job["array"]
+        limit = array.get("max_running")
+        most = "no limit" if limit is None else f"at most {limit} at once"
+        said.append(f"array {clean(str(array['indices']))} ({most})")
+    return ", ".join(said)
 
 
 def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
@@ -800,18 +891,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--from", help="the first UTC day, YYYY-MM-DD (default: 14 days to --to)")
     p.add_argument("--to", help="the last UTC day (default: today)")
 
-    for verb, what in (
-        ("cancel", "cancel jobs"),
-        ("suspend", "take jobs out of the queue, or stop them (TERM first), until resumed"),
-        ("resume", "put suspended jobs back in the queue"),
-    ):
-        p = command(verb, cmd_stop_or_resume, f"{what} (yours, or your team's as its admin)")
+    def selecting(p: argparse.ArgumentParser, verb: str, states: str) -> None:
         p.add_argument("ids", nargs="*", type=job_id, metavar="ID")
-        p.add_argument("--state", help=f"with no IDs: comma-separated (default {ACTS_ON[verb]})")
+        p.add_argument("--state", help=f"with no IDs: comma-separated (default {states})")
         p.add_argument("--name", help="with no IDs: jobs whose names contain this text")
         p.add_argument("--team")
         p.add_argument("--kind", choices=["training", "agent"])
-        p.add_argument("--priority")
+        if verb != "update":  # there, --priority is the new one
+            p.add_argument("--priority")
         p.add_argument("--cluster")
         p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
         p.add_argument(
@@ -820,6 +907,37 @@ def parser() -> argparse.ArgumentParser:
             metavar="ID",
             help="with no IDs: this job array's tasks (its id), as `scancel ARRAY_ID`",
         )
+
+    for verb, what in (
+        ("cancel", "cancel jobs"),
+        ("suspend", "take jobs out of the queue, or stop them (TERM first), until resumed"),
+        ("resume", "put suspended jobs back in the queue"),
+    ):
+        p = command(verb, cmd_stop_or_resume, f"{what} (yours, or your team's as its admin)")
+        selecting(p, verb, ACTS_ON[verb])
+
+    p = command(
+        "update",
+        cmd_update,
+        "change waiting jobs' priority or time limit, or their arrays' limit of tasks at once,"
+        " as scontrol update (yours, or your team's as its admin)",
+    )
+    selecting(p, "update", f"{UPDATE_WAITING}; with only --max-running, all but ended ones")
+    p.add_argument(
+        "--priority", dest="new_priority", metavar="CLASS", help="the new priority class, e.g. high"
+    )
+    p.add_argument(
+        "--time-limit",
+        metavar="T",
+        help="the new time limit: seconds, 90m, 2h, 1d or HH:MM:SS, or default (the site's)",
+    )
+    p.add_argument(
+        "--max-running",
+        type=array_limit,
+        metavar="N|none",
+        help="its array's tasks at most N at once (the %%N of 0-15%%4), or none: no limit;"
+        " sent once per array",
+    )
     return top
 
 
@@ -848,12 +966,18 @@ def main(
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
         _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
-    if args.command in ACTS_ON and bool(args.ids) == bool(_filters(args)):
+    if args.command in (*ACTS_ON, "update") and bool(args.ids) == bool(_filters(args)):
         _usage(
             top,
             f"{args.command}: name jobs, or select them with filters (--mine, --name, --array, …)"
             + (": not both" if args.ids else ""),
         )
+    if args.command == "update" and (args.new_priority, args.time_limit, args.max_running) == (
+        None,
+        None,
+        None,
+    ):
+        _usage(top, "update: say what to change: --priority, --time-limit or --max-running")
     following = args.command in ("submit", "resubmit") and args.follow
     if following and (args.json or getattr(args, "dry_run", False)):
         _usage(top, f"{args.command} -f prints the job's output: not with --json or --dry-run")

@@ -27,7 +27,7 @@ import pytest
 
 from queue_service.cli import ENDED, clean, index_ranges, main
 from queue_service.jobs.dispatch import run_once
-from queue_service.jobs.models import Job
+from queue_service.jobs.models import Job, JobArray, JobEvent
 from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.tenancy.services import create_token
@@ -935,3 +935,184 @@ def test_resubmit_failed_says_when_there_is_nothing_to_rerun(gpuq: Gpuq, job_fil
     )
     assert gpuq("alice", "resubmit", "--failed", "--array", "1", sweep).code == 2
     assert Job.objects.count() == 3
+
+
+def test_update_changes_a_waiting_job_s_priority_and_time_limit(
+    gpuq: Gpuq, job_file: Any, settings: Any
+) -> None:
+    settings.GPUQ_DEFAULT_TIME_LIMIT_S = 7200
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: train\ncommand: [x]\n")))
+
+    result = gpuq("alice", "update", job_id, "--priority", "high", "--time-limit", "30m")
+
+    assert (result.code, result.out, result.err) == (
+        0,
+        f"{job_id}  train  priority high, time limit 30m\n",
+        "",
+    )
+    job = Job.objects.get(pk=job_id)
+    assert (job.priority_class.name, job.spec["priority"], job.spec["time_limit"]) == (
+        "high",
+        "high",
+        1800,
+    )
+    assert [e.message for e in job.events.filter(code="updated")] == [
+        "updated by alice: priority high (was normal); time limit 30m (was 2h)"
+    ]
+    # A team admin may too; `default` is the site's time limit; --json: the API's jobs.
+    admin = gpuq("dana", "update", job_id, "--time-limit", "default", "--json")
+    assert admin.code == 0, admin.err
+    (answer,) = json.loads(admin.out)
+    assert (answer["id"], answer["priority"], answer["spec"]["time_limit"]) == (
+        job_id,
+        "high",
+        7200,
+    )
+    assert Job.objects.get(pk=job_id).spec["time_limit"] == 7200
+
+
+def test_update_by_a_teammate_is_refused_and_an_outsider_finds_no_job(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: mine\ncommand: [x]\n")))
+
+    teammate = gpuq("bob", "update", job_id, "--priority", "high")
+    outsider = gpuq("charlie", "update", job_id, "--priority", "high")
+
+    assert (teammate.code, teammate.out) == (1, "")
+    assert teammate.err == (
+        f"gpuq: {job_id}: the server answered 403:\n"
+        "  only the job's owner or a team admin can update it\n"
+    )
+    assert (outsider.code, outsider.out) == (1, "")
+    assert outsider.err.startswith(f"gpuq: {job_id}: the server answered 404:\n")
+    assert "Not found." in outsider.err
+    assert Job.objects.get(pk=job_id).priority_class.name == "normal"
+    assert not JobEvent.objects.filter(code="updated").exists()
+
+
+def test_update_of_a_started_job_is_refused_and_the_other_jobs_still_change(
+    gpuq: Gpuq, job_file: Any, local_cluster: Any
+) -> None:
+    started = submitted_id(gpuq("alice", "submit", job_file("name: started\ncommand: [x]\n")))
+    run_cycle()  # admitted
+    waiting = submitted_id(gpuq("alice", "submit", job_file("name: waiting\ncommand: [x]\n")))
+
+    named = gpuq("alice", "update", started, waiting, "--priority", "high")
+    by_filters = gpuq("alice", "update", "--mine", "--priority", "low")
+
+    assert named.code == 1
+    assert named.out == f"{waiting}  waiting  priority high\n"
+    assert named.err == (
+        f"gpuq: {started}: the server answered 409:\n"
+        "  a job's priority and time limit can change only while it waits (pending or"
+        " suspended); this one is admitted\n"
+    )
+    # Filters select the waiting jobs only: a started one would be a 409 each time.
+    assert (by_filters.code, by_filters.out, by_filters.err) == (
+        0,
+        f"{waiting}  waiting  priority low\n",
+        "",
+    )
+    assert dict(Job.objects.values_list("name", "priority_class__name")) == {
+        "started": "normal",
+        "waiting": "low",
+    }
+    assert Job.objects.get(pk=started).state == Job.State.ADMITTED
+
+
+def test_update_max_running_is_sent_once_per_array(gpuq: Gpuq, job_file: Any) -> None:
+    tasks = array_tasks(
+        submitted_id(gpuq("alice", "submit", job_file("name: sweep\narray: 0-3%1\ncommand: [x]\n")))
+    )
+    array = str(tasks[0].array_id)
+    plain = submitted_id(gpuq("alice", "submit", job_file("name: plain\ncommand: [x]\n")))
+
+    limited = gpuq("alice", "update", "--array", array, "--max-running", "2")
+
+    assert (limited.code, limited.err) == (0, "")
+    (line,) = limited.out.splitlines()  # one PATCH for the array's four tasks
+    first, name, said = line.split("  ")
+    assert first in {str(task.pk) for task in tasks} and name.startswith("sweep[")
+    assert said == "array 0-3%2 (at most 2 at once)"
+    stored = JobArray.objects.get(pk=array)
+    assert (stored.max_running, stored.indices) == (2, "0-3%2")
+    assert JobEvent.objects.filter(code="updated").count() == 1
+
+    unlimited = gpuq("alice", "update", str(tasks[1].pk), str(tasks[2].pk), "--max-running", "none")
+
+    assert (unlimited.code, unlimited.out) == (
+        0,
+        f"{tasks[1].pk}  sweep[1]  array 0-3 (no limit)\n",
+    )
+    stored = JobArray.objects.get(pk=array)
+    assert (stored.max_running, stored.indices) == (None, "0-3")
+    assert JobEvent.objects.filter(code="updated").count() == 2
+
+    not_a_task = gpuq("alice", "update", plain, "--max-running", "4")
+
+    assert (not_a_task.code, not_a_task.out) == (1, "")
+    assert not_a_task.err == (
+        f"gpuq: {plain}: the server answered 400:\n  array: this job is not a task of an array\n"
+    )
+    # With a priority too, a job outside any array gets the priority alone.
+    both = gpuq(
+        "alice", "update", plain, str(tasks[3].pk), "--priority", "low", "--max-running", "3"
+    )
+    assert (both.code, both.out.splitlines()) == (
+        0,
+        [
+            f"{plain}  plain  priority low",
+            f"{tasks[3].pk}  sweep[3]  priority low, array 0-3%3 (at most 3 at once)",
+        ],
+    )
+    assert JobArray.objects.get(pk=array).max_running == 3
+    priorities = dict(Job.objects.values_list("pk", "priority_class__name"))
+    assert [priorities[task.pk] for task in tasks] == ["normal", "normal", "normal", "low"]
+    assert priorities[uuid.UUID(plain)] == "low"
+    assert JobEvent.objects.filter(code="updated").count() == 4
+
+
+def test_update_usage_errors_exit_2_and_change_nothing(gpuq: Gpuq, job_file: Any) -> None:
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [x]\n")))
+
+    nothing = gpuq("alice", "update", job_id)
+    both = gpuq("alice", "update", job_id, "--mine", "--priority", "high")
+    neither = gpuq("alice", "update", "--priority", "high")
+    zero = gpuq("alice", "update", job_id, "--max-running", "0")
+
+    assert nothing.code == 2
+    assert "update: say what to change: --priority, --time-limit or --max-running" in nothing.err
+    assert both.code == 2 and "update: name jobs, or select them with filters" in both.err
+    assert "not both" in both.err
+    assert neither.code == 2 and "update: name jobs, or select them with filters" in neither.err
+    assert zero.code == 2 and "argument --max-running: a whole number from 1, not '0'" in zero.err
+    assert Job.objects.get(pk=job_id).priority_class.name == "normal"
+    assert not JobEvent.objects.filter(code="updated").exists()
+    listed = io.StringIO()
+    with contextlib.redirect_stdout(listed), pytest.raises(SystemExit):
+        main(["--help"])
+    assert "update" in listed.getvalue()
+
+
+def test_update_with_a_bad_value_prints_the_server_s_field_message(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    job_id = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [x]\n")))
+    before = Job.objects.get(pk=job_id).spec
+
+    forever = gpuq("alice", "update", job_id, "--time-limit", "forever")
+    urgent = gpuq("alice", "update", job_id, "--priority", "urgent")
+
+    assert (forever.code, forever.out) == (1, "")
+    assert forever.err == (
+        f"gpuq: {job_id}: the server answered 400:\n"
+        "  time_limit: 'forever' is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)\n"
+    )
+    assert (urgent.code, urgent.out) == (1, "")
+    assert urgent.err.startswith(
+        f"gpuq: {job_id}: the server answered 400:\n"
+        "  priority: unknown priority class 'urgent' (known: "
+    )
+    assert Job.objects.get(pk=job_id).spec == before
+    assert not JobEvent.objects.filter(code="updated").exists()
