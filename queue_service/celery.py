@@ -25,6 +25,8 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
             "task": "gpuq.sync_all_clusters",
             "schedule": settings.GPUQ_SYNC_INTERVAL_S,
         },
+        # What a lost send_notification task (or a refused send) left due.
+        "deliver-notifications": {"task": "gpuq.deliver_notifications", "schedule": 60.0},
     }
 
 

@@ -172,6 +172,45 @@ GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
 # non-preemptible ones (high) do. Reclaim of nominal quota is not affected.
 GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", False)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
+
+
+def email_from_url(url: str) -> dict[str, object]:
+    """Django's email settings from GPUQ_SMTP_URL: smtp://[user:pass@]host[:port] (STARTTLS
+    with ?starttls=1), smtps://... (TLS from the start); empty: mail is printed on the
+    sending process's standard output instead (the embedded mode's default)."""
+    if not url:
+        return {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}
+    parsed = urlparse(url)
+    if parsed.scheme not in {"smtp", "smtps"} or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"GPUQ_SMTP_URL={url!r} must be smtp://[user:pass@]host[:port] or smtps://..."
+        )
+    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    if set(query) - {"starttls"} or query.get("starttls", "1") not in {"0", "1"}:
+        raise ImproperlyConfigured(f"GPUQ_SMTP_URL={url!r}: the only option is starttls=0|1")
+    try:
+        port = parsed.port or (465 if parsed.scheme == "smtps" else 25)
+    except ValueError:
+        raise ImproperlyConfigured(f"GPUQ_SMTP_URL={url!r}: the port is not a number") from None
+    return {
+        "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+        "EMAIL_HOST": parsed.hostname,
+        "EMAIL_PORT": port,
+        "EMAIL_HOST_USER": unquote(parsed.username or ""),
+        "EMAIL_HOST_PASSWORD": unquote(parsed.password or ""),
+        "EMAIL_USE_SSL": parsed.scheme == "smtps",
+        "EMAIL_USE_TLS": parsed.scheme == "smtp" and query.get("starttls") == "1",
+    }
+
+
+# Job notifications (a spec's `notify`, as Slurm's --mail-type) go to the submitter's email.
+globals().update(email_from_url(env("GPUQ_SMTP_URL", "")))
+EMAIL_TIMEOUT = 10  # seconds: a stuck mail server must not hold a worker
+DEFAULT_FROM_EMAIL = env("GPUQ_EMAIL_FROM", "gpuq@localhost")
+# Where gpuq's pages are, for links in notifications.
+GPUQ_PUBLIC_URL = env("GPUQ_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+if urlparse(GPUQ_PUBLIC_URL).scheme not in {"http", "https"}:
+    raise ImproperlyConfigured(f"GPUQ_PUBLIC_URL={GPUQ_PUBLIC_URL!r} must be an http(s) URL")
 GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
 
 INSTALLED_APPS = [

@@ -25,6 +25,7 @@ from queue_service.backends.base import (
 from queue_service.clusters.models import Cluster, Node
 
 from .models import Job
+from .notify import deliver_due
 from .services import StaleState, note, request_cycle, transition
 
 log = logging.getLogger(__name__)
@@ -448,7 +449,8 @@ def enqueue_syncs(send_sync: Any, send_dispatch: Any) -> int:
 
 def run_once() -> dict[str, Any]:
     """Everything the Celery beat + worker do, once, inline: sync every cluster, run a cycle,
-    dispatch what it admitted. For the embedded mode and for debugging without Celery."""
+    dispatch what it admitted, send due notifications. For the embedded mode and for
+    debugging without Celery."""
     from .snapshot import run_cycle
 
     synced = 0
@@ -465,4 +467,5 @@ def run_once() -> dict[str, Any]:
         except BackendError as exc:
             log.warning("dispatch of %s will be retried: %s", job_id, exc.message)
     summary["synced"] = synced
+    summary["notifications"] = deliver_due()
     return summary

@@ -243,3 +243,34 @@ class SchedulerLock(models.Model):
     last_cycle_at = models.DateTimeField(null=True, blank=True)
     last_cycle_ms = models.FloatField(null=True, blank=True)
     last_stats = models.JSONField(default=dict, blank=True)
+
+
+class Notification(models.Model):
+    """An email a job's `notify` asked for (Slurm's --mail-type), stored in the transaction of
+    the transition it tells of and sent after it (notify.deliver): a rolled-back transition
+    sends nothing, and a lost send is retried."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        SENDING = "sending"  # claimed by a sender until next_attempt_at (a lease)
+        SENT = "sent"
+        FAILED = "failed"  # gave up after notify.MAX_ATTEMPTS
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
+    event = models.CharField(max_length=16)  # start, end, fail, requeue
+    to = models.EmailField()
+    subject = models.CharField(max_length=255)
+    body = models.TextField()
+    state = models.CharField(max_length=8, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.event} -> {self.to} ({self.state})"

@@ -18,6 +18,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
 
+from . import notify
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
 from .reports import array_states
 from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, duration_text, parse_array
@@ -87,6 +88,7 @@ def transition(
             job=job, from_state=frm, to_state=to, code=code, message=message, details=details or {}
         )
         _record_run(job, frm, to, now, fields)
+        notify.on_transition(job, frm, to, message, fields)
     job.state = to
     for key, value in fields.items():
         setattr(job, key, value)
@@ -188,6 +190,7 @@ def submit_job(
         if cluster is None:
             raise ValidationError({"cluster": [f"no enabled cluster named {cluster_name!r}"]})
     check_after(user, spec.get("after", ()))
+    check_notify(user, spec)
     array: ArraySpec | None = spec.pop("array", None)
     fields: dict[str, Any] = {
         "team": team,
@@ -285,6 +288,17 @@ def check_after(user: Any, after: Any) -> None:
             problems.append(f"{what} ended {state}: it can never succeed")
     if problems:
         raise ValidationError({"after": problems})
+
+
+def check_notify(user: Any, spec: dict[str, Any]) -> None:
+    if spec.get("notify") and not user.email:
+        raise ValidationError(
+            {
+                "notify": [
+                    "your account has no email address to write to: set one on your account page"
+                ]
+            }
+        )
 
 
 def copy_data(job: Job) -> dict[str, Any]:
@@ -602,6 +616,7 @@ def preview_submit(user: Any, data: dict[str, Any]) -> dict[str, Any]:
     team = resolve_team(user, spec.pop("team"))
     cluster = spec.pop("cluster")
     check_after(user, spec.get("after", ()))
+    check_notify(user, spec)
     from .snapshot import preview_job
 
     return preview_job(team.slug, spec, pinned_cluster=cluster, priority=spec["priority"])

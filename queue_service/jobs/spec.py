@@ -318,6 +318,40 @@ class ArrayField(serializers.Field):
         return value.text if isinstance(value, ArraySpec) else value
 
 
+# What a job's `notify` may ask to be emailed about (Slurm's --mail-type BEGIN, END, FAIL,
+# REQUEUE); "all" is every one.
+NOTIFY_EVENTS = ("start", "end", "fail", "requeue")
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "array", "items": {"type": "string", "enum": list(NOTIFY_EVENTS)}},
+            {"type": "string", "enum": ["all", *NOTIFY_EVENTS]},
+        ],
+        "description": "email the submitter when the job starts, ends, fails or is requeued"
+        " (Slurm's --mail-type); an array's start and end are told once, for the whole array",
+    }
+)
+class NotifyField(serializers.Field):
+    default_error_messages = {"invalid": "{message}"}
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        if data == "all":
+            return list(NOTIFY_EVENTS)
+        items = [data] if isinstance(data, str) else data
+        known = ", ".join(NOTIFY_EVENTS)
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            self.fail("invalid", message=f"expected a list of events ({known}) or 'all'")
+        unknown = [i for i in items if i not in NOTIFY_EVENTS]
+        if unknown:
+            self.fail("invalid", message=f"unknown event {unknown[0][:40]!r} (known: {known}, all)")
+        return [e for e in NOTIFY_EVENTS if e in items]  # each once, in one order
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class JobSpecSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=128)
     kind = serializers.ChoiceField(choices=["training", "agent"], default="training")
@@ -375,6 +409,8 @@ class JobSpecSerializer(serializers.Serializer):
     )
     # Slurm's --array: stored on each task as its own index (submit_job splits it).
     array = ArrayField(required=False)
+    # Slurm's --mail-type: emails to the submitter's address (notify.py).
+    notify = NotifyField(required=False)
 
     def validate_name(self, value: str) -> str:
         if CONTROL.search(value) or "\n" in value or not value.strip():
@@ -433,6 +469,8 @@ class JobSpecSerializer(serializers.Serializer):
         after = list(dict.fromkeys(str(u) for u in attrs.pop("after", None) or ()))
         if after:
             attrs["after"] = after
+        if not attrs.get("notify"):
+            attrs.pop("notify", None)  # stored only when asked for
         attrs.setdefault("retries", {"max": 3, "on": list(RETRY_CAUSES)})
         if attrs.get("retries") is None:
             attrs["retries"] = {"max": 3, "on": list(RETRY_CAUSES)}

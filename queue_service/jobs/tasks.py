@@ -9,7 +9,7 @@ from celery import shared_task
 
 from queue_service.backends import BackendError
 
-from . import dispatch, snapshot
+from . import dispatch, notify, snapshot
 
 
 @shared_task(name="gpuq.schedule_cycle", time_limit=60, soft_time_limit=50)
@@ -64,3 +64,13 @@ def cancel_job(job_id: str) -> None:
 )
 def apply_mig_layout(node_id: int, config: str) -> None:
     dispatch.apply_mig_layout(node_id, config)
+
+
+@shared_task(name="gpuq.send_notification", time_limit=60, soft_time_limit=50)
+def send_notification(notification_id: int) -> str:
+    return notify.deliver(notification_id)
+
+
+@shared_task(name="gpuq.deliver_notifications", time_limit=300, soft_time_limit=280)
+def deliver_notifications() -> dict[str, int]:
+    return notify.deliver_due()

@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from queue_service.settings import (
     database_from_url,
+    email_from_url,
     env,
     env_bool,
     env_count,
@@ -234,3 +235,50 @@ def test_a_test_run_holds_the_machine_wide_lab_lock() -> None:
     )
     taken = subprocess.run([sys.executable, "-c", probe], timeout=60, check=False)
     assert taken.returncode == 3, "the lab lock is free while tests run"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("", {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}),
+        (
+            "smtp://mail.example:2525",
+            {"EMAIL_HOST": "mail.example", "EMAIL_PORT": 2525, "EMAIL_USE_TLS": False},
+        ),
+        (
+            "smtp://u%40x:p%3Ass@mail.example?starttls=1",
+            {
+                "EMAIL_PORT": 25,
+                "EMAIL_HOST_USER": "u@x",
+                "EMAIL_HOST_PASSWORD": "p:ss",
+                "EMAIL_USE_TLS": True,
+                "EMAIL_USE_SSL": False,
+            },
+        ),
+        ("smtps://mail.example", {"EMAIL_PORT": 465, "EMAIL_USE_SSL": True}),
+    ],
+)
+def test_smtp_urls_parse(url: str, expected: dict[str, object]) -> None:
+    settings = email_from_url(url)
+    assert {k: settings[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "mailto:x@example.org",
+        "smtp://",
+        "smtp://mail.example?tls=1",
+        "smtp://h?starttls=yes",
+        "smtp://mail.example:port",
+    ],
+)
+def test_a_bad_smtp_url_names_the_variable(url: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match="GPUQ_SMTP_URL"):
+        email_from_url(url)
+
+
+def test_a_bad_public_url_stops_the_service() -> None:
+    result = _deploy_check(GPUQ_PUBLIC_URL="gpuq.example.org")
+    assert result.returncode != 0
+    assert "GPUQ_PUBLIC_URL='gpuq.example.org' must be an http(s) URL" in result.stderr

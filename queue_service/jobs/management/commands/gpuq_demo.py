@@ -60,6 +60,8 @@ class Command(BaseCommand):
                     password = secrets.token_urlsafe(9)
                     user = user or User(username=username)
                     user.is_staff = user.is_superuser = staff
+                    # For `notify:` (printed by the embedded mode's console mail backend).
+                    user.email = user.email or f"{username}@example.org"
                     user.set_password(password)
                     user.save()
                     _, key = create_token(user, "demo")

@@ -1,0 +1,398 @@
+"""Emails about jobs (a spec's `notify`, as Slurm's --mail-type), sent over real SMTP to a
+mail server on loopback (aiosmtpd), from real jobs on the local backend. Alice submits; her
+address is alice@example.org."""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import socket
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from queue_service.jobs import notify
+from queue_service.jobs.models import Job, Notification
+from queue_service.jobs.notify import MAX_ATTEMPTS, deliver, deliver_due
+from queue_service.jobs.services import cancel_job, submit_job, transition
+from tests.conftest import on_sqlite, spec
+from tests.service.test_job_flow import run_until
+
+S = Job.State
+N = Notification.State
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@dataclass
+class Inbox:
+    """A real SMTP server's received mail; `refuse` makes it answer 550 to every message."""
+
+    port: int = 0
+    refuse: bool = False
+    mail: list[tuple[str, list[str], EmailMessage]] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.refuse:
+            return "550 mailbox unavailable"
+        raw = envelope.content.replace(b"\r\n", b"\n")  # as it travelled, in CRLF lines
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        self.mail.append((envelope.mail_from, list(envelope.rcpt_tos), message))
+        return "250 OK"
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for _, _, m in self.mail]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def inbox(settings: Any, people: dict[str, Any]) -> Iterator[Inbox]:
+    from aiosmtpd.controller import Controller
+
+    box = Inbox(port=free_port())
+    controller = Controller(box, hostname="127.0.0.1", port=box.port)
+    controller.start()
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", box.port
+    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
+    settings.DEFAULT_FROM_EMAIL = "gpuq@example.org"
+    settings.GPUQ_PUBLIC_URL = "https://gpuq.example.org"
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    try:
+        yield box
+    finally:
+        controller.stop()
+        asyncio.set_event_loop(None)
+
+
+def run(people: dict[str, Any], **overrides: Any) -> Job:
+    job = submit_job(people["alice"], spec(**overrides)).job
+    return run_until(job, lambda j: j.is_terminal)
+
+
+def test_a_failed_job_emails_its_owner_once_with_why_and_where_to_look(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    job = run(people, name="boom", command="exit 3", notify=["fail"])
+    deliver_due()
+
+    assert job.state == S.FAILED
+    assert len(inbox.mail) == 1
+    sender, to, message = inbox.mail[0]
+    assert (sender, to) == ("gpuq@example.org", ["alice@example.org"])
+    assert message["Subject"] == "[gpuq] boom failed (exit code 3)"
+    body = message.get_content()
+    assert body.startswith(f"Job boom ({job.pk}) failed (exit code 3).\nWhy: ")
+    assert "Team: vision   Priority: normal   Cluster: local" in body
+    assert f"Its page: https://gpuq.example.org/jobs/{job.pk}/" in body
+    assert f"Its output: gpuq logs {job.pk}" in body
+    assert "because the job's spec says notify: [fail]" in body
+    row = Notification.objects.get()
+    assert (row.event, row.state, row.attempts) == ("fail", N.SENT, 1)
+
+
+def test_all_tells_of_the_start_and_the_end(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    job = run(people, name="fine", command=["true"], notify="all")
+    deliver_due()
+
+    assert job.spec["notify"] == ["start", "end", "fail", "requeue"]
+    subjects = inbox.subjects()
+    assert len(subjects) == 2
+    assert subjects[0].startswith("[gpuq] fine started on local: n")
+    assert subjects[1] == "[gpuq] fine succeeded (exit code 0)"
+    assert "(ran " in inbox.mail[1][2].get_content()
+
+
+@pytest.mark.parametrize(
+    ("notify_on", "command", "sent"),
+    [
+        (["fail"], ["true"], []),
+        (["end"], ["true"], ["end"]),
+        (["end"], "exit 1", ["end"]),
+        (["end", "fail"], "exit 1", ["fail"]),  # one email, not two
+        (["start"], "exit 1", ["start"]),
+    ],
+)
+def test_only_what_was_asked_for_is_sent(
+    inbox: Inbox,
+    people: dict[str, Any],
+    local_cluster: Any,
+    notify_on: list[str],
+    command: Any,
+    sent: list[str],
+) -> None:
+    run(people, command=command, notify=notify_on)
+    deliver_due()
+
+    assert list(Notification.objects.values_list("event", flat=True)) == sent
+    assert len(inbox.mail) == len(sent)
+
+
+def test_a_job_without_notify_sends_nothing(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    run(people, command="exit 1")
+    deliver_due()
+
+    assert not Notification.objects.exists()
+    assert inbox.mail == []
+
+
+def test_an_array_tells_its_start_once_and_its_end_once_with_the_counts(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    first = submit_job(
+        people["alice"],
+        spec(name="sweep", array="0-3", command="exit $((GPUQ_ARRAY_TASK_ID == 2))", notify="all"),
+    ).job
+    for task in Job.objects.filter(array=first.array_id):
+        run_until(task, lambda j: j.is_terminal)
+    deliver_due()
+
+    subjects = inbox.subjects()
+    assert len(subjects) == 2, subjects
+    assert subjects[0].startswith("[gpuq] array sweep[0-3] started: task ")
+    assert subjects[1] == "[gpuq] array sweep[0-3] ended: 1 failed, 3 succeeded"
+    assert Notification.objects.get(event="fail").job.array_id == first.array_id
+    assert f"Its tasks: gpuq ls --array {first.array_id}" in inbox.mail[1][2].get_content()
+
+
+def test_an_array_where_only_fail_was_asked_and_none_failed_sends_nothing(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    first = submit_job(
+        people["alice"], spec(name="sweep", array="0-1", command=["true"], notify=["fail"])
+    ).job
+    for task in Job.objects.filter(array=first.array_id):
+        run_until(task, lambda j: j.is_terminal)
+    deliver_due()
+
+    assert inbox.mail == []
+
+
+def test_cancelling_a_waiting_job_tells_of_its_end(inbox: Inbox, people: dict[str, Any]) -> None:
+    job = submit_job(people["alice"], spec(name="never", notify=["end"])).job
+
+    cancel_job(people["dana"], job)
+    deliver_due()
+
+    assert inbox.subjects() == ["[gpuq] never cancelled"]
+    assert "Why: cancelled by dana" in inbox.mail[0][2].get_content()
+
+
+def test_a_rolled_back_transition_sends_nothing(inbox: Inbox, people: dict[str, Any]) -> None:
+    job = submit_job(people["alice"], spec(name="undone", notify=["end"])).job
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        transition(job, S.CANCELLED, code="cancelled", message="by a test")
+        raise RuntimeError("the caller's transaction fails after the move")
+    deliver_due()
+
+    assert Job.objects.get(pk=job.pk).state == S.PENDING
+    assert not Notification.objects.exists()
+    assert inbox.mail == []
+
+
+def test_delivering_twice_sends_once(inbox: Inbox, people: dict[str, Any]) -> None:
+    job = submit_job(people["alice"], spec(name="once", notify=["end"])).job
+    cancel_job(people["alice"], job)
+    row = Notification.objects.get()
+
+    assert [deliver(row.pk), deliver(row.pk), *deliver_due().keys()] == ["sent", "skipped"]
+    assert len(inbox.mail) == 1
+
+
+def test_a_send_whose_sender_died_is_sent_again_when_its_lease_runs_out(
+    inbox: Inbox, people: dict[str, Any]
+) -> None:
+    job = submit_job(people["alice"], spec(name="lease", notify=["end"])).job
+    cancel_job(people["alice"], job)
+    now = timezone.now()
+    # A sender claimed it and died before sending.
+    Notification.objects.update(state=N.SENDING, attempts=1, next_attempt_at=now + notify.LEASE)
+
+    early = deliver_due(now + notify.LEASE - timedelta(seconds=1))
+    late = deliver_due(now + notify.LEASE)
+
+    assert (early, late) == ({}, {"sent": 1})
+    assert len(inbox.mail) == 1
+
+
+def test_a_refusing_mail_server_is_retried_with_backoff_then_given_up_with_an_event(
+    inbox: Inbox, people: dict[str, Any]
+) -> None:
+    inbox.refuse = True
+    job = submit_job(people["alice"], spec(name="bounced", notify=["end"])).job
+    cancel_job(people["alice"], job)
+    row = Notification.objects.get()
+    now = timezone.now()
+    waits = []
+
+    for _ in range(MAX_ATTEMPTS - 1):
+        assert deliver(row.pk, now) == "retry"
+        row.refresh_from_db()
+        waits.append(round((row.next_attempt_at - now).total_seconds()))
+        assert deliver(row.pk, now) == "skipped"  # not due yet
+        now = row.next_attempt_at
+    outcome = deliver(row.pk, now)
+
+    assert waits == [30, 60, 120, 240, 480, 960, 1920]
+    assert outcome == "failed"
+    row.refresh_from_db()
+    assert (row.state, row.attempts) == (N.FAILED, MAX_ATTEMPTS)
+    assert row.error == "the mail server answered 550 mailbox unavailable"
+    event = job.events.get(code="notify_failed")
+    assert event.message.startswith(f"could not email alice@example.org after {MAX_ATTEMPTS}")
+    assert deliver_due(now + timedelta(days=1)) == {}  # given up means given up
+
+
+def test_an_unreachable_mail_server_is_retried(
+    inbox: Inbox, people: dict[str, Any], settings: Any
+) -> None:
+    settings.EMAIL_PORT = free_port()  # nothing listens there
+    job = submit_job(people["alice"], spec(name="nowhere", notify=["end"])).job
+    cancel_job(people["alice"], job)
+
+    assert deliver_due() == {"retry": 1}
+    row = Notification.objects.get()
+    assert (row.state, row.attempts) == (N.PENDING, 1)
+    assert "ConnectionRefusedError" in row.error
+
+
+def test_a_hostile_job_name_stays_in_the_subject(inbox: Inbox, people: dict[str, Any]) -> None:
+    name = "x Bcc: mallory@example.org =?utf-8?q?=0D=0ABcc:_eve@example.org?= ünï"
+    job = submit_job(people["alice"], spec(name=name, notify=["end"])).job
+    cancel_job(people["alice"], job)
+    deliver_due()
+
+    ((_, to, message),) = inbox.mail
+    assert to == ["alice@example.org"]
+    assert message["Bcc"] is None
+    # Folded over lines as it travels, it reads back whole (the fold leaves a leading space).
+    assert str(message["Subject"]).strip() == f"[gpuq] {name} cancelled"
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("sometimes", "unknown event 'sometimes'"),
+        (["end", "begin"], "unknown event 'begin'"),
+        ([1], "expected a list of events"),
+        ({"on": "end"}, "expected a list of events"),
+    ],
+)
+def test_a_bad_notify_names_the_field(client_for: Any, value: Any, says: str) -> None:
+    response = client_for("alice").post("/api/v1/jobs/", spec(notify=value), format="json")
+
+    assert response.status_code == 400, response.content
+    assert says in response.json()["notify"][0]
+    assert not Job.objects.exists()
+
+
+def test_notify_needs_an_email_address(client_for: Any, people: dict[str, Any]) -> None:
+    response = client_for("bob").post("/api/v1/jobs/", spec(notify=["end"]), format="json")
+
+    assert response.status_code == 400, response.content
+    assert "no email address" in response.json()["notify"][0]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("value", "stored"),
+    [
+        ("end", ["end"]),
+        (["requeue", "start", "start"], ["start", "requeue"]),
+        ("all", ["start", "end", "fail", "requeue"]),
+        ([], None),
+    ],
+)
+def test_notify_is_stored_as_a_list_in_one_order(
+    inbox: Inbox, people: dict[str, Any], value: Any, stored: list[str] | None
+) -> None:
+    job = submit_job(people["alice"], spec(notify=value)).job
+
+    assert job.spec.get("notify") == stored
+
+
+def test_the_embedded_default_prints_notifications_on_its_console(tmp_path: Path) -> None:
+    printed = on_sqlite(
+        tmp_path,
+        textwrap.dedent(
+            """
+            import time
+            from queue_service.jobs.dispatch import run_once
+            alice.email = "alice@example.org"
+            alice.save()
+            job = submit_job(alice, {"name": "told", "command": ["true"], "notify": ["end"]}).job
+            for _ in range(100):
+                run_once()
+                job.refresh_from_db()
+                if job.is_terminal:
+                    break
+                time.sleep(0.1)
+            run_once()
+            """
+        ),
+    )
+    text = "\n".join(printed)
+    assert "Subject: [gpuq] told succeeded (exit code 0)" in text
+    assert "To: alice@example.org" in text
+
+
+def test_two_last_tasks_ending_at_once_tell_the_arrays_end_once(
+    inbox: Inbox, people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both moves are made, neither committed, when each asks whether it is the last: one
+    must wait for the other, or neither sees the other's end and nobody is told."""
+    import threading
+
+    from django.db import connection
+
+    first = submit_job(people["alice"], spec(name="pair", array="0-1", notify=["end"])).job
+    both_there = threading.Barrier(2, timeout=5)
+    real = notify._compose_array
+
+    def meeting(job: Job, event: str) -> Any:
+        both_there.wait()
+        return real(job, event)
+
+    monkeypatch.setattr(notify, "_compose_array", meeting)
+    errors: list[BaseException] = []
+
+    def end(task: Job) -> None:
+        try:
+            transition(task, S.CANCELLED, code="cancelled", message="by a test")
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=end, args=(task,))
+        for task in Job.objects.filter(array=first.array_id)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    deliver_due()
+
+    assert errors == []
+    assert inbox.subjects() == ["[gpuq] array pair[0-1] ended: 2 cancelled"]
