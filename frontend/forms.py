@@ -193,6 +193,46 @@ def form_errors(detail: Any) -> dict[str, list[str]]:
     return out
 
 
+# The job page's update forms (jobs.services.update_job): the input each error is shown at.
+UPDATE_ERROR_FIELD = {
+    "priority": "priority",
+    "time_limit": "time_limit",
+    "checkpoint": "time_limit",  # the checkpoint interval is longer than the new time limit
+    "checkpoint.interval": "time_limit",
+    "array": "max_running",
+    "array.max_running": "max_running",
+    "max_running": "max_running",
+}
+
+
+def update_changes(post: Mapping[str, str], shown: Mapping[str, str]) -> dict[str, Any]:
+    """The priority and time-limit form -> update_job's changes: only the inputs whose value
+    differs from what the form showed (its was_<name> fields, else `shown`), so a page left
+    open does not put back what someone else has changed since. An empty time limit is the
+    site's default."""
+    changes: dict[str, Any] = {}
+    for name in ("priority", "time_limit"):
+        if name in post:
+            value = (post.get(name) or "").strip()
+            if value != (post.get(f"was_{name}") or shown.get(name) or "").strip():
+                changes[name] = (value or None) if name == "time_limit" else value
+    return changes
+
+
+def update_errors(detail: Any, *, array: bool) -> dict[str, list[str]]:
+    """update_job's ValidationError -> the input each message belongs to; the array's limit
+    only when the page shows its form (a task of an array), the rest above the forms."""
+    out: dict[str, list[str]] = {}
+    for path, messages in flatten_errors(detail).items():
+        name = UPDATE_ERROR_FIELD.get(path, NON_FIELD)
+        if name == "max_running" and not array:
+            name = NON_FIELD
+        if name == NON_FIELD and path != NON_FIELD:
+            messages = [f"{path}: {m}" for m in messages]
+        out.setdefault(name, []).extend(messages)
+    return out
+
+
 @dataclass(frozen=True)
 class YamlLine:
     number: int

@@ -32,6 +32,7 @@ urlpatterns = [
     path("jobs/<uuid:pk>/cancel/", jobs.job_cancel, name="job-cancel"),
     path("jobs/<uuid:pk>/suspend/", jobs.job_suspend, name="job-suspend"),
     path("jobs/<uuid:pk>/resume/", jobs.job_resume, name="job-resume"),
+    path("jobs/<uuid:pk>/update/", jobs.job_update, name="job-update"),
     path("clusters/", pages.clusters, name="clusters"),
     path("live/clusters/", pages.clusters_live, name="clusters-live"),
     path("teams/", teams.teams, name="teams"),

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -19,6 +20,7 @@ from rest_framework.exceptions import ValidationError
 
 from frontend import forms
 from frontend.logtail import CHUNK, decode_chunk
+from queue_service.api.serializers import ArrayLimitSerializer
 from queue_service.backends import BackendError
 from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
@@ -26,7 +28,13 @@ from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
 from queue_service.jobs.models import Job, JobArray, PriorityClass
 from queue_service.jobs.reports import array_states, mig_choices
-from queue_service.jobs.spec import JobSpecSerializer, YamlError, load_yaml_spec, yaml_field_lines
+from queue_service.jobs.spec import (
+    JobSpecSerializer,
+    YamlError,
+    duration_text,
+    load_yaml_spec,
+    yaml_field_lines,
+)
 
 from ..templatetags.gpuq import index_ranges
 from .common import permission_as_403, signed_in, visible_job
@@ -35,6 +43,8 @@ STREAMS = ("stdout", "stderr")
 LOG_FRAGMENT = "frontend/fragments/job_log.html"
 DOWNLOAD_CHUNK = 1024 * 1024
 ARRAY_LIST_LIMIT = 100  # tasks listed on a task's page: a 1000-task array stays a short page
+# While a job waits, its priority and time limit may change (jobs.services.update_job).
+UPDATABLE_STATES = (Job.State.PENDING, Job.State.SUSPENDED)
 
 
 # --- job detail --------------------------------------------------------------------------------
@@ -43,12 +53,22 @@ ARRAY_LIST_LIMIT = 100  # tasks listed on a task's page: a 1000-task array stays
 @signed_in
 @require_GET
 def job_detail(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    job = visible_job(request.user, pk)
+    return _job_page(request, visible_job(request.user, pk))
+
+
+def _job_page(
+    request: HttpRequest,
+    job: Job,
+    values: dict[str, str] | None = None,
+    errors: dict[str, list[str]] | None = None,
+) -> HttpResponse:
+    """The job page; after a refused update, with what was typed and the messages at their
+    inputs."""
     stream = _stream(request)
-    context = {**_live_context(request, job), "stream": stream, "streams": STREAMS}
+    context = {**_live_context(request, job, values, errors), "stream": stream, "streams": STREAMS}
     if job.array_id is not None:
         context.update(_array_context(request, job))
-    return render(request, "frontend/job.html", context)
+    return render(request, "frontend/job.html", context, status=400 if errors else 200)
 
 
 @signed_in
@@ -66,9 +86,13 @@ def job_array(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     job = visible_job(request.user, pk)
     if job.array_id is None:
         raise Http404("not a task of an array")
-    return render(
-        request, "frontend/fragments/job_array.html", {"job": job, **_array_context(request, job)}
-    )
+    context = {
+        "job": job,
+        "can_manage": job_services.can_manage(request.user, job),
+        **_update_form(job),
+        **_array_context(request, job),
+    }
+    return render(request, "frontend/fragments/job_array.html", context)
 
 
 def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
@@ -101,8 +125,14 @@ def _stream(request: HttpRequest) -> str:
     return stream if stream in STREAMS else "stdout"
 
 
-def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
+def _live_context(
+    request: HttpRequest,
+    job: Job,
+    values: dict[str, str] | None = None,
+    errors: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
     can_manage = job_services.can_manage(request.user, job)
+    can_update = can_manage and job.state in UPDATABLE_STATES
     after = job.spec.get("after") or []
     visible = Job.objects.for_user(request.user).in_bulk([uuid.UUID(a) for a in after])
     arrays: dict[str, tuple[str, str, str]] = {}
@@ -117,7 +147,43 @@ def _live_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "can_manage": can_manage,
         "can_suspend": can_manage and job.state in Job.SUSPENDABLE,
         "can_resume": can_manage and job.state == Job.State.SUSPENDED,
+        "can_update": can_update,
+        "priority_names": (
+            list(PriorityClass.objects.values_list("name", flat=True)) if can_update else []
+        ),
+        **_update_form(job, values, errors),
     }
+
+
+def _update_shown(job: Job) -> dict[str, str]:
+    """The values the update forms show: the job's own."""
+    limit = job.array.max_running if job.array_id is not None else None
+    return {
+        "priority": job.priority_class.name,
+        "time_limit": duration_text(job.spec.get("time_limit")),
+        "max_running": "" if limit is None else str(limit),
+    }
+
+
+def _update_form(
+    job: Job,
+    values: dict[str, str] | None = None,
+    errors: dict[str, list[str]] | None = None,
+) -> dict[str, Any]:
+    shown = _update_shown(job)
+    return {
+        "update_shown": shown,
+        "update_values": {**shown, **(values or {})},
+        "update_errors": errors or {},
+        "time_limit_help": _time_limit_help(),
+    }
+
+
+def _time_limit_help() -> str:
+    return (
+        f"default {duration_text(settings.GPUQ_DEFAULT_TIME_LIMIT_S)}, at most"
+        f" {duration_text(settings.GPUQ_MAX_TIME_LIMIT_S)}; e.g. 90m, 6h, 02:00:00"
+    )
 
 
 @signed_in
@@ -209,6 +275,52 @@ def job_suspend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @require_POST
 def job_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     return _change(request, pk, job_services.resume_job, "Resumed", "Not resumed")
+
+
+@signed_in
+@require_POST
+def job_update(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
+    """Change a waiting job's priority or time limit (only the inputs changed on the form), or
+    its array's limit of tasks at once (`max_running`, empty for none) whatever its state."""
+    job = visible_job(request.user, pk)
+    if not job_services.can_manage(request.user, job):  # before any of the form is read
+        raise PermissionDenied("only the job's owner or a team admin can update it")
+    changes = forms.update_changes(request.POST, _update_shown(job))
+    before = _settings(job)
+    try:
+        if "max_running" in request.POST:
+            limit = ArrayLimitSerializer(
+                data={"max_running": request.POST["max_running"].strip() or None}
+            )
+            limit.is_valid(raise_exception=True)
+            changes["array"] = {"max_running": limit.validated_data["max_running"]}
+        if changes:
+            with permission_as_403():
+                job = job_services.update_job(request.user, job, changes)
+    except ValidationError as exc:
+        typed = {
+            k: request.POST[k]
+            for k in ("priority", "time_limit", "max_running")
+            if k in request.POST
+        }
+        errors = forms.update_errors(exc.detail, array=job.array_id is not None)
+        return _job_page(request, job, typed, errors)
+    except job_services.JobConflict as exc:
+        messages.error(request, f"Not updated: {exc}.")
+    else:
+        if _settings(job) == before:
+            messages.info(request, f"Nothing changed: {job.display_name} already had those values.")
+        else:
+            messages.success(request, f"Updated {job.display_name}.")
+    return redirect("job", pk=job.pk)
+
+
+def _settings(job: Job) -> tuple[Any, ...]:
+    """What update_job may change (the array's limit as now stored)."""
+    limit = None
+    if job.array_id is not None:
+        limit = JobArray.objects.filter(pk=job.array_id).values_list("max_running", flat=True)[0]
+    return (job.priority_class_id, job.spec.get("time_limit"), limit)
 
 
 def _change(

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import email
+import email.policy
+import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +65,45 @@ def fake_k8s(teams: Any) -> Callable[..., Any]:
             yield cluster, sim
 
     return make
+
+
+@dataclass
+class Inbox:
+    """A real SMTP server's received mail; `refuse` makes it answer 550 to every message."""
+
+    port: int = 0
+    refuse: bool = False
+    mail: list[tuple[str, list[str], EmailMessage]] = field(default_factory=list)
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.refuse:
+            return "550 mailbox unavailable"
+        raw = envelope.content.replace(b"\r\n", b"\n")  # as it travelled, in CRLF lines
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        self.mail.append((envelope.mail_from, list(envelope.rcpt_tos), message))
+        return "250 OK"
+
+    def subjects(self) -> list[str]:
+        return [str(m["Subject"]) for _, _, m in self.mail]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def mail_server() -> Iterator[Inbox]:
+    """A real SMTP server on loopback (aiosmtpd), for notifications."""
+    from aiosmtpd.controller import Controller
+
+    box = Inbox(port=free_port())
+    controller = Controller(box, hostname="127.0.0.1", port=box.port)
+    controller.start()
+    try:
+        yield box
+    finally:
+        controller.stop()
+        asyncio.set_event_loop(None)

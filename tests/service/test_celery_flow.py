@@ -17,6 +17,7 @@ from django.db import connection
 
 from queue_service.jobs.models import Job
 from tests.conftest import lab_missing, spec
+from tests.service.conftest import Inbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 REPO = Path(__file__).resolve().parents[2]
@@ -37,12 +38,15 @@ def redis_url() -> str:
 
 
 @pytest.fixture
-def worker(redis_url: str, local_cluster: Any, settings: Any, tmp_path: Path) -> Iterator[str]:
+def worker(
+    redis_url: str, local_cluster: Any, settings: Any, tmp_path: Path, mail_server: Inbox
+) -> Iterator[str]:
     db = connection.settings_dict
     env = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "CELERY_BROKER_URL": redis_url,
+        "GPUQ_SMTP_URL": f"smtp://127.0.0.1:{mail_server.port}",
         "GPUQ_CYCLE_INTERVAL_S": "1",
         "GPUQ_SYNC_INTERVAL_S": "0.5",
     }
@@ -105,6 +109,24 @@ def test_submit_runs_to_success_through_celery_and_redis(worker: str, client_for
     assert codes[:4] == ["submitted", "admitted", "dispatching", "dispatched"]
     logs = client_for("bob").get(f"/api/v1/jobs/{job.pk}/logs/").json()
     assert logs["text"] == "via celery\n"
+
+
+def test_a_notification_is_sent_by_the_worker_after_the_move_commits(
+    worker: str, client_for: Any, people: Any, mail_server: Inbox
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    response = client_for("alice").post(
+        "/api/v1/jobs/", spec(name="told", command="exit 4", notify=["fail"]), format="json"
+    )
+    job = wait_state(response.json()["id"], Job.TERMINAL, worker)
+    deadline = time.monotonic() + 30
+    while not mail_server.mail and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+    assert job.state == Job.State.FAILED
+    assert mail_server.subjects() == ["[gpuq] told failed (exit code 4)"]
+    assert job.notifications.get().state == "sent"
 
 
 def test_cancel_through_celery_stops_the_process(worker: str, client_for: Any) -> None:

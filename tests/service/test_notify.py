@@ -4,15 +4,8 @@ address is alice@example.org."""
 
 from __future__ import annotations
 
-import asyncio
-import email
-import email.policy
-import socket
 import textwrap
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import timedelta
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +18,7 @@ from queue_service.jobs.models import Job, Notification
 from queue_service.jobs.notify import MAX_ATTEMPTS, deliver, deliver_due
 from queue_service.jobs.services import cancel_job, submit_job, transition
 from tests.conftest import on_sqlite, spec
+from tests.service.conftest import Inbox, free_port
 from tests.service.test_job_flow import run_until
 
 S = Job.State
@@ -32,40 +26,9 @@ N = Notification.State
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@dataclass
-class Inbox:
-    """A real SMTP server's received mail; `refuse` makes it answer 550 to every message."""
-
-    port: int = 0
-    refuse: bool = False
-    mail: list[tuple[str, list[str], EmailMessage]] = field(default_factory=list)
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        if self.refuse:
-            return "550 mailbox unavailable"
-        raw = envelope.content.replace(b"\r\n", b"\n")  # as it travelled, in CRLF lines
-        message = email.message_from_bytes(raw, policy=email.policy.default)
-        assert isinstance(message, EmailMessage)
-        self.mail.append((envelope.mail_from, list(envelope.rcpt_tos), message))
-        return "250 OK"
-
-    def subjects(self) -> list[str]:
-        return [str(m["Subject"]) for _, _, m in self.mail]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def inbox(settings: Any, people: dict[str, Any]) -> Iterator[Inbox]:
-    from aiosmtpd.controller import Controller
-
-    box = Inbox(port=free_port())
-    controller = Controller(box, hostname="127.0.0.1", port=box.port)
-    controller.start()
+def inbox(mail_server: Inbox, settings: Any, people: dict[str, Any]) -> Inbox:
+    box = mail_server
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", box.port
     settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
@@ -73,11 +36,7 @@ def inbox(settings: Any, people: dict[str, Any]) -> Iterator[Inbox]:
     settings.GPUQ_PUBLIC_URL = "https://gpuq.example.org"
     people["alice"].email = "alice@example.org"
     people["alice"].save()
-    try:
-        yield box
-    finally:
-        controller.stop()
-        asyncio.set_event_loop(None)
+    return box
 
 
 def run(people: dict[str, Any], **overrides: Any) -> Job:

@@ -289,6 +289,31 @@ def test_a_long_log_is_caught_up_on_and_the_page_keeps_only_its_end(
     assert len(text) <= (1 << 20) + 256 * 1024
 
 
+def test_a_waiting_jobs_priority_is_changed_from_its_page_and_shown_with_who_changed_it(
+    people: Any, sign_in: Any, local_cluster: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="waits", priority="low", time_limit="2h")).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    priority = page.locator(".facts dt:text-is('Priority') + dd")
+    expect(priority).to_have_text("low")
+
+    page.get_by_text("Change priority or time limit").click()
+    expect(page.get_by_label("Time limit")).to_have_value("2h")
+    page.get_by_label("Priority").select_option("high")
+    # The job's live part is polled every 3 s: what was chosen survives the poll.
+    with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.pk}/live/")):
+        pass
+    expect(page.get_by_label("Priority")).to_have_value("high")
+    page.get_by_role("button", name="Save").click()
+
+    expect(page.locator(".messages")).to_contain_text("Updated waits.")
+    expect(priority).to_have_text("high (never preempted)")
+    expect(page.locator(".timeline")).to_contain_text("updated by alice: priority high (was low)")
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["time_limit"]) == ("high", 7200)
+
+
 def test_resubmitting_as_a_copy_prefills_the_form(
     people: Any, sign_in: Any, local_cluster: Any
 ) -> None:

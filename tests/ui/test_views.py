@@ -11,8 +11,9 @@ import pytest
 from django.test import Client
 
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
-from queue_service.jobs.models import Job
-from queue_service.jobs.services import submit_job, suspend_job
+from queue_service.jobs.models import Job, JobArray
+from queue_service.jobs.services import submit_job, suspend_job, update_job
+from queue_service.jobs.spec import duration_text
 from tests.conftest import spec
 
 
@@ -270,3 +271,232 @@ def test_the_account_page_links_the_gpuq_command_which_needs_no_session(
     assert download.content == Path(cli.__file__).read_bytes()
     assert download.content.startswith(b"#!/usr/bin/env python3\n")
     assert Client().post("/cli/gpuq").status_code == 405
+
+
+# --- changing a waiting job's priority or time limit, or its array's limit -----------------
+
+
+def client_of(person: Any) -> Client:
+    client = Client()
+    client.force_login(person)
+    return client
+
+
+def words(page: str) -> str:
+    """The page's text, without tags, as a reader sees it."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", page)).split())
+
+
+def field(page: str, name: str) -> str:
+    """One input of the update forms with its label, help and errors."""
+    found = re.search(rf'<div class="field[^"]*">\s*<label for="f-{name}">.*?</div>', page, re.S)
+    assert found is not None, page
+    return found[0]
+
+
+def update_form(job: Job, **typed: str) -> dict[str, str]:
+    """The priority and time-limit form as the page shows it for `job`, with `typed` changes."""
+    shown = {
+        "priority": job.priority_class.name,
+        "time_limit": duration_text(job.spec["time_limit"]),
+    }
+    return {**shown, **{f"was_{k}": v for k, v in shown.items()}, **typed}
+
+
+def test_the_update_form_is_offered_only_to_those_who_manage_a_waiting_job(people: Any) -> None:
+    job = submit_job(people["alice"], spec(name="waits", priority="low", time_limit="90m")).job
+    cases = [
+        ("alice", "pending", True),
+        ("alice", "suspended", True),
+        ("dana", "pending", True),  # vision's team admin
+        ("bob", "pending", False),  # a teammate who may not manage it
+        ("alice", "admitted", False),
+        ("alice", "running", False),
+    ]
+    for who, state, offered in cases:
+        Job.objects.filter(pk=job.pk).update(state=state)
+
+        page = client_of(people[who]).get(f"/jobs/{job.pk}/").content.decode()
+        live = client_of(people[who]).get(f"/jobs/{job.pk}/live/").content.decode()
+
+        assert ('id="job-update"' in page, 'id="job-update"' in live) == (offered, offered)
+        if offered:
+            assert "Change priority or time limit" in page
+            assert '<option value="low" selected>low</option>' in field(page, "priority")
+            assert 'name="time_limit" type="text" value="90m"' in field(page, "time_limit")
+
+
+def test_the_owner_changes_a_waiting_jobs_priority_and_time_limit_from_its_page(
+    alice: Client, people: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="waits", time_limit="2h")).job
+
+    response = alice.post(
+        f"/jobs/{job.pk}/update/", update_form(job, priority="high", time_limit="30m")
+    )
+
+    assert (response.status_code, response["Location"]) == (302, f"/jobs/{job.pk}/")
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["priority"], job.spec["time_limit"]) == (
+        "high",
+        "high",
+        1800,
+    )
+    page = words(alice.get(response["Location"]).content.decode())
+    assert "Updated waits." in page
+    assert "updated by alice: priority high (was normal); time limit 30m (was 2h)" in page
+
+
+def test_a_team_admin_changes_a_suspended_job_which_stays_suspended(
+    dana: Client, people: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="held", hold=True)).job
+
+    response = dana.post(f"/jobs/{job.pk}/update/", update_form(job, priority="low"))
+
+    assert response.status_code == 302
+    job.refresh_from_db()
+    assert (job.state, job.priority_class.name) == (Job.State.SUSPENDED, "low")
+    assert job.events.get(code="updated").message == "updated by dana: priority low (was normal)"
+
+
+def test_only_what_was_changed_on_the_form_is_sent_so_a_page_left_open_undoes_nothing(
+    alice: Client, people: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="waits", time_limit="2h")).job
+    form = update_form(job, time_limit="1h")  # the page Alice opened: priority normal
+    update_job(people["dana"], job, {"priority": "high"})  # meanwhile, Dana raises it
+
+    alice.post(f"/jobs/{job.pk}/update/", form)
+
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["time_limit"]) == ("high", 3600)
+    unchanged = alice.post(f"/jobs/{job.pk}/update/", update_form(job), follow=True)
+    assert "Nothing changed" in words(unchanged.content.decode())
+    assert job.events.filter(code="updated").count() == 2
+
+
+def test_a_teammate_who_may_not_manage_gets_a_403_and_an_outsider_a_404(
+    people: Any,
+) -> None:
+    job = submit_job(people["alice"], spec(name="alices", time_limit="2h", array="0-3%2")).job
+    form = update_form(job, priority="high", time_limit="1h")
+
+    for who, status in (("bob", 403), ("charlie", 404)):
+        client = client_of(people[who])
+        refused = client.post(f"/jobs/{job.pk}/update/", form)
+        assert refused.status_code == status
+        assert client.post(f"/jobs/{job.pk}/update/", {"max_running": "4"}).status_code == status
+        assert client.post(f"/jobs/{job.pk}/update/", {"max_running": "x"}).status_code == status
+        if who == "bob":
+            assert "only the job's owner or a team admin can update it" in words(
+                refused.content.decode()
+            )
+        else:
+            assert "alices" not in refused.content.decode()
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["time_limit"], job.array.max_running) == (
+        "normal",
+        7200,
+        2,
+    )
+    assert not job.events.filter(code="updated").exists()
+    assert client_of(people["alice"]).get(f"/jobs/{job.pk}/update/").status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("typed", "says"),
+    [
+        ({"time_limit": "soon"}, "'soon' is not a duration"),
+        ({"time_limit": "400d"}, "seconds on this site"),
+        # A limit shorter than the job's checkpoint interval is refused at the limit.
+        ({"time_limit": "20m"}, "the checkpoint interval is longer than the time limit"),
+    ],
+)
+def test_a_bad_time_limit_is_shown_at_its_field_with_what_was_typed_and_changes_nothing(
+    alice: Client, people: Any, typed: dict[str, str], says: str
+) -> None:
+    checkpoint = {"dir": "/ckpt", "interval": "30m"}
+    job = submit_job(
+        people["alice"], spec(name="waits", time_limit="2h", checkpoint=checkpoint)
+    ).job
+
+    response = alice.post(f"/jobs/{job.pk}/update/", update_form(job, priority="high", **typed))
+
+    page = response.content.decode()
+    assert response.status_code == 400
+    shown = field(page, "time_limit")
+    assert says in html.unescape(shown)
+    assert f'value="{typed["time_limit"]}"' in shown and 'aria-invalid="true"' in shown
+    assert re.search(r'<option value="high" selected>', field(page, "priority"))
+    assert '<details id="job-update" class="more update" hx-preserve open>' in page
+    assert "Not updated: fix the value marked below." in words(page)
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["time_limit"]) == ("normal", 7200)
+    assert not job.events.filter(code="updated").exists()
+
+
+def test_a_job_that_has_started_is_not_updated_and_the_page_says_why(
+    alice: Client, people: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="started", time_limit="2h")).job
+    form = update_form(job, priority="high")
+    Job.objects.filter(pk=job.pk).update(state="admitted")  # the cycle admitted it meanwhile
+
+    response = alice.post(f"/jobs/{job.pk}/update/", form, follow=True)
+
+    assert response.redirect_chain == [(f"/jobs/{job.pk}/", 302)]
+    page = words(response.content.decode())
+    assert (
+        "Not updated: a job's priority and time limit can change only while it waits"
+        " (pending or suspended); this one is admitted." in page
+    )
+    assert "Change priority or time limit" not in page
+    job.refresh_from_db()
+    assert job.priority_class.name == "normal"
+
+
+def test_the_array_card_changes_how_many_of_its_tasks_run_at_once_whatever_the_tasks_state(
+    alice: Client, people: Any
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-3%2")).job
+    Job.objects.filter(pk=first.pk).update(state="running")  # allowed whatever its state
+    page = alice.get(f"/jobs/{first.pk}/").content.decode()
+    card = re.search(r'<form id="array-limit".*?</form>', page, re.S)[0]
+    assert 'name="max_running"' in card and 'value="2"' in card
+    assert "Run at most at once Set empty: no limit" in words(card)  # around the input
+    assert 'id="array-limit"' in alice.get(f"/jobs/{first.pk}/array/").content.decode()
+    bob = client_of(people["bob"])
+    assert 'id="array-limit"' not in bob.get(f"/jobs/{first.pk}/").content.decode()
+    assert 'id="array-limit"' not in bob.get(f"/jobs/{first.pk}/array/").content.decode()
+
+    raised = alice.post(f"/jobs/{first.pk}/update/", {"max_running": "3"}, follow=True)
+
+    array = JobArray.objects.get(pk=first.array_id)
+    assert (array.max_running, array.indices) == (3, "0-3%3")
+    assert "indices 0-3%3, at most 3 at once" in words(raised.content.decode())
+    assert "its array's tasks: at most 3 at once (was at most 2 at once)" in words(
+        raised.content.decode()
+    )
+    alice.post(f"/jobs/{first.pk}/update/", {"max_running": " "})  # empty: no limit
+    array.refresh_from_db()
+    assert (array.max_running, array.indices) == (None, "0-3")
+
+
+@pytest.mark.parametrize(
+    ("typed", "says"),
+    [("0", "greater than or equal to 1"), ("two", "A valid integer is required.")],
+)
+def test_a_bad_array_limit_is_shown_at_its_input_and_changes_nothing(
+    alice: Client, people: Any, typed: str, says: str
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-3%2")).job
+
+    response = alice.post(f"/jobs/{first.pk}/update/", {"max_running": typed})
+
+    page = response.content.decode()
+    assert response.status_code == 400
+    card = re.search(r'<form id="array-limit".*?</form>', page, re.S)[0]
+    assert says in html.unescape(card)
+    assert f'value="{typed}"' in card and 'aria-invalid="true"' in card
+    assert JobArray.objects.get(pk=first.array_id).max_running == 2
