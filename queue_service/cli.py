@@ -571,6 +571,8 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
         fields.append(("exit code", str(job["exit_code"])))
     if job["spec"].get("after"):
         fields.append(("after", ", ".join(_after(api, dep) for dep in job["spec"]["after"])))
+    if job["spec"].get("notify"):
+        fields.append(("notify", ", ".join(clean(str(e)) for e in job["spec"]["notify"])))
     fields += [("submitted", when(job["submitted_at"])), ("attempts", str(job["attempts"]))]
     width = max(len(name) for name, _ in fields)
     for name, value in fields:

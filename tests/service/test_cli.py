@@ -627,6 +627,23 @@ def test_show_names_an_array_a_job_runs_after(gpuq: Gpuq, job_file: Any) -> None
     assert gpuq("charlie", "show", merge).code == 1  # an outsider does not see the job
 
 
+def test_show_says_what_a_job_emails_about(
+    gpuq: Gpuq, job_file: Any, people: dict[str, Any]
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    told = submitted_id(
+        gpuq("alice", "submit", job_file("name: told\ncommand: [x]\nnotify: [fail, end]\n"))
+    )
+    quiet = submitted_id(gpuq("alice", "submit", job_file("name: quiet\ncommand: [x]\n")))
+
+    assert fields(gpuq("bob", "show", told))["notify"] == "end, fail"
+    assert "notify" not in fields(gpuq("bob", "show", quiet))
+    refused = gpuq("bob", "submit", job_file("name: b\ncommand: [x]\nnotify: all\n"))
+    assert refused.code == 1
+    assert "notify: your account has no email address" in refused.err
+
+
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
     # What the server lets through in a name (it refuses C0 controls): C1's CSI, which
     # 8-bit terminals read as ESC [ (here: clear the screen), a right-to-left override that
