@@ -73,7 +73,9 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
     if settings.CELERY_BROKER_URL:
         from .tasks import send_notification
 
-        transaction.on_commit(lambda: send_notification.delay(row.pk))
+        # robust: a broker that is down must not fail the committed move; beat's
+        # deliver_notifications sends it later.
+        transaction.on_commit(lambda: send_notification.delay(row.pk), robust=True)
 
 
 def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | None:

@@ -355,3 +355,23 @@ def test_two_last_tasks_ending_at_once_tell_the_arrays_end_once(
 
     assert errors == []
     assert inbox.subjects() == ["[gpuq] array pair[0-1] ended: 2 cancelled"]
+
+
+def test_a_broker_that_is_down_costs_the_move_nothing_and_the_mail_goes_later(
+    inbox: Inbox, people: dict[str, Any], settings: Any
+) -> None:
+    from queue_service.celery import app
+
+    down = f"redis://127.0.0.1:{free_port()}/0"
+    settings.CELERY_BROKER_URL = down
+    app.conf.broker_url = down
+    job = submit_job(people["alice"], spec(name="unkicked", notify=["end"])).job
+    try:
+        cancel_job(people["alice"], job)
+    finally:
+        app.conf.broker_url = None
+
+    assert Job.objects.get(pk=job.pk).state == S.CANCELLED
+    assert Notification.objects.get().state == N.PENDING
+    assert deliver_due() == {"sent": 1}
+    assert inbox.subjects() == ["[gpuq] unkicked cancelled"]
