@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from queue_service.jobs.spec import duration_text
+from queue_service.jobs.spec import NOTIFY_EVENTS, duration_text
 
 # The form's inputs, in the order they are read.
 TEXT_FIELDS = (
@@ -42,7 +42,11 @@ FORM_FIELDS = (
     "env",
     "after",
     "hold",
+    "notify",
 )
+# The "Email me when it" boxes (the spec's notify, jobs.notify): value and label.
+NOTIFY_LABELS = {"start": "starts", "end": "ends", "fail": "fails", "requeue": "is requeued"}
+NOTIFY_CHOICES = tuple((event, NOTIFY_LABELS[event]) for event in NOTIFY_EVENTS)
 # Where an error for a (dotted) spec path is shown on the form.
 ERROR_FIELD = {
     "retries.max": "retries_max",
@@ -90,6 +94,8 @@ def form_to_spec(post: Mapping[str, str]) -> Parsed:
         data["after"] = [a for a in re.split(r"[\s,]+", values["after"]) if a]
     if values["hold"]:
         data["hold"] = True
+    if notify := ticked(post, "notify"):
+        data["notify"] = notify  # as posted: the API names an unknown one
     errors: dict[str, list[str]] = {}
     env, env_errors = parse_env(post.get("env") or "")
     if env:
@@ -97,6 +103,21 @@ def form_to_spec(post: Mapping[str, str]) -> Parsed:
     if env_errors:
         errors["env"] = env_errors
     return Parsed(data, errors)
+
+
+def ticked(post: Mapping[str, Any], name: str) -> list[str]:
+    """A group of checkboxes: a posted form's values of `name` (a QueryDict's list), or the
+    comma-separated text spec_to_form and form_values keep them in."""
+    getlist = getattr(post, "getlist", None)
+    raw = getlist(name) if getlist is not None else [post.get(name) or ""]
+    return [v for item in raw for v in re.split(r"[\s,]+", str(item)) if v]
+
+
+def form_values(post: Mapping[str, Any]) -> dict[str, str]:
+    """What was posted, to show again on a refused form."""
+    values = {name: str(post.get(name) or "") for name in FORM_FIELDS}
+    values["notify"] = ", ".join(ticked(post, "notify"))
+    return values
 
 
 def parse_env(text: str) -> tuple[dict[str, str], list[str]]:
@@ -141,6 +162,7 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
         "env": "\n".join(f"{k}={v}" for k, v in (spec.get("env") or {}).items()),
         "after": ", ".join(spec.get("after") or ()),
         "hold": "on" if spec.get("hold") else "",
+        "notify": ", ".join(spec.get("notify") or ()),
         # A task's stored spec holds its own index: its copy is that one task again.
         "array": _text(spec.get("array")),
     }

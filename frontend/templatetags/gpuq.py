@@ -12,7 +12,7 @@ from django import template
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
-from frontend import charts
+from frontend import charts, forms
 
 register = template.Library()
 TIMES = "\N{MULTIPLICATION SIGN}"
@@ -85,6 +85,13 @@ def quota_bar(row: Any) -> SafeString:
 @register.filter
 def get(mapping: Any, key: Any) -> Any:
     return mapping.get(key) if mapping else None
+
+
+@register.filter
+def ticked(text: str | None) -> list[str]:
+    """A group of checkboxes' values as the form keeps them ("start, end") -> a list, so
+    `in` tests membership rather than a substring."""
+    return forms.ticked({"v": text or ""}, "v")
 
 
 @register.filter

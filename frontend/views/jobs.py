@@ -26,7 +26,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
-from queue_service.jobs.models import Job, JobArray, PriorityClass
+from queue_service.jobs.models import Job, JobArray, Notification, PriorityClass
 from queue_service.jobs.reports import array_states, mig_choices
 from queue_service.jobs.spec import (
     JobSpecSerializer,
@@ -45,6 +45,7 @@ DOWNLOAD_CHUNK = 1024 * 1024
 ARRAY_LIST_LIMIT = 100  # tasks listed on a task's page: a 1000-task array stays a short page
 # While a job waits, its priority and time limit may change (jobs.services.update_job).
 UPDATABLE_STATES = (Job.State.PENDING, Job.State.SUSPENDED)
+NOTIFICATIONS_SHOWN = 10  # the job's latest emails (notify), newest last
 
 
 # --- job detail --------------------------------------------------------------------------------
@@ -139,11 +140,26 @@ def _live_context(
     if missing := [a for a in after if uuid.UUID(a) not in visible]:  # an array's id?
         seen = JobArray.objects.for_user(request.user).filter(pk__in=missing).values_list("id")
         arrays = array_states([str(pk) for (pk,) in seen])
+    notify = job.spec.get("notify") or []
+    notifications: list[Notification] = []
+    if notify:  # one query, and only for a job that asked for email
+        latest = job.notifications.order_by("-created_at", "-id")[:NOTIFICATIONS_SHOWN]
+        notifications = list(latest)[::-1]
     return {
         # The jobs (or arrays) it runs after, with their state where this viewer may see them.
         "after": [(a, visible.get(uuid.UUID(a)), arrays.get(a)) for a in after],
         "job": job,
         "events": list(job.events.all()),
+        # Whom it emails (the owner's address: only the job's team sees this page).
+        "notify": notify,
+        "notifications": notifications,
+        # A job's last email is stored as it ends and sent just after: keep polling for its
+        # first try (not through a refusing server's hours of backoff).
+        "notify_waiting": any(
+            n.state == Notification.State.SENDING
+            or (n.state == Notification.State.PENDING and n.attempts == 0)
+            for n in notifications
+        ),
         "can_manage": can_manage,
         "can_suspend": can_manage and job.state in Job.SUSPENDABLE,
         "can_resume": can_manage and job.state == Job.State.SUSPENDED,
@@ -375,7 +391,7 @@ def submit(request: HttpRequest) -> HttpResponse:
         return render(request, "frontend/submit.html", context, status=400)
 
     parsed = forms.form_to_spec(request.POST)
-    context["values"] = {name: request.POST.get(name, "") for name in forms.FORM_FIELDS}
+    context["values"] = forms.form_values(request.POST)
     if parsed.errors:
         # Nothing is stored; the API's messages for the other fields are shown as well.
         serializer = JobSpecSerializer(data=parsed.data)
@@ -456,6 +472,7 @@ def _submit_context(request: HttpRequest, mode: str) -> dict[str, Any]:
             set(Node.objects.filter(cluster__in=clusters).values_list("gpu_model", flat=True))
         ),
         "priority_names": list(PriorityClass.objects.values_list("name", flat=True)),
+        "notify_choices": forms.NOTIFY_CHOICES,
         "mig": mig_choices(gpu_layouts(clusters, request.user)),
         "form_token": uuid.uuid4().hex,
         "default_time_limit": forms.duration_text(settings.GPUQ_DEFAULT_TIME_LIMIT_S),

@@ -9,13 +9,14 @@ from functools import reduce
 from pathlib import Path
 from typing import Any
 
+from django.contrib import messages
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import ValidationError
 
-from frontend import charts
+from frontend import charts, forms
 from queue_service import cli
 from queue_service.clusters.models import Cluster
 from queue_service.clusters.services import gpu_layouts
@@ -302,6 +303,23 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
         team_services.revoke_token(request.user, pk)
     except ValidationError:
         return _account(request, error="That token does not exist (already revoked?).", status=404)
+    return redirect("account")
+
+
+@signed_in
+@require_POST
+def email_set(request: HttpRequest) -> HttpResponse:
+    """Set, change or (empty) clear the address a job's notify writes to."""
+    typed = request.POST.get("email", "")
+    try:
+        address = team_services.set_email(request.user, typed)
+    except ValidationError as exc:
+        problems = [m for ms in forms.flatten_errors(exc.detail).values() for m in ms]
+        return _account(request, email_typed=typed, email_errors=problems, status=400)
+    if address:
+        messages.success(request, f"Jobs that ask for email now write to {address}.")
+    else:
+        messages.success(request, "Email address removed: no job can email you now.")
     return redirect("account")
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import EmailValidator, MaxLengthValidator
 from django.db import transaction
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
@@ -96,6 +98,28 @@ def create_token(user: Any, name: str) -> tuple[ApiToken, str]:
         user=user, name=name, key_hash=ApiToken.hash_key(key), hint=key[:10]
     )
     return token, key
+
+
+# RFC 5321's limit on a path (and Django's EmailField's max_length, as Notification.to).
+EMAIL_MAX_LENGTH = 254
+
+
+def set_email(user: Any, address: str) -> str:
+    """Set the address a job's `notify` writes to (jobs.notify), or clear it with an empty one.
+    Surrounding whitespace is dropped; returns the address stored."""
+    address = address.strip()
+    if address:
+        problems: list[str] = []
+        for validator in (MaxLengthValidator(EMAIL_MAX_LENGTH), EmailValidator()):
+            try:
+                validator(address)
+            except DjangoValidationError as exc:
+                problems.extend(exc.messages)
+        if problems:
+            raise ValidationError({"email": problems})
+    user.email = address
+    user.save(update_fields=["email"])
+    return address
 
 
 def revoke_token(user: Any, token_id: int) -> None:

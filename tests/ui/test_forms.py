@@ -7,6 +7,7 @@ import subprocess
 from typing import Any
 
 import pytest
+from django.http import QueryDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,7 @@ from frontend.forms import (
     flatten_errors,
     form_errors,
     form_to_spec,
+    form_values,
     parse_env,
     spec_to_form,
     yaml_listing,
@@ -91,6 +93,18 @@ def test_environment_lines_are_name_equals_value(
     assert parsed_errors == errors
 
 
+def test_the_ticked_email_boxes_become_notify_and_none_ticked_leaves_it_out() -> None:
+    posted = QueryDict(mutable=True)
+    posted.update(form())
+    assert "notify" not in form_to_spec(posted).data
+    posted.setlist("notify", ["start", "fail"])  # one name, a value per ticked box
+
+    assert form_to_spec(posted).data["notify"] == ["start", "fail"]
+    # A refused form shows them ticked again, from the same text a copy is kept in.
+    assert form_values(posted)["notify"] == "start, fail"
+    assert form_to_spec(form_values(posted)).data["notify"] == ["start", "fail"]
+
+
 def test_a_bad_environment_line_is_an_error_on_the_env_field() -> None:
     assert form_to_spec(form(env="OK=1\nbroken")).errors == {"env": ["line 2: expected NAME=value"]}
 
@@ -117,6 +131,7 @@ def test_api_errors_land_on_the_form_input_they_are_about() -> None:
         "checkpoint": ["the checkpoint interval is longer than the time limit"],
         "nodes": ["agent jobs run on one node"],
         "retries_on": ["unknown"],
+        "notify": ["your account has no email address to write to"],
     }
     assert form_errors(detail) == {
         "env": ["GPUQ_X: is set by gpuq"],
@@ -124,6 +139,7 @@ def test_api_errors_land_on_the_form_input_they_are_about() -> None:
         "checkpoint_interval": ["the checkpoint interval is longer than the time limit"],
         "nodes": ["agent jobs run on one node"],
         NON_FIELD: ["retries_on: unknown"],
+        "notify": ["your account has no email address to write to"],  # at its boxes
     }
 
 
@@ -151,7 +167,7 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "priority": "low", "retries": {"max": 2, "on": ["preemption"]},
         "checkpoint": {"dir": "/ck", "interval": 1800}, "nccl_debug": False, "team": "vision",
         "after": ["6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11", "0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22"],
-        "hold": True, "array": "7",
+        "hold": True, "array": "7", "notify": ["start", "end", "requeue"],
     }  # fmt: skip
     values = spec_to_form(stored)
     assert values == {
@@ -161,13 +177,16 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
         "cluster": "", "retries_max": "2", "checkpoint_dir": "/ck", "checkpoint_interval": "30m",
         "env": "A=1\nB=x y",
         "after": "6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11, 0c1e0d9b-1c4e-4a55-8f1e-3b7a7f6c1d22",
-        "hold": "on", "array": "7",
+        "hold": "on", "array": "7", "notify": "start, end, requeue",
     }  # fmt: skip
     assert form_to_spec(values).data["env"] == {"A": "1", "B": "x y"}
     assert form_to_spec(values).data["after"] == stored["after"]
     assert form_to_spec(values).data["hold"] is True
     assert form_to_spec(values).data["array"] == "7"  # a task's copy: that one task again
     assert "hold" not in form_to_spec({**values, "hold": ""}).data
+    assert form_to_spec(values).data["notify"] == stored["notify"]
+    assert "notify" not in form_to_spec({**values, "notify": ""}).data
+    assert spec_to_form({"command": "true"})["notify"] == ""  # none asked for: none ticked
 
 
 HOSTILE = st.text(

@@ -376,3 +376,30 @@ def test_an_array_from_the_form_opens_its_first_task_with_the_arrays_tasks_runni
     expect(page.get_by_role("heading", level=1)).to_have_text("sweep[2]")
     expect(page.locator("#log-text")).to_have_text("task 2\n")
     expect(page.get_by_role("link", name="task 2")).to_have_attribute("aria-current", "page")
+
+
+def test_an_address_set_on_the_account_page_is_where_a_job_from_the_form_tells_its_end(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    from django.core import mail
+
+    page = sign_in("alice")
+    page.goto("/me/")
+    page.get_by_label("Email address").fill("alice@example.org")
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator(".messages")).to_contain_text("now write to alice@example.org")
+    page.get_by_label("Main").get_by_role("link", name="Submit").click()
+    boxes = page.get_by_role("group", name="Email me when it")
+    expect(boxes).to_contain_text("to alice@example.org")
+    page.fill("#f-name", "mailed")
+    page.fill("#f-command", "echo hi")
+    boxes.get_by_label("ends").check()
+    page.get_by_role("button", name="Submit job").click()
+
+    job = job_page(page)
+    assert job.spec["notify"] == ["end"]
+    expect(page.locator(".facts")).to_contain_text("Email on end → alice@example.org")
+    # Sent just after the job ends: the page follows it there without a reload.
+    expect(page.locator("#job-state")).to_have_text("Succeeded", timeout=20_000)
+    expect(page.locator(".notifications")).to_contain_text("end: sent", timeout=20_000)
+    assert [m.to for m in mail.outbox if "mailed" in m.subject] == [["alice@example.org"]]

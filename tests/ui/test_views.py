@@ -500,3 +500,227 @@ def test_a_bad_array_limit_is_shown_at_its_input_and_changes_nothing(
     assert says in html.unescape(card)
     assert f'value="{typed}"' in card and 'aria-invalid="true"' in card
     assert JobArray.objects.get(pk=first.array_id).max_running == 2
+
+
+# --- email (a spec's notify): the submit form's boxes, the account page, the job page ---------
+
+
+def with_email(person: Any, address: str = "alice@example.org") -> Any:
+    person.email = address
+    person.save()
+    return person
+
+
+def notify_group(page: str) -> str:
+    """The submit form's "Email me when it" boxes with their help and errors."""
+    found = re.search(r'<fieldset id="f-notify".*?</fieldset>', page, re.S)
+    assert found is not None, page
+    return found[0]
+
+
+def ticked_boxes(page: str) -> list[str]:
+    return re.findall(r'name="notify" value="(\w+)"[^>]* checked', notify_group(page))
+
+
+SUBMIT_FORM = {"kind": "training", "name": "mailed", "command": "true", "gpus_per_node": "1"}
+
+
+def test_the_email_boxes_put_notify_in_the_stored_spec_and_a_copy_ticks_them_again(
+    alice: Client, people: Any
+) -> None:
+    with_email(people["alice"])
+    page = alice.get("/submit/").content.decode()
+    assert "Email me when it starts ends fails is requeued" in words(notify_group(page))
+    assert ticked_boxes(page) == []
+
+    response = alice.post("/submit/", {**SUBMIT_FORM, "notify": ["end", "start"]})
+    plain = alice.post("/submit/", {**SUBMIT_FORM, "name": "quiet"})
+
+    assert response.status_code == plain.status_code == 302
+    job = Job.objects.get(name="mailed")
+    assert job.spec["notify"] == ["start", "end"]  # the API's order
+    assert "notify" not in Job.objects.get(name="quiet").spec  # none ticked: none asked for
+    copy = alice.get(f"/submit/?from={job.pk}").content.decode()
+    assert ticked_boxes(copy) == ["start", "end"]
+    again = alice.post("/submit/", {**SUBMIT_FORM, "from": str(job.pk), "notify": ["start", "end"]})
+    assert again.status_code == 302
+    assert Job.objects.filter(name="mailed").exclude(pk=job.pk).get().spec["notify"] == [
+        "start",
+        "end",
+    ]
+
+
+def test_the_email_boxes_say_where_the_mail_goes(alice: Client, people: Any) -> None:
+    none_yet = notify_group(alice.get("/submit/").content.decode())
+    assert "set an email address on your account page first" in words(none_yet)
+    assert '<a href="/me/#email">set an email address' in none_yet
+
+    with_email(people["alice"])
+    page = notify_group(alice.get("/submit/").content.decode())
+    assert "to alice@example.org, the address on your account page" in words(page)
+
+
+def test_without_an_email_address_the_notify_error_is_shown_at_the_boxes_and_nothing_is_stored(
+    alice: Client,
+) -> None:
+    response = alice.post("/submit/", {**SUBMIT_FORM, "notify": ["fail"]})
+
+    page = response.content.decode()
+    assert response.status_code == 400
+    group = notify_group(page)
+    assert (
+        "your account has no email address to write to: set one on your account page"
+        in html.unescape(words(group))
+    )
+    assert 'id="e-notify"' in group and 'aria-invalid="true"' in group
+    assert ticked_boxes(page) == ["fail"]  # as ticked
+    assert "The job was not submitted" in page
+    assert not Job.objects.exists()
+
+
+def test_the_account_page_sets_changes_and_clears_the_email_address(
+    alice: Client, people: Any
+) -> None:
+    user = people["alice"]
+    assert "No address yet: a job cannot email you until you set one." in words(
+        alice.get("/me/").content.decode()
+    )
+
+    response = alice.post("/me/email/", {"email": "  alice@example.org \n"})
+
+    assert (response.status_code, response["Location"]) == (302, "/me/")
+    user.refresh_from_db()
+    assert user.email == "alice@example.org"  # without the whitespace around it
+    page = words(alice.get("/me/").content.decode())
+    assert "Jobs that ask for email now write to alice@example.org." in page  # the message
+    assert "write to alice@example.org; your teammates see it on those jobs' pages." in page
+    alice.post("/me/email/", {"email": "alice@lab.example.org"})
+    user.refresh_from_db()
+    assert user.email == "alice@lab.example.org"
+    cleared = alice.post("/me/email/", {"email": ""}, follow=True)
+    user.refresh_from_db()
+    assert user.email == ""
+    assert "Email address removed: no job can email you now." in words(cleared.content.decode())
+
+
+@pytest.mark.parametrize(
+    ("typed", "says"),
+    [
+        ("not-an-email", "Enter a valid email address."),
+        ("a" * 288 + "@example.org", "Ensure this value has at most 254 characters (it has 300)."),
+        ("alice@example.org\nBcc: all@example.org", "Enter a valid email address."),
+    ],
+    ids=["not-an-address", "300-characters", "a-newline-inside"],
+)
+def test_a_bad_email_address_is_shown_in_the_card_with_what_was_typed_and_changes_nothing(
+    alice: Client, people: Any, typed: str, says: str
+) -> None:
+    with_email(people["alice"], "alice@example.org")
+
+    response = alice.post("/me/email/", {"email": typed})
+
+    page = response.content.decode()
+    assert response.status_code == 400
+    card = re.search(r'<section class="card" id="email".*?</section>', page, re.S)[0]
+    assert says in html.unescape(card)
+    assert f'value="{html.escape(typed)}"' in card and 'aria-invalid="true"' in card
+    assert "write to alice@example.org;" in words(card)  # still the stored one
+    people["alice"].refresh_from_db()
+    assert people["alice"].email == "alice@example.org"
+
+
+def test_setting_the_email_address_needs_a_session_and_a_post(alice: Client, people: Any) -> None:
+    anonymous = Client().post("/me/email/", {"email": "eve@example.org"})
+    assert (anonymous.status_code, anonymous["Location"]) == (302, "/login/?next=/me/email/")
+    assert alice.get("/me/email/?email=eve@example.org").status_code == 405
+    people["alice"].refresh_from_db()
+    assert people["alice"].email == ""
+
+
+def test_the_job_page_says_whom_it_emails_and_how_each_email_went(
+    alice: Client, people: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from queue_service.jobs.models import Notification
+
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="mailed", notify=["start", "end", "fail"])).job
+    at = datetime(2025, 3, 1, 19, 30, tzinfo=UTC)
+    for event, state, extra in [
+        ("start", "sent", {"sent_at": at, "attempts": 1}),
+        ("fail", "failed", {"attempts": 8, "error": "the mail server answered 550 no such user"}),
+        ("end", "pending", {}),
+    ]:
+        Notification.objects.create(
+            job=job, event=event, to="alice@example.org", subject="s", body="b", state=state,
+            next_attempt_at=at, **extra,
+        )  # fmt: skip
+    quiet = submit_job(people["alice"], spec(name="quiet")).job
+
+    for who in ("alice", "bob"):  # the owner, and a teammate
+        for url in (f"/jobs/{job.pk}/", f"/jobs/{job.pk}/live/"):
+            page = words(client_of(people[who]).get(url).content.decode())
+            assert (
+                "Email on start, end, fail → alice@example.org"
+                " start: sent 19:30"
+                " fail: failed after 8 attempts: the mail server answered 550 no such user"
+                " end: pending" in page
+            )
+    for url in (f"/jobs/{quiet.pk}/", f"/jobs/{quiet.pk}/live/"):
+        page = alice.get(url).content.decode()
+        assert 'id="notify"' not in page and "alice@example.org" not in page
+    outsider = client_of(people["charlie"]).get(f"/jobs/{job.pk}/live/")
+    assert outsider.status_code == 404 and b"alice@example.org" not in outsider.content
+
+
+def test_the_job_page_shows_the_last_ten_emails_in_one_more_query(
+    alice: Client, people: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from queue_service.jobs.models import Notification
+
+    with_email(people["alice"])
+    mailed = submit_job(people["alice"], spec(name="mailed", notify="all")).job
+    quiet = submit_job(people["alice"], spec(name="quiet")).job
+    for n in range(12):
+        Notification.objects.create(
+            job=mailed, event="requeue", to=f"old{n}@example.org", subject="s", body="b",
+            state="sent", sent_at=mailed.submitted_at, next_attempt_at=mailed.submitted_at,
+        )  # fmt: skip
+
+    with CaptureQueriesContext(connection) as without:
+        alice.get(f"/jobs/{quiet.pk}/live/")
+    with CaptureQueriesContext(connection) as with_notify:
+        page = words(alice.get(f"/jobs/{mailed.pk}/live/").content.decode())
+
+    assert len(with_notify) == len(without) + 1
+    assert "Email on start, end, fail, requeue → alice@example.org" in page
+    # The newest ten, newest last; each sent to another address than the owner's now.
+    shown = re.findall(r"\(to (old\d+)@example.org\)", page)
+    assert shown == [f"old{n}" for n in range(2, 12)]
+
+
+def test_a_finished_jobs_page_polls_until_its_last_email_is_sent(
+    alice: Client, people: Any
+) -> None:
+    from queue_service.jobs.models import Notification
+
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="mailed", notify=["end"])).job
+    Job.objects.filter(pk=job.pk).update(state="succeeded")
+    note = Notification.objects.create(
+        job=job, event="end", to="alice@example.org", subject="s", body="b",
+        next_attempt_at=job.submitted_at,
+    )  # fmt: skip
+
+    assert "hx-trigger" in alice.get(f"/jobs/{job.pk}/live/").content.decode()
+    Notification.objects.filter(pk=note.pk).update(state="sent", sent_at=job.submitted_at)
+    assert "hx-trigger" not in alice.get(f"/jobs/{job.pk}/live/").content.decode()
+    # Refused once and waiting out its backoff (up to hours): the page stops asking.
+    Notification.objects.filter(pk=note.pk).update(state="pending", attempts=1)
+    assert "hx-trigger" not in alice.get(f"/jobs/{job.pk}/live/").content.decode()
+    Notification.objects.filter(pk=note.pk).update(state="sending")
+    assert "hx-trigger" in alice.get(f"/jobs/{job.pk}/live/").content.decode()
