@@ -151,6 +151,12 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 120
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Mail goes through a queue of its own (a worker with -Q mail): a mail server that hangs
+# must not hold the slots of cycles, syncs and dispatches.
+CELERY_TASK_ROUTES = {
+    "gpuq.send_notification": {"queue": "mail"},
+    "gpuq.deliver_notifications": {"queue": "mail"},
+}
 
 GPUQ_CYCLE_INTERVAL_S = env_float("GPUQ_CYCLE_INTERVAL_S", 5.0, minimum=0.1)
 GPUQ_SYNC_INTERVAL_S = env_float("GPUQ_SYNC_INTERVAL_S", 5.0, minimum=0.1)
@@ -174,6 +180,31 @@ GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", 
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
 
 
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parsed = urlparse(url)
+    if not parsed.password:
+        return url
+    return url.replace(f":{parsed.password}@", ":***@", 1)
+
+
+def email_address(name: str, value: str) -> str:
+    """One plain address (a typo here would make every notification unsendable)."""
+    from email.utils import getaddresses
+
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    found = getaddresses([value])
+    try:
+        if len(found) != 1 or not found[0][1]:
+            raise ValidationError("not one address")
+        validate_email(found[0][1])
+    except ValidationError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one email address") from None
+    return value
+
+
 def email_from_url(url: str) -> dict[str, object]:
     """Django's email settings from GPUQ_SMTP_URL: smtp://[user:pass@]host[:port] (STARTTLS
     with ?starttls=1), smtps://... (TLS from the start); empty: mail is printed on the
@@ -181,17 +212,21 @@ def email_from_url(url: str) -> dict[str, object]:
     if not url:
         return {"EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend"}
     parsed = urlparse(url)
+    shown = f"GPUQ_SMTP_URL={_redacted(url)!r}"
     if parsed.scheme not in {"smtp", "smtps"} or not parsed.hostname:
-        raise ImproperlyConfigured(
-            f"GPUQ_SMTP_URL={url!r} must be smtp://[user:pass@]host[:port] or smtps://..."
-        )
+        raise ImproperlyConfigured(f"{shown} must be smtp://[user:pass@]host[:port] or smtps://...")
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     if set(query) - {"starttls"} or query.get("starttls", "1") not in {"0", "1"}:
-        raise ImproperlyConfigured(f"GPUQ_SMTP_URL={url!r}: the only option is starttls=0|1")
+        raise ImproperlyConfigured(f"{shown}: the only option is starttls=0|1")
     try:
         port = parsed.port or (465 if parsed.scheme == "smtps" else 25)
     except ValueError:
-        raise ImproperlyConfigured(f"GPUQ_SMTP_URL={url!r}: the port is not a number") from None
+        raise ImproperlyConfigured(f"{shown}: the port is not a number") from None
+    encrypted = parsed.scheme == "smtps" or query.get("starttls") == "1"
+    if parsed.password and not encrypted and parsed.hostname not in {"127.0.0.1", "localhost"}:
+        raise ImproperlyConfigured(
+            f"{shown}: a password would cross the network in clear; add ?starttls=1 or use smtps://"
+        )
     return {
         "EMAIL_BACKEND": "django.core.mail.backends.smtp.EmailBackend",
         "EMAIL_HOST": parsed.hostname,
@@ -206,7 +241,7 @@ def email_from_url(url: str) -> dict[str, object]:
 # Job notifications (a spec's `notify`, as Slurm's --mail-type) go to the submitter's email.
 globals().update(email_from_url(env("GPUQ_SMTP_URL", "")))
 EMAIL_TIMEOUT = 10  # seconds: a stuck mail server must not hold a worker
-DEFAULT_FROM_EMAIL = env("GPUQ_EMAIL_FROM", "gpuq@localhost")
+DEFAULT_FROM_EMAIL = email_address("GPUQ_EMAIL_FROM", env("GPUQ_EMAIL_FROM", "gpuq@localhost"))
 # Where gpuq's pages are, for links in notifications.
 GPUQ_PUBLIC_URL = env("GPUQ_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 if urlparse(GPUQ_PUBLIC_URL).scheme not in {"http", "https"}:

@@ -83,9 +83,10 @@ class JobSerializer(serializers.ModelSerializer):
 
 
 def refuse_unknown(data: Any, fields: Any, why: str) -> None:
-    unknown = sorted(set(data) - set(fields)) if isinstance(data, dict) else []
+    # key=str: a YAML body may mix number and text keys.
+    unknown = sorted(set(data) - set(fields), key=str) if isinstance(data, dict) else []
     if unknown:
-        raise serializers.ValidationError({name: [why] for name in unknown})
+        raise serializers.ValidationError({str(name): [why] for name in unknown})
 
 
 class ResubmitSerializer(serializers.Serializer):

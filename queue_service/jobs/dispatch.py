@@ -447,10 +447,11 @@ def enqueue_syncs(send_sync: Any, send_dispatch: Any) -> int:
     return len(ids)
 
 
-def run_once() -> dict[str, Any]:
+def run_once(*, notifications: bool = True) -> dict[str, Any]:
     """Everything the Celery beat + worker do, once, inline: sync every cluster, run a cycle,
-    dispatch what it admitted, send due notifications. For the embedded mode and for
-    debugging without Celery."""
+    dispatch what it admitted, send due notifications (unless the caller sends them in a
+    thread of its own, as gpuq_worker does). For the embedded mode and for debugging without
+    Celery."""
     from .snapshot import run_cycle
 
     synced = 0
@@ -467,5 +468,6 @@ def run_once() -> dict[str, Any]:
         except BackendError as exc:
             log.warning("dispatch of %s will be retried: %s", job_id, exc.message)
     summary["synced"] = synced
-    summary["notifications"] = deliver_due()
+    if notifications:
+        summary["notifications"] = deliver_due()
     return summary

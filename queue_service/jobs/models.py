@@ -254,7 +254,7 @@ class Notification(models.Model):
         PENDING = "pending"
         SENDING = "sending"  # claimed by a sender until next_attempt_at (a lease)
         SENT = "sent"
-        FAILED = "failed"  # gave up after notify.MAX_ATTEMPTS
+        FAILED = "failed"  # gave up after notify.MAX_ATTEMPTS, or could never be sent
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="notifications")
     event = models.CharField(max_length=16)  # start, end, fail, requeue
@@ -267,6 +267,9 @@ class Notification(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     sent_at = models.DateTimeField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # "array:<id>:start" or "array:<id>:end": an array's notice is stored once, whichever of
+    # its tasks gets there first (notify.tell_array).
+    dedupe_key = models.CharField(max_length=64, null=True, blank=True, unique=True)
 
     class Meta:
         ordering = ["created_at", "id"]

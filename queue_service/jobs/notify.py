@@ -2,30 +2,36 @@
 
 `on_transition` runs inside `services.transition`'s transaction and stores what the move
 tells of as a Notification (an outbox row), so a rolled-back move sends nothing. `deliver`
-sends one after commit (Celery's send_notification, or the embedded loop's `deliver_due`),
-claiming it by a conditional UPDATE with a lease: two workers never send it twice, and one
-that dies mid-send leaves a lease that runs out, then it is sent again (at least once). A
-mail server that refuses is retried with backoff, then given up with an event on the job.
+sends one after commit (Celery's send_notification, or the embedded worker's mail thread via
+`deliver_due`), claiming it by a conditional UPDATE with a lease: two senders never send it
+twice, and one that dies mid-send leaves a lease that runs out, then it is sent again (at
+least once). A refusing or unreachable mail server is retried with backoff for about a day,
+then given up with an event on the job; a mail that can never be sent (a bad address) at once.
 
-An array's start and end are told once, for the whole array (as Slurm does): the first task
-to start, and the last to end with the counts of all."""
+An array's start and end are told once, for the whole array (as Slurm does): after the move
+of a task commits, `tell_array` looks whether it was the first to start or whether every task
+has ended, and stores the notice under a unique key, so that of two tasks ending together
+one tells. No array row is locked in a move's transaction: the cycle moves many jobs in one
+transaction, and a lock taken in the middle of it would deadlock with a user's move.
+Requeues are told per task."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import smtplib
+import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .models import Job, JobArray, JobEvent, JobRun, Notification
+from .models import Job, JobArray, JobEvent, Notification
 from .spec import duration_text
 
 log = logging.getLogger(__name__)
@@ -35,19 +41,28 @@ N = Notification.State
 # time limit; a cancel is not a failure).
 FAILED_ENDS = frozenset({S.FAILED, S.TIMEOUT, S.LOST, S.PREEMPTED})
 RUN_STATES = frozenset({S.RUNNING, *Job.STOPPING})
-MAX_ATTEMPTS = 8
+# 30 s doubling to an hour between tries: about a day in all before giving up.
+MAX_ATTEMPTS = 30
+MAX_BACKOFF_S = 3600
 LEASE = timedelta(minutes=5)  # longer than a send can take (EMAIL_TIMEOUT per call)
 DUE_BATCH = 100
 
 
 def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, Any]) -> None:
     """Store the email `job`'s move frm -> to asks for, if any (inside the move's
-    transaction). A fault here is logged and costs the email, never the move."""
+    transaction); an array's start and end are looked at after the move commits. A fault
+    here is logged and costs the email, never the move."""
     wanted = job.spec.get("notify") if isinstance(job.spec, dict) else None
     if not wanted:
         return
     event = _event(frm, to, wanted, in_array=job.array_id is not None)
-    if event is None or not job.user.email:  # an address removed since the submit
+    if event is None:
+        return
+    if job.array_id is not None and event != "requeue":
+        array_id, job_id = job.array_id, job.pk
+        transaction.on_commit(lambda: tell_array(array_id, job_id, event), robust=True)
+        return
+    if not job.user.email:  # an address removed since the submit
         return
     after = copy.copy(job)  # the job as the move leaves it, for the text
     after.state = to
@@ -55,10 +70,7 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
         setattr(after, key, value)
     try:
         with transaction.atomic():
-            made = _compose(after, event, message)
-            if made is None:
-                return
-            event, subject, body = made
+            subject, body = _compose(after, event, message)
             row = Notification.objects.create(
                 job=job,
                 event=event,
@@ -92,43 +104,60 @@ def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | Non
     return None
 
 
-def _compose(job: Job, event: str, message: str) -> tuple[str, str, str] | None:
-    """(event, subject, body), or None when an array's other tasks tell it (or will)."""
-    if job.array_id is not None and event != "requeue":
-        return _compose_array(job, event)
+def _compose(job: Job, event: str, message: str) -> tuple[str, str]:
     subject = f"[gpuq] {job.display_name} {_what(job, event)}"
     lines = [f"Job {job.display_name} ({job.pk}) {_what(job, event)}."]
     if message:
         lines.append(f"Why: {message}")
     lines += ["", *_facts(job), "", *_links(job), "", _because(job)]
-    return event, subject, "\n".join(lines) + "\n"
+    return subject, "\n".join(lines) + "\n"
 
 
-def _compose_array(job: Job, event: str) -> tuple[str, str, str] | None:
-    # One at a time per array: two tasks ending together must not both think the other
-    # still runs (or both think they are the last).
-    array = JobArray.objects.select_for_update().get(pk=job.array_id)
-    tasks = Job.objects.filter(array=array)
+def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
+    """After a task's start or end committed: store the array's start notice if none exists,
+    or its end notice if every task has ended; the event stored, or None. A unique key per
+    array and kind makes it once, whichever task gets there first."""
+    job = Job.objects.select_related("array", "user", "team", "cluster").get(pk=job_id)
+    array = job.array
+    if array is None or not job.user.email:
+        return None
+    tasks = Job.objects.filter(array=array_id)
     if event == "start":
-        if JobRun.objects.filter(job__array=array).exclude(job=job).exists():
-            return None
-        what = f"started: task {job.array_index} first, of {array.size}"
+        kind, what = "start", f"started: task {job.array_index} first, of {array.size}"
     else:
-        if tasks.exclude(state__in=Job.TERMINAL).exclude(pk=job.pk).exists():
+        if tasks.exclude(state__in=Job.TERMINAL).exists():
             return None  # the last task to end tells
-        states = Counter(tasks.exclude(pk=job.pk).values_list("state", flat=True))
-        states[job.state] += 1
-        failed = any(state in FAILED_ENDS for state in states)
+        states = Counter(tasks.values_list("state", flat=True))
         wanted = job.spec.get("notify", ())
-        event = "fail" if failed and "fail" in wanted else "end"
+        event = "fail" if "fail" in wanted and FAILED_ENDS & states.keys() else "end"
         if event not in wanted:
             return None  # only `fail` was asked for, and nothing failed
-        what = "ended: " + ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        kind, what = "end", "ended: " + ", ".join(f"{n} {st}" for st, n in sorted(states.items()))
     name = f"{array.name}[{array.indices}]"
     subject = f"[gpuq] array {name} {what}"
     lines = [f"Array {name} ({array.pk}) of {array.size} tasks {what}.", ""]
     lines += [*_facts(job), "", *_links(job, array), "", _because(job)]
-    return event, subject, "\n".join(lines) + "\n"
+    try:
+        with transaction.atomic():
+            row = Notification.objects.create(
+                job=job,
+                event=event,
+                to=job.user.email,
+                subject=subject[:255],
+                body="\n".join(lines) + "\n",
+                next_attempt_at=timezone.now(),
+                dedupe_key=f"array:{array.pk}:{kind}",
+            )
+    except IntegrityError:
+        return None  # another task told it
+    if settings.CELERY_BROKER_URL:
+        from .tasks import send_notification
+
+        try:
+            send_notification.delay(row.pk)
+        except Exception:  # beat's deliver_notifications sends it later
+            log.warning("could not enqueue notification %s", row.pk, exc_info=True)
+    return event
 
 
 def _what(job: Job, event: str) -> str:
@@ -183,55 +212,98 @@ def _when(at: datetime) -> str:
 
 def deliver(notification_id: int, now: datetime | None = None) -> str:
     """Send one notification if it is due and nobody else holds it: "sent", "retry" (the
-    mail server refused; tried again later), "failed" (given up) or "skipped"."""
-    now = now or timezone.now()
+    mail server refused; tried again later), "unreachable" (the same, but no server
+    answered), "failed" (given up, or a mail that can never go) or "skipped". `now`: a fixed
+    clock, for tests."""
+    claimed_at = now or timezone.now()
     claimed = Notification.objects.filter(
-        pk=notification_id, state__in=(N.PENDING, N.SENDING), next_attempt_at__lte=now
-    ).update(state=N.SENDING, attempts=F("attempts") + 1, next_attempt_at=now + LEASE)
+        pk=notification_id,
+        state__in=(N.PENDING, N.SENDING),
+        next_attempt_at__lte=claimed_at,
+        attempts__lt=MAX_ATTEMPTS,
+    ).update(state=N.SENDING, attempts=F("attempts") + 1, next_attempt_at=claimed_at + LEASE)
     if claimed != 1:
+        _give_up_if_spent(notification_id, claimed_at)
         return "skipped"
-    note = Notification.objects.select_related("job").get(pk=notification_id)
+    note = Notification.objects.select_related("job__user").get(pk=notification_id)
     mine = Notification.objects.filter(pk=note.pk, state=N.SENDING, attempts=note.attempts)
+    to = note.job.user.email  # the address now: one changed since the move is the one read
+    if not to:
+        return _give_up(note, mine, f"{note.job.user} has no email address now")
     try:
-        EmailMessage(note.subject, note.body, settings.DEFAULT_FROM_EMAIL, [note.to]).send()
+        EmailMessage(note.subject, note.body, settings.DEFAULT_FROM_EMAIL, [to]).send()
     except (OSError, smtplib.SMTPException) as exc:
         error = _error_text(exc)
-        if note.attempts < MAX_ATTEMPTS:
-            backoff = timedelta(seconds=min(30 * 2 ** (note.attempts - 1), 3600))
-            mine.update(state=N.PENDING, next_attempt_at=now + backoff, error=error)
-            return "retry"
-        with transaction.atomic():
-            if mine.update(state=N.FAILED, error=error) == 1:
-                JobEvent.objects.create(
-                    job=note.job,
-                    code="notify_failed",
-                    message=f"could not email {note.to} after {note.attempts} attempts: {error}",
-                    details={"event": note.event},
-                )
-        return "failed"
-    mine.update(state=N.SENT, sent_at=timezone.now(), error="")
+        if note.attempts >= MAX_ATTEMPTS:
+            return _give_up(note, mine, error)
+        backoff = min(30 * 2 ** (note.attempts - 1), MAX_BACKOFF_S)
+        retry_at = (now or timezone.now()) + timedelta(seconds=backoff)
+        mine.update(state=N.PENDING, next_attempt_at=retry_at, error=error, to=to)
+        return "unreachable" if _unreachable(exc) else "retry"
+    except Exception as exc:  # e.g. a malformed GPUQ_EMAIL_FROM: no retry would send it
+        log.exception("notification %s cannot be sent", note.pk)
+        return _give_up(note, mine, _error_text(exc))
+    mine.update(state=N.SENT, sent_at=timezone.now(), error="", to=to)
     return "sent"
+
+
+def _unreachable(exc: Exception) -> bool:
+    """No mail server answered (the rest of a batch would wait the same timeout each, so it
+    stops there), as opposed to one that answered no. SMTPException is an OSError too."""
+    if isinstance(exc, smtplib.SMTPServerDisconnected | smtplib.SMTPConnectError):
+        return True
+    return isinstance(exc, OSError) and not isinstance(exc, smtplib.SMTPException)
+
+
+def _give_up(note: Notification, mine: Any, error: str) -> str:
+    with transaction.atomic():
+        if mine.update(state=N.FAILED, error=error) == 1:
+            JobEvent.objects.create(
+                job=note.job,
+                code="notify_failed",
+                message=f"could not email {note.to} after {note.attempts} attempts: {error}",
+                details={"event": note.event},
+            )
+    return "failed"
+
+
+def _give_up_if_spent(notification_id: int, now: datetime) -> None:
+    """A row whose last allowed try was claimed by a sender that died: given up."""
+    spent = Notification.objects.filter(
+        pk=notification_id, state=N.SENDING, next_attempt_at__lte=now, attempts__gte=MAX_ATTEMPTS
+    )
+    note = spent.select_related("job").first()
+    if note is not None:
+        _give_up(note, spent, note.error or "its last try did not finish")
 
 
 def _error_text(exc: Exception) -> str:
     if isinstance(exc, smtplib.SMTPResponseException):
-        said = (
-            exc.smtp_error.decode(errors="replace")
-            if isinstance(exc.smtp_error, bytes)
-            else exc.smtp_error
-        )
-        return f"the mail server answered {exc.smtp_code} {said}"[:1000]
+        said = exc.smtp_error
+        text = said.decode(errors="replace") if isinstance(said, bytes) else str(said)
+        return f"the mail server answered {exc.smtp_code} {text}"[:1000]
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-def deliver_due(now: datetime | None = None) -> dict[str, int]:
-    """Send what is due (new, to be retried, or held by a lease that ran out): the embedded
-    loop calls this every round, and Celery beat every minute for what a lost task left."""
-    now = now or timezone.now()
+def deliver_due(now: datetime | None = None, budget_s: float | None = None) -> dict[str, int]:
+    """Send what is due (new, to be retried, or held by a lease that ran out), for at most
+    `budget_s` seconds of starting sends, and not past a mail server that cannot be reached
+    (the rest would each wait its timeout): the embedded worker's mail thread calls this
+    every round, and Celery beat every minute for what a lost task left."""
+    started = time.monotonic()
     due = Notification.objects.filter(
-        state__in=(N.PENDING, N.SENDING), next_attempt_at__lte=now
+        state__in=(N.PENDING, N.SENDING), next_attempt_at__lte=now or timezone.now()
     ).order_by("next_attempt_at", "id")
     counts: Counter[str] = Counter()
     for pk in list(due.values_list("pk", flat=True)[:DUE_BATCH]):
-        counts[deliver(pk, now)] += 1
+        if budget_s is not None and time.monotonic() - started > budget_s:
+            break
+        try:
+            outcome = deliver(pk, now)
+        except Exception:  # one row's fault must not stop the others (or the caller)
+            log.exception("notification %s: delivery failed", pk)
+            outcome = "error"
+        counts[outcome] += 1
+        if outcome == "unreachable":
+            break
     return dict(counts)

@@ -291,7 +291,12 @@ def check_after(user: Any, after: Any) -> None:
 
 
 def check_notify(user: Any, spec: dict[str, Any]) -> None:
-    if spec.get("notify") and not user.email:
+    if not spec.get("notify"):
+        return
+    if settings.CELERY_BROKER_URL and settings.EMAIL_BACKEND.endswith("console.EmailBackend"):
+        # Workers would print the mail in their logs and call it sent.
+        raise ValidationError({"notify": ["this site sends no email (GPUQ_SMTP_URL is not set)"]})
+    if not user.email:
         raise ValidationError(
             {
                 "notify": [

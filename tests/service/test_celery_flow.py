@@ -62,6 +62,8 @@ def worker(
             "-B",
             "--schedule",
             str(tmp_path / "beat-schedule"),
+            "-Q",
+            "celery,mail",
             "--pool",
             "solo",
             "--loglevel",

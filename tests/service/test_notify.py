@@ -4,6 +4,7 @@ address is alice@example.org."""
 
 from __future__ import annotations
 
+import socket
 import textwrap
 from datetime import timedelta
 from pathlib import Path
@@ -212,7 +213,8 @@ def test_a_refusing_mail_server_is_retried_with_backoff_then_given_up_with_an_ev
         now = row.next_attempt_at
     outcome = deliver(row.pk, now)
 
-    assert waits == [30, 60, 120, 240, 480, 960, 1920]
+    assert waits == [30, 60, 120, 240, 480, 960, 1920] + [3600] * (MAX_ATTEMPTS - 8)
+    assert sum(waits) / 3600 > 23  # about a day of trying, as mail servers do
     assert outcome == "failed"
     row.refresh_from_db()
     assert (row.state, row.attempts) == (N.FAILED, MAX_ATTEMPTS)
@@ -229,7 +231,7 @@ def test_an_unreachable_mail_server_is_retried(
     job = submit_job(people["alice"], spec(name="nowhere", notify=["end"])).job
     cancel_job(people["alice"], job)
 
-    assert deliver_due() == {"retry": 1}
+    assert deliver_due() == {"unreachable": 1}
     row = Notification.objects.get()
     assert (row.state, row.attempts) == (N.PENDING, 1)
     assert "ConnectionRefusedError" in row.error
@@ -318,21 +320,21 @@ def test_the_embedded_default_prints_notifications_on_its_console(tmp_path: Path
 def test_two_last_tasks_ending_at_once_tell_the_arrays_end_once(
     inbox: Inbox, people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Both moves are made, neither committed, when each asks whether it is the last: one
-    must wait for the other, or neither sees the other's end and nobody is told."""
+    """Both moves have committed when each asks whether it was the last: both see every
+    task ended, and the array's end must still be told once."""
     import threading
 
     from django.db import connection
 
     first = submit_job(people["alice"], spec(name="pair", array="0-1", notify=["end"])).job
     both_there = threading.Barrier(2, timeout=5)
-    real = notify._compose_array
+    real = notify.tell_array
 
-    def meeting(job: Job, event: str) -> Any:
-        both_there.wait()
-        return real(job, event)
+    def meeting(array_id: Any, job_id: Any, event: str) -> Any:
+        both_there.wait()  # both moves committed: each sees the other's end
+        return real(array_id, job_id, event)
 
-    monkeypatch.setattr(notify, "_compose_array", meeting)
+    monkeypatch.setattr(notify, "tell_array", meeting)
     errors: list[BaseException] = []
 
     def end(task: Job) -> None:
@@ -375,3 +377,163 @@ def test_a_broker_that_is_down_costs_the_move_nothing_and_the_mail_goes_later(
     assert Notification.objects.get().state == N.PENDING
     assert deliver_due() == {"sent": 1}
     assert inbox.subjects() == ["[gpuq] unkicked cancelled"]
+
+
+def _start(job: Job) -> Job:
+    job.refresh_from_db()
+    for to in (S.ADMITTED, S.DISPATCHING, S.QUEUED):
+        transition(job, to, code=to)
+    return transition(job, S.RUNNING, code="running", started_at=timezone.now())
+
+
+def test_an_arrays_start_is_told_once_even_when_its_first_task_starts_again(
+    inbox: Inbox, people: dict[str, Any]
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-1", notify=["start"])).job
+    task0, task1 = Job.objects.filter(array=first.array_id).order_by("array_index")
+
+    _start(task0)
+    transition(task0, S.PENDING, code="requeued_node_failure", message="node failure")
+    _start(task0)
+    _start(task1)
+    deliver_due()
+
+    assert inbox.subjects() == ["[gpuq] array sweep[0-1] started: task 0 first, of 2"]
+
+
+def test_the_cycle_cancelling_an_array_while_its_owner_cancels_it_tells_its_end_once(
+    inbox: Inbox, people: dict[str, Any], monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The cycle cancels, in one transaction, the tasks whose `after` job failed; the owner
+    cancels one of them meanwhile (`gpuq cancel --array`). A lock on the array taken in the
+    middle of the cycle's transaction made these two deadlock (an email lost, or the cycle
+    rolled back)."""
+    import logging
+    import threading
+    import time
+
+    from django.db import connection
+
+    from queue_service.jobs.snapshot import run_cycle
+
+    dep = submit_job(people["alice"], spec(name="dep")).job
+    first = submit_job(
+        people["alice"], spec(name="sweep", array="0-1", after=[str(dep.pk)], notify=["end"])
+    ).job
+    transition(dep, S.FAILED, code="failed", message="by a test")
+    real = notify.on_transition
+    outcome: list[object] = []
+
+    def owner_cancels(pk: Any) -> None:
+        try:
+            cancel_job(people["alice"], Job.objects.get(pk=pk))
+            outcome.append("cancelled")
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    threads: list[threading.Thread] = []
+
+    def pausing(job: Job, *args: Any) -> None:
+        real(job, *args)
+        if threading.current_thread() is threading.main_thread() and not threads:
+            other = Job.objects.exclude(pk=job.pk).get(array=job.array_id)
+            threads.append(threading.Thread(target=owner_cancels, args=(other.pk,)))
+            threads[0].start()
+            time.sleep(0.5)  # the owner's cancel has taken its task's row by now
+
+    monkeypatch.setattr(notify, "on_transition", pausing)
+    caplog.set_level(logging.ERROR)
+    run_cycle()
+    threads[0].join(timeout=30)
+    deliver_due()
+
+    assert [r.getMessage() for r in caplog.records] == []
+    assert outcome == ["cancelled"]
+    states = set(Job.objects.filter(array=first.array_id).values_list("state", flat=True))
+    assert states == {S.CANCELLED}
+    assert inbox.subjects() == ["[gpuq] array sweep[0-1] ended: 2 cancelled"]
+
+
+def test_a_mail_that_can_never_go_is_given_up_at_once_and_the_rest_still_go(
+    inbox: Inbox, people: dict[str, Any], settings: Any
+) -> None:
+    jobs = [submit_job(people["alice"], spec(name=n, notify=["end"])).job for n in "ab"]
+    for job in jobs:
+        cancel_job(people["alice"], job)
+    settings.DEFAULT_FROM_EMAIL = "gpuq@example.org, ops@example.org"  # set after start-up
+    first = deliver_due()
+    settings.DEFAULT_FROM_EMAIL = "gpuq@example.org"
+
+    assert first == {"failed": 2}
+    assert list(Notification.objects.values_list("state", "attempts")) == [(N.FAILED, 1)] * 2
+    event = jobs[0].events.get(code="notify_failed")
+    assert "Invalid address" in event.message
+    assert deliver_due(timezone.now() + timedelta(days=2)) == {}
+
+
+def test_a_spent_lease_on_the_last_try_is_given_up(inbox: Inbox, people: dict[str, Any]) -> None:
+    job = submit_job(people["alice"], spec(name="spent", notify=["end"])).job
+    cancel_job(people["alice"], job)
+    now = timezone.now()
+    Notification.objects.update(state=N.SENDING, attempts=MAX_ATTEMPTS, next_attempt_at=now)
+
+    assert deliver_due(now) == {"skipped": 1}
+
+    row = Notification.objects.get()
+    assert (row.state, row.attempts) == (N.FAILED, MAX_ATTEMPTS)
+    assert job.events.filter(code="notify_failed").exists()
+    assert inbox.mail == []
+
+
+def test_a_mail_server_that_never_answers_stops_the_batch_after_one_try(
+    people: dict[str, Any], settings: Any, inbox: Inbox
+) -> None:
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # takes connections, says nothing: a hung relay
+    settings.EMAIL_PORT = silent.getsockname()[1]
+    settings.EMAIL_TIMEOUT = 1
+    for name in ("a", "b", "c"):
+        cancel_job(
+            people["alice"], submit_job(people["alice"], spec(name=name, notify=["end"])).job
+        )
+    try:
+        outcome = deliver_due()
+    finally:
+        silent.close()
+
+    assert outcome == {"unreachable": 1}
+    rows = list(Notification.objects.order_by("id").values_list("attempts", "next_attempt_at"))
+    assert [attempts for attempts, _ in rows] == [1, 0, 0]
+    # Backoff counted from when the try ended, not from when the batch began.
+    assert rows[0][1] > timezone.now() + timedelta(seconds=25)
+
+
+def test_the_address_read_when_sending_is_the_users_address_then(
+    inbox: Inbox, people: dict[str, Any]
+) -> None:
+    job = submit_job(people["alice"], spec(name="moved", notify=["end"])).job
+    cancel_job(people["alice"], job)
+    people["alice"].email = "alice@new.example.org"
+    people["alice"].save()
+
+    deliver_due()
+
+    assert inbox.mail[0][1] == ["alice@new.example.org"]
+    assert Notification.objects.get().to == "alice@new.example.org"
+
+
+def test_a_site_with_workers_but_no_mail_server_refuses_notify(
+    client_for: Any, people: dict[str, Any], settings: Any
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+
+    response = client_for("alice").post("/api/v1/jobs/", spec(notify=["end"]), format="json")
+
+    assert response.status_code == 400, response.content
+    assert response.json()["notify"] == ["this site sends no email (GPUQ_SMTP_URL is not set)"]

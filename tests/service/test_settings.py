@@ -12,6 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from queue_service.settings import (
     database_from_url,
+    email_address,
     email_from_url,
     env,
     env_bool,
@@ -282,3 +283,30 @@ def test_a_bad_public_url_stops_the_service() -> None:
     result = _deploy_check(GPUQ_PUBLIC_URL="gpuq.example.org")
     assert result.returncode != 0
     assert "GPUQ_PUBLIC_URL='gpuq.example.org' must be an http(s) URL" in result.stderr
+
+
+def test_a_password_in_a_bad_smtp_url_is_not_repeated() -> None:
+    with pytest.raises(ImproperlyConfigured) as info:
+        email_from_url("smtp://u:hunter2@mail.example:port?starttls=1")
+    assert "hunter2" not in str(info.value)
+    assert "smtp://u:***@mail.example" in str(info.value)
+
+
+def test_a_password_over_plain_smtp_is_refused_except_on_loopback() -> None:
+    with pytest.raises(ImproperlyConfigured, match="would cross the network in clear"):
+        email_from_url("smtp://u:p@mail.example")
+    assert email_from_url("smtp://u:p@127.0.0.1:2525")["EMAIL_HOST_PASSWORD"] == "p"
+    assert email_from_url("smtp://u:p@mail.example?starttls=1")["EMAIL_USE_TLS"] is True
+
+
+@pytest.mark.parametrize(
+    "value", ["gpuq@example.org>", "a@example.org, b@example.org", "gpuq@", "", "gpuq"]
+)
+def test_a_from_address_that_is_not_one_address_names_the_variable(value: str) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"GPUQ_EMAIL_FROM=.* is not one email address"):
+        email_address("GPUQ_EMAIL_FROM", value)
+
+
+@pytest.mark.parametrize("value", ["gpuq@example.org", "gpuq <gpuq@example.org>"])
+def test_a_from_address_may_carry_a_name(value: str) -> None:
+    assert email_address("GPUQ_EMAIL_FROM", value) == value

@@ -283,3 +283,21 @@ def test_suspending_then_updating_then_resuming_keeps_the_update(people: dict[st
 
     assert fresh(job).spec["priority"] == "high"
     assert fresh(job).priority_class.name == "high"
+
+
+@pytest.mark.parametrize("body", ["1: x\nname: z\n", "array:\n  1: 2\n  limit: 3\n"])
+def test_a_yaml_body_mixing_number_and_text_keys_is_refused_not_a_500(
+    people: dict[str, Any], client_for: Any, body: str
+) -> None:
+    first = submit_job(people["alice"], spec(name="sweep", array="0-1%1")).job
+    alice = client_for("alice")
+
+    patched = alice.generic(
+        "PATCH", f"/api/v1/jobs/{first.pk}/", body, content_type="application/yaml"
+    )
+    copied = alice.generic(
+        "POST", f"/api/v1/jobs/{first.pk}/resubmit/", body, content_type="application/yaml"
+    )
+
+    assert (patched.status_code, copied.status_code) == (400, 400), patched.content
+    assert "resubmit a copy to change the rest" in str(patched.json())
