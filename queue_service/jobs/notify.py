@@ -117,22 +117,27 @@ def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
     """After a task's start or end committed: store the array's start notice if none exists,
     or its end notice if every task has ended; the event stored, or None. A unique key per
     array and kind makes it once, whichever task gets there first."""
+    tasks = Job.objects.filter(array=array_id)
+    # Most tasks are neither the first to start nor the last to end: one query says so.
+    if event != "start" and tasks.exclude(state__in=Job.TERMINAL).exists():
+        return None  # the last task to end tells
+    kind = "start" if event == "start" else "end"
+    key = f"array:{array_id}:{kind}"
+    if Notification.objects.filter(dedupe_key=key).exists():
+        return None
     job = Job.objects.select_related("array", "user", "team", "cluster").get(pk=job_id)
     array = job.array
     if array is None or not job.user.email:
         return None
-    tasks = Job.objects.filter(array=array_id)
     if event == "start":
-        kind, what = "start", f"started: task {job.array_index} first, of {array.size}"
+        what = f"started: task {job.array_index} first, of {array.size}"
     else:
-        if tasks.exclude(state__in=Job.TERMINAL).exists():
-            return None  # the last task to end tells
         states = Counter(tasks.values_list("state", flat=True))
         wanted = job.spec.get("notify", ())
         event = "fail" if "fail" in wanted and FAILED_ENDS & states.keys() else "end"
         if event not in wanted:
             return None  # only `fail` was asked for, and nothing failed
-        kind, what = "end", "ended: " + ", ".join(f"{n} {st}" for st, n in sorted(states.items()))
+        what = "ended: " + ", ".join(f"{n} {st}" for st, n in sorted(states.items()))
     name = f"{array.name}[{array.indices}]"
     subject = f"[gpuq] array {name} {what}"
     lines = [f"Array {name} ({array.pk}) of {array.size} tasks {what}.", ""]
@@ -146,7 +151,7 @@ def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
                 subject=subject[:255],
                 body="\n".join(lines) + "\n",
                 next_attempt_at=timezone.now(),
-                dedupe_key=f"array:{array.pk}:{kind}",
+                dedupe_key=key,
             )
     except IntegrityError:
         return None  # another task told it
