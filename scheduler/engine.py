@@ -86,8 +86,10 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
 
     1. Index capacity: free whole GPUs per (GPU model, pool) bucketed by free count, and the
        MIG instances (mig.MigIndex).
-    2. Order: priority-class value, then fair share by progressive filling, then FIFO within
-       a team, ties by id (order.py). Baselines use submit order alone.
+    2. Order: jobs that fit their team's nominal quota first (tier 0, as in Kueue: a
+       guarantee before any borrowing), then within a tier priority-class value, then fair
+       share by progressive filling, then FIFO within a team, ties by id (order.py).
+       Baselines use submit order alone.
     3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py),
        then placement (capacity.py): a single-node job goes where it does not keep a node
        busy longer than the jobs already there (by time limits), else best fit, so nodes

@@ -1,4 +1,5 @@
-"""Scheduling order: priority class, then fair share by progressive filling, then FIFO.
+"""Scheduling order: quota tier, priority class, then fair share by progressive filling,
+then FIFO. (Tier 0, first, holds the jobs that fit their team's nominal quota: see order().)
 
 Within a class, the next job comes from the team furthest below its fair share (Armada's
 progressive filling). A team's standing is
