@@ -7,6 +7,7 @@
     gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
     gpuq update ID [ID ...] | --array ID [--priority high] [--time-limit 30m] [--max-running 8]
+                [--notify end,fail]
 
 Configured by GPUQ_URL (default http://127.0.0.1:8000) and GPUQ_TOKEN (or a file named by
 GPUQ_TOKEN_FILE), or --url and --token.
@@ -170,6 +171,15 @@ def array_id(value: str) -> str:
 def array_limit(value: str) -> dict[str, int | None]:
     """--max-running N|none as the API's `array` change: at most N tasks at once, or none."""
     return {"max_running": None if value.strip().lower() == "none" else count(value)}
+
+
+def notify_events(value: str) -> list[str] | str:
+    """--notify end,fail | all | none, as the API's `notify` (the server checks the names)."""
+    if value.strip().lower() == "none":
+        return []
+    if value.strip().lower() == "all":
+        return "all"
+    return [e.strip() for e in value.split(",") if e.strip()]
 
 
 def count(value: str) -> int:
@@ -700,6 +710,8 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if args.time_limit is not None:
         changes["time_limit"] = None if args.time_limit.lower() == "default" else args.time_limit
     states = UPDATE_WAITING if changes else ACTS_ON["cancel"]
+    if args.notify is not None:  # until a job ends
+        changes["notify"] = args.notify
     failed = 0
     answers: list[Any] = []
     limited: set[str] = set()  # arrays whose %N has been sent, with one of their tasks
@@ -748,6 +760,9 @@ def updated(job: Mapping[str, Any], sent: Mapping[str, Any]) -> str:
         said.append(f"priority {clean(str(job['priority']))}")
     if "time_limit" in sent:
         said.append(f"time limit {duration((job.get('spec') or {}).get('time_limit'))}")
+    if "notify" in sent:
+        events = (job.get("spec") or {}).get("notify") or ["nothing"]
+        said.append("email on " + ",".join(clean(str(e)) for e in events))
     if "array" in sent and job.get("array"):
         array = job["array"]
         limit = array.get("max_running")
@@ -940,6 +955,13 @@ def parser() -> argparse.ArgumentParser:
         help="its array's tasks at most N at once (the %%N of 0-15%%4), or none: no limit;"
         " sent once per array",
     )
+    p.add_argument(
+        "--notify",
+        type=notify_events,
+        metavar="EVENTS|none",
+        help="what to email its owner about until it ends: start,end,fail,requeue or all"
+        " (as --mail-type), or none",
+    )
     return top
 
 
@@ -974,12 +996,11 @@ def main(
             f"{args.command}: name jobs, or select them with filters (--mine, --name, --array, …)"
             + (": not both" if args.ids else ""),
         )
-    if args.command == "update" and (args.new_priority, args.time_limit, args.max_running) == (
-        None,
-        None,
-        None,
-    ):
-        _usage(top, "update: say what to change: --priority, --time-limit or --max-running")
+    changes = ("new_priority", "time_limit", "max_running", "notify")
+    if args.command == "update" and all(getattr(args, c) is None for c in changes):
+        _usage(
+            top, "update: say what to change: --priority, --time-limit, --max-running or --notify"
+        )
     following = args.command in ("submit", "resubmit") and args.follow
     if following and (args.json or getattr(args, "dry_run", False)):
         _usage(top, f"{args.command} -f prints the job's output: not with --json or --dry-run")

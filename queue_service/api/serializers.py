@@ -11,7 +11,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
 from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
-from queue_service.jobs.spec import MAX_ARRAY_INDEX, MAX_ARRAY_TEXT, DurationField
+from queue_service.jobs.spec import MAX_ARRAY_INDEX, MAX_ARRAY_TEXT, DurationField, NotifyField
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
@@ -105,7 +105,8 @@ class ResubmitSerializer(serializers.Serializer):
 
 
 UPDATE_ONLY = (
-    "only priority, time_limit and array.max_running can change; resubmit a copy to change the rest"
+    "only priority, time_limit, notify and array.max_running can change; resubmit a copy to"
+    " change the rest"
 )
 
 
@@ -124,17 +125,23 @@ class ArrayLimitSerializer(serializers.Serializer):
 
 class JobUpdateSerializer(serializers.Serializer):
     """What may change after submit (as `scontrol update`): a waiting job's priority class
-    and time limit, and its array's limit of tasks at once."""
+    and time limit, what a job emails about until it ends, and its array's limit of tasks at
+    once."""
 
     priority = serializers.CharField(required=False, max_length=32)
     time_limit = DurationField(required=False, allow_null=True)
+    notify = NotifyField(required=False)
     array = ArrayLimitSerializer(required=False)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         refuse_unknown(self.initial_data, self.fields, UPDATE_ONLY)
         if not attrs:
             raise serializers.ValidationError(
-                {"non_field_errors": ["nothing to change: give priority, time_limit or array"]}
+                {
+                    "non_field_errors": [
+                        "nothing to change: give priority, time_limit, notify or array"
+                    ]
+                }
             )
         return attrs
 

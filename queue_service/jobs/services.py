@@ -290,12 +290,16 @@ def check_after(user: Any, after: Any) -> None:
         raise ValidationError({"after": problems})
 
 
-def check_notify(user: Any, spec: dict[str, Any]) -> None:
+def check_notify(user: Any, spec: dict[str, Any], *, by: Any = None) -> None:
+    """`notify` needs a mail server and an address of `user`'s (the job's owner; `by`: who
+    asks, when someone else)."""
     if not spec.get("notify"):
         return
     if settings.CELERY_BROKER_URL and settings.EMAIL_BACKEND.endswith("console.EmailBackend"):
         # Workers would print the mail in their logs and call it sent.
         raise ValidationError({"notify": ["this site sends no email (GPUQ_SMTP_URL is not set)"]})
+    if not user.email and by is not None and by.pk != user.pk:
+        raise ValidationError({"notify": [f"{user} has no email address to write to"]})
     if not user.email:
         raise ValidationError(
             {
@@ -382,15 +386,18 @@ def cancel_job(user: Any, job: Job) -> Job:
 # --- update ---------------------------------------------------------------------------------
 
 # What may change once a job is stored: while it waits, what orders and bounds it in the
-# queue (as `scontrol update` of a pending job); at any time, its array's %N.
-UPDATABLE = ("priority", "time_limit")
+# queue (as `scontrol update` of a pending job); until it ends, what it emails about (as
+# MailType); at any time, its array's %N.
+WHILE_WAITING = ("priority", "time_limit")
+UPDATABLE = (*WHILE_WAITING, "notify")
 
 
 def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
-    """Change a job's priority class or time limit while it waits (pending or suspended), or
-    its array's limit of tasks at once (`array: {"max_running": N}`, Slurm's
-    ArrayTaskThrottle; null for none) at any time. Checked as a submit would check the job
-    with those values; the next cycle orders it anew. Changing nothing records nothing."""
+    """Change a job's priority class or time limit while it waits (pending or suspended), what
+    it emails about (`notify`; [] for nothing) until it ends, or its array's limit of tasks
+    at once (`array: {"max_running": N}`, Slurm's ArrayTaskThrottle; null for none) at any
+    time. Checked as a submit would check the job with those values; the next cycle orders
+    it anew. Changing nothing records nothing."""
     if not can_manage(user, job):
         raise PermissionDenied("only the job's owner or a team admin can update it")
     said: list[str] = []
@@ -400,11 +407,11 @@ def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
         # no cycle admits a job on its old spec and then dispatches the new one.
         SchedulerLock.objects.select_for_update().get_or_create(pk=1)
         job.refresh_from_db()
-        fields = _spec_changes(job, {k: changes[k] for k in UPDATABLE if k in changes}, said)
-        details.update({k: [job.spec.get(k), fields["spec"][k]] for k in said})
+        fields = _spec_changes(user, job, {k: changes[k] for k in UPDATABLE if k in changes}, said)
+        details.update({k: [job.spec.get(k), fields["spec"].get(k)] for k in said})
         if fields:
-            waiting = job.state == S.PENDING
-            if waiting:  # its position and reason were decided on the old values
+            if job.state == S.PENDING and set(said) & set(WHILE_WAITING):
+                # its position and reason were decided on the old values
                 fields.update(
                     queue_position=None,
                     estimated_start=None,
@@ -435,23 +442,30 @@ def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
     return job
 
 
-def _spec_changes(job: Job, wanted: dict[str, Any], said: list[str]) -> dict[str, Any]:
+def _spec_changes(user: Any, job: Job, wanted: dict[str, Any], said: list[str]) -> dict[str, Any]:
     """The fields to write for `wanted` spec values, validated with the rest of the job's spec
     as a submit of it would be; appends to `said` the keys that really change."""
     if not wanted:
         return {}
-    if job.state not in (S.PENDING, S.SUSPENDED):
+    if set(wanted) & set(WHILE_WAITING) and job.state not in (S.PENDING, S.SUSPENDED):
         raise JobConflict(
             "a job's priority and time limit can change only while it waits (pending or"
             f" suspended); this one is {job.state}"
         )
+    if "notify" in wanted and job.state in Job.TERMINAL:
+        raise JobConflict(f"the job already ended ({job.state}): nothing is left to tell")
     serializer = JobSpecSerializer(data={**copy_data(job), **wanted})
     serializer.is_valid(raise_exception=True)
-    new = {k: serializer.validated_data[k] for k in wanted}
+    new = {k: serializer.validated_data.get(k) for k in wanted}  # notify [] is left out
+    if new.get("notify"):
+        check_notify(job.user, new, by=user)
     said.extend(k for k in UPDATABLE if k in new and new[k] != job.spec.get(k))
     if not said:
         return {}
-    fields: dict[str, Any] = {"spec": {**job.spec, **{k: new[k] for k in said}}}
+    spec = {**job.spec, **{k: new[k] for k in said}}
+    if spec.get("notify") is None:
+        spec.pop("notify", None)  # stored only when asked for, as at submit
+    fields: dict[str, Any] = {"spec": spec}
     if "priority" in said:
         fields["priority_class"] = PriorityClass.objects.get(name=new["priority"])
     return fields
@@ -480,6 +494,9 @@ def _change_text(key: str, details: dict[str, Any]) -> str:
         )
         return f"its array's tasks: {new} (was {old})"
     old, new = details[key]
+    if key == "notify":
+        was, now = (", ".join(events or ()) or "nothing" for events in (old, new))
+        return f"email on {now} (was {was})"
     if key == "time_limit":
         return f"time limit {duration_text(new)} (was {duration_text(old) or 'none'})"
     return f"priority {new} (was {old})"

@@ -1090,6 +1090,31 @@ def test_update_max_running_is_sent_once_per_array(gpuq: Gpuq, job_file: Any) ->
     assert JobEvent.objects.filter(code="updated").count() == 4
 
 
+def test_update_notify_changes_what_a_started_job_emails_about(
+    gpuq: Gpuq, job_file: Any, people: dict[str, Any], local_cluster: Any
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    started = submitted_id(gpuq("alice", "submit", job_file("name: long\ncommand: [x]\n")))
+    run_cycle()
+    waiting = submitted_id(
+        gpuq("alice", "submit", job_file("name: w\ncommand: [x]\ngpus_per_node: 16\n"))
+    )
+
+    added = gpuq("alice", "update", "--mine", "--notify", "end,fail")
+    cleared = gpuq("alice", "update", started, "--notify", "none")
+    typo = gpuq("alice", "update", started, "--notify", "ends")
+
+    assert added.code == 0, added.err
+    assert sorted(added.out.splitlines()) == sorted(
+        [f"{started}  long  email on end,fail", f"{waiting}  w  email on end,fail"]
+    )
+    assert cleared.out == f"{started}  long  email on nothing\n"
+    assert "notify" not in Job.objects.get(pk=started).spec
+    assert Job.objects.get(pk=waiting).spec["notify"] == ["end", "fail"]
+    assert typo.code == 1 and "notify: unknown event 'ends'" in typo.err
+
+
 def test_update_usage_errors_exit_2_and_change_nothing(gpuq: Gpuq, job_file: Any) -> None:
     job_id = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [x]\n")))
 
@@ -1099,7 +1124,10 @@ def test_update_usage_errors_exit_2_and_change_nothing(gpuq: Gpuq, job_file: Any
     zero = gpuq("alice", "update", job_id, "--max-running", "0")
 
     assert nothing.code == 2
-    assert "update: say what to change: --priority, --time-limit or --max-running" in nothing.err
+    assert (
+        "update: say what to change: --priority, --time-limit, --max-running or --notify"
+        in nothing.err
+    )
     assert both.code == 2 and "update: name jobs, or select them with filters" in both.err
     assert "not both" in both.err
     assert neither.code == 2 and "update: name jobs, or select them with filters" in neither.err

@@ -552,3 +552,18 @@ def test_a_site_with_workers_but_no_mail_server_refuses_notify(
 
     assert response.status_code == 400, response.content
     assert response.json()["notify"] == ["this site sends no email (GPUQ_SMTP_URL is not set)"]
+
+
+def test_notify_added_while_a_job_runs_tells_its_end(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    from queue_service.jobs.services import update_job
+
+    job = submit_job(people["alice"], spec(name="late", command=["sleep", "2"])).job
+    job = run_until(job, lambda j: j.state == S.RUNNING)
+
+    update_job(people["alice"], job, {"notify": ["end"]})
+    run_until(job, lambda j: j.is_terminal)
+    deliver_due()
+
+    assert inbox.subjects() == ["[gpuq] late succeeded (exit code 0)"]

@@ -14,7 +14,13 @@ from django.db import connection
 
 from queue_service.jobs import snapshot
 from queue_service.jobs.models import Job
-from queue_service.jobs.services import JobConflict, submit_job, suspend_job, update_job
+from queue_service.jobs.services import (
+    JobConflict,
+    cancel_job,
+    submit_job,
+    suspend_job,
+    update_job,
+)
 from queue_service.jobs.snapshot import run_cycle
 from tests.conftest import on_sqlite, spec
 
@@ -301,3 +307,48 @@ def test_a_yaml_body_mixing_number_and_text_keys_is_refused_not_a_500(
 
     assert (patched.status_code, copied.status_code) == (400, 400), patched.content
     assert "resubmit a copy to change the rest" in str(patched.json())
+
+
+def test_what_a_job_emails_about_changes_until_it_ends(
+    people: dict[str, Any], local_cluster: Any, client_for: Any
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    job = submit_job(people["alice"], spec(name="long")).job
+    run_cycle()
+    assert fresh(job).state == S.ADMITTED  # started: its priority is fixed, not its emails
+    alice = client_for("alice")
+
+    added = patch(alice, job, {"notify": ["end", "fail"]})
+    removed = patch(alice, job, {"notify": []})
+    again = patch(alice, job, {"notify": "all"})
+
+    assert [r.status_code for r in (added, removed, again)] == [200, 200, 200]
+    assert added.json()["spec"]["notify"] == ["end", "fail"]
+    assert "notify" not in removed.json()["spec"]
+    assert fresh(job).spec["notify"] == ["start", "end", "fail", "requeue"]
+    assert list(fresh(job).events.filter(code="updated").values_list("message", flat=True)) == [
+        "updated by alice: email on end, fail (was nothing)",
+        "updated by alice: email on nothing (was end, fail)",
+        "updated by alice: email on start, end, fail, requeue (was nothing)",
+    ]
+    assert fresh(job).state == S.ADMITTED and fresh(job).queue_position is None
+
+
+def test_notify_of_an_ended_job_or_for_an_owner_without_an_address_is_refused(
+    people: dict[str, Any], client_for: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="quiet")).job
+
+    by_owner = patch(client_for("alice"), job, {"notify": ["end"]})
+    by_admin = patch(client_for("dana"), job, {"notify": ["end"]})
+    cancel_job(people["alice"], job)
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    ended = patch(client_for("alice"), job, {"notify": ["end"]})
+
+    assert (by_owner.status_code, by_admin.status_code, ended.status_code) == (400, 400, 409)
+    assert "your account has no email address" in by_owner.json()["notify"][0]
+    assert by_admin.json()["notify"] == ["alice has no email address to write to"]
+    assert ended.json()["detail"] == "the job already ended (cancelled): nothing is left to tell"
+    assert "notify" not in fresh(job).spec
