@@ -107,7 +107,7 @@ def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | Non
 def _compose(job: Job, event: str, message: str) -> tuple[str, str]:
     subject = f"[gpuq] {job.display_name} {_what(job, event)}"
     lines = [f"Job {job.display_name} ({job.pk}) {_what(job, event)}."]
-    if message:
+    if message and message != job.state:  # "succeeded" says nothing the first line does not
         lines.append(f"Why: {message}")
     lines += ["", *_facts(job), "", *_links(job), "", _because(job)]
     return subject, "\n".join(lines) + "\n"

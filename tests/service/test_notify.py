@@ -567,3 +567,14 @@ def test_notify_added_while_a_job_runs_tells_its_end(
     deliver_due()
 
     assert inbox.subjects() == ["[gpuq] late succeeded (exit code 0)"]
+
+
+def test_a_success_is_told_without_a_why_that_repeats_it(
+    inbox: Inbox, people: dict[str, Any], local_cluster: Any
+) -> None:
+    run(people, name="fine", command=["true"], notify=["end"])
+    deliver_due()
+
+    body = inbox.mail[0][2].get_content()
+    assert "Why:" not in body
+    assert body.startswith("Job fine (")
