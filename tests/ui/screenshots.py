@@ -58,7 +58,8 @@ TRAIN = (
 )
 JOBS: list[tuple[str, dict[str, Any]]] = [
     ("alice", {"name": "resnet50-imagenet", "command": TRAIN, "gpus_per_node": 4,
-               "time_limit": "6h", "checkpoint": {"dir": "/ckpt/resnet50", "interval": "30m"}}),
+               "time_limit": "6h", "checkpoint": {"dir": "/ckpt/resnet50", "interval": "30m"},
+               "notify": ["end", "fail"]}),
     ("carol", {"name": "llama-8b-finetune", "command": "sleep 3600", "gpus_per_node": 4,
                "time_limit": "3h", "priority": "high"}),
     ("carol", {"name": "chat-agent", "kind": "agent", "mig_profile": "3g.40gb",
@@ -287,6 +288,8 @@ def fill_submit_form(page: Any) -> None:
     page.fill("#f-nodes", "2")
     page.fill("#f-gpus_per_node", "8")
     page.fill("#f-time_limit", "12h")
+    page.check("#f-notify-end")
+    page.check("#f-notify-fail")
     page.locator("#preview [data-verdict]").wait_for()
 
 
