@@ -224,20 +224,30 @@ UPDATE_ERROR_FIELD = {
     "array": "max_running",
     "array.max_running": "max_running",
     "max_running": "max_running",
+    "notify": "notify",
 }
+# The job page's "Email me when it" form says it was sent with this hidden input, so that
+# boxes all unticked (which post nothing) mean "email about nothing".
+NOTIFY_FORM = "notify_form"
 
 
 def update_changes(post: Mapping[str, str], shown: Mapping[str, str]) -> dict[str, Any]:
-    """The priority and time-limit form -> update_job's changes: only the inputs whose value
-    differs from what the form showed (its was_<name> fields, else `shown`), so a page left
-    open does not put back what someone else has changed since. An empty time limit is the
-    site's default."""
+    """The priority and time-limit form, or the "Email me when it" boxes -> update_job's
+    changes: only the inputs whose value differs from what the form showed (its was_<name>
+    fields, else `shown`), so a page left open does not put back what someone else has changed
+    since. An empty time limit is the site's default; no box ticked is `notify: []`."""
     changes: dict[str, Any] = {}
     for name in ("priority", "time_limit"):
         if name in post:
             value = (post.get(name) or "").strip()
             if value != (post.get(f"was_{name}") or shown.get(name) or "").strip():
                 changes[name] = (value or None) if name == "time_limit" else value
+    if NOTIFY_FORM in post:
+        # The boxes ticked when the page was drawn (was_notify, "" for none), else the job's.
+        was = ticked(post, "was_notify") if "was_notify" in post else ticked(shown, "notify")
+        now = ticked(post, "notify")
+        if set(now) != set(was):
+            changes["notify"] = now  # [] for nothing; the API names an unknown event
     return changes
 
 

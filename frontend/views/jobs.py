@@ -134,6 +134,7 @@ def _live_context(
 ) -> dict[str, Any]:
     can_manage = job_services.can_manage(request.user, job)
     can_update = can_manage and job.state in UPDATABLE_STATES
+    owner = job.user  # select_related by visible_job: the form's help costs no query
     after = job.spec.get("after") or []
     visible = Job.objects.for_user(request.user).in_bulk([uuid.UUID(a) for a in after])
     arrays: dict[str, tuple[str, str, str]] = {}
@@ -164,6 +165,10 @@ def _live_context(
         "can_suspend": can_manage and job.state in Job.SUSPENDABLE,
         "can_resume": can_manage and job.state == Job.State.SUSPENDED,
         "can_update": can_update,
+        # What it emails about may change until it ends (jobs.services.update_job).
+        "can_notify": can_manage and not job.is_terminal,
+        "notify_choices": forms.NOTIFY_CHOICES,
+        "viewer_is_owner": owner.pk == request.user.pk,
         "priority_names": (
             list(PriorityClass.objects.values_list("name", flat=True)) if can_update else []
         ),
@@ -178,6 +183,7 @@ def _update_shown(job: Job) -> dict[str, str]:
         "priority": job.priority_class.name,
         "time_limit": duration_text(job.spec.get("time_limit")),
         "max_running": "" if limit is None else str(limit),
+        "notify": ", ".join(job.spec.get("notify") or ()),  # the boxes ticked
     }
 
 
@@ -296,8 +302,10 @@ def job_resume(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 @signed_in
 @require_POST
 def job_update(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """Change a waiting job's priority or time limit (only the inputs changed on the form), or
-    its array's limit of tasks at once (`max_running`, empty for none) whatever its state."""
+    """Change a waiting job's priority or time limit (only the inputs changed on the form), what
+    it emails about until it ends (the "Email me when it" boxes, only if ticked otherwise than
+    when the page was drawn), or its array's limit of tasks at once (`max_running`, empty for
+    none) whatever its state."""
     job = visible_job(request.user, pk)
     if not job_services.can_manage(request.user, job):  # before any of the form is read
         raise PermissionDenied("only the job's owner or a team admin can update it")
@@ -319,6 +327,8 @@ def job_update(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
             for k in ("priority", "time_limit", "max_running")
             if k in request.POST
         }
+        if forms.NOTIFY_FORM in request.POST:  # the boxes as ticked
+            typed["notify"] = ", ".join(forms.ticked(request.POST, "notify"))
         errors = forms.update_errors(exc.detail, array=job.array_id is not None)
         return _job_page(request, job, typed, errors)
     except job_services.JobConflict as exc:
@@ -336,7 +346,7 @@ def _settings(job: Job) -> tuple[Any, ...]:
     limit = None
     if job.array_id is not None:
         limit = JobArray.objects.filter(pk=job.array_id).values_list("max_running", flat=True)[0]
-    return (job.priority_class_id, job.spec.get("time_limit"), limit)
+    return (job.priority_class_id, job.spec.get("time_limit"), job.spec.get("notify"), limit)
 
 
 def _change(

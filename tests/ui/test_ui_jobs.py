@@ -305,13 +305,45 @@ def test_a_waiting_jobs_priority_is_changed_from_its_page_and_shown_with_who_cha
     with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.pk}/live/")):
         pass
     expect(page.get_by_label("Priority")).to_have_value("high")
-    page.get_by_role("button", name="Save").click()
+    page.locator("#job-update").get_by_role("button", name="Save").click()  # not the Email one
 
     expect(page.locator(".messages")).to_contain_text("Updated waits.")
     expect(priority).to_have_text("high (never preempted)")
     expect(page.locator(".timeline")).to_contain_text("updated by alice: priority high (was low)")
     job.refresh_from_db()
     assert (job.priority_class.name, job.spec["time_limit"]) == ("high", 7200)
+
+
+def test_what_a_running_job_emails_about_is_changed_from_its_page_and_survives_a_poll(
+    people: Any, sign_in: Any, job_loop: Any
+) -> None:
+    people["alice"].email = "alice@example.org"
+    people["alice"].save()
+    job = submit_job(people["alice"], spec(name="quiet", command=["sleep", "60"])).job
+    page = sign_in("alice")
+    page.goto(f"/jobs/{job.pk}/")
+    expect(page.locator("#job-state")).to_have_text("Running", timeout=20_000)
+    email = page.locator(".facts dt:text-is('Email') + dd")
+    expect(email).to_contain_text("nothing")
+    boxes = page.get_by_role("group", name="Email me when it")
+
+    boxes.get_by_label("ends").check()
+    # The job's live part is polled every 3 s: the ticks survive the polls of a few seconds.
+    page.wait_for_timeout(3_500)
+    with page.expect_response(lambda r: r.url.endswith(f"/jobs/{job.pk}/live/")):
+        pass
+    expect(boxes.get_by_label("ends")).to_be_checked()
+    boxes.get_by_role("button", name="Save").click()
+
+    expect(page.locator(".messages")).to_contain_text("Updated quiet.")
+    expect(email).to_contain_text("on end → alice@example.org")
+    expect(page.locator(".timeline")).to_contain_text(
+        "updated by alice: email on end (was nothing)"
+    )
+    expect(boxes.get_by_label("ends")).to_be_checked()
+    expect(boxes.get_by_label("fails")).not_to_be_checked()
+    job.refresh_from_db()
+    assert (job.state, job.spec["notify"]) == (Job.State.RUNNING, ["end"])
 
 
 def test_resubmitting_as_a_copy_prefills_the_form(

@@ -668,8 +668,10 @@ def test_the_job_page_says_whom_it_emails_and_how_each_email_went(
                 " end: pending" in page
             )
     for url in (f"/jobs/{quiet.pk}/", f"/jobs/{quiet.pk}/live/"):
-        page = alice.get(url).content.decode()
+        # Only those who may change what it emails about see a quiet job's Email line.
+        page = client_of(people["bob"]).get(url).content.decode()
         assert 'id="notify"' not in page and "alice@example.org" not in page
+        assert "Email nothing Email me when it" in words(alice.get(url).content.decode())
     outsider = client_of(people["charlie"]).get(f"/jobs/{job.pk}/live/")
     assert outsider.status_code == 404 and b"alice@example.org" not in outsider.content
 
@@ -724,3 +726,203 @@ def test_a_finished_jobs_page_polls_until_its_last_email_is_sent(
     assert "hx-trigger" not in alice.get(f"/jobs/{job.pk}/live/").content.decode()
     Notification.objects.filter(pk=note.pk).update(state="sending")
     assert "hx-trigger" in alice.get(f"/jobs/{job.pk}/live/").content.decode()
+
+
+# --- changing what a job emails about from its page (until it ends) -------------------------
+
+
+def notify_form(page: str) -> str | None:
+    """The job page's "Email me when it" form, if shown."""
+    found = re.search(r'<form id="job-notify".*?</form>', page, re.S)
+    return found[0] if found else None
+
+
+def job_ticked(page: str) -> list[str]:
+    form = notify_form(page)
+    assert form is not None, page
+    return re.findall(r'name="notify" value="(\w+)"[^>]* checked', form)
+
+
+def notify_post(page: str, *ticked: str) -> dict[str, Any]:
+    """What the page's form sends with `ticked` boxes: its hidden inputs as drawn."""
+    form = notify_form(page)
+    assert form is not None, page
+    hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form))
+    hidden.pop("csrfmiddlewaretoken", None)
+    return {**hidden, "notify": list(ticked)}
+
+
+def test_the_email_boxes_are_offered_to_those_who_manage_a_job_until_it_ends(
+    people: Any,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="mailed", notify=["end", "fail"])).job
+    cases = [
+        ("alice", "pending", True),
+        ("alice", "running", True),
+        ("alice", "suspended", True),
+        ("dana", "running", True),  # vision's team admin
+        ("bob", "running", False),  # a teammate who may not manage it
+        ("alice", "succeeded", False),
+        ("alice", "cancelled", False),
+    ]
+    for who, state, offered in cases:
+        Job.objects.filter(pk=job.pk).update(state=state)
+        client = client_of(people[who])
+
+        for url in (f"/jobs/{job.pk}/", f"/jobs/{job.pk}/live/"):
+            page = client.get(url).content.decode()
+            assert "Email on end, fail → alice@example.org" in words(page)  # shown to all
+            assert (notify_form(page) is not None) == offered, (who, state)
+            if offered:
+                assert job_ticked(page) == ["end", "fail"]
+                legend = "Email me when it" if who == "alice" else "Email alice when it"
+                assert f"{legend} starts ends fails is requeued Save" in words(page)
+                assert "hx-preserve" in notify_form(page)
+
+    # A quiet job: "nothing", and the boxes, for those who manage it; no line for the others.
+    quiet = submit_job(people["alice"], spec(name="quiet")).job
+    Job.objects.filter(pk=quiet.pk).update(state="running")
+    page = client_of(people["alice"]).get(f"/jobs/{quiet.pk}/live/").content.decode()
+    assert "Email nothing Email me when it" in words(page) and job_ticked(page) == []
+    assert 'id="notify"' not in client_of(people["bob"]).get(f"/jobs/{quiet.pk}/").content.decode()
+    # The boxes cost the poll no query: as many as a finished job's, which has none.
+    Job.objects.filter(pk=job.pk).update(state="succeeded")
+    ended = submit_job(people["alice"], spec(name="ended")).job
+    Job.objects.filter(pk=ended.pk).update(state="succeeded")
+    alice = client_of(people["alice"])
+    with CaptureQueriesContext(connection) as with_boxes:
+        alice.get(f"/jobs/{quiet.pk}/live/")
+    with CaptureQueriesContext(connection) as without:
+        alice.get(f"/jobs/{ended.pk}/live/")
+    assert len(with_boxes) == len(without)
+
+
+def test_ticking_boxes_on_a_running_job_stores_notify_and_unticking_all_stores_none(
+    alice: Client, people: Any
+) -> None:
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="quiet")).job
+    Job.objects.filter(pk=job.pk).update(state="running")
+    page = alice.get(f"/jobs/{job.pk}/").content.decode()
+
+    response = alice.post(f"/jobs/{job.pk}/update/", notify_post(page, "end", "fail"))
+
+    assert (response.status_code, response["Location"]) == (302, f"/jobs/{job.pk}/")
+    job.refresh_from_db()
+    assert (job.state, job.spec["notify"]) == ("running", ["end", "fail"])
+    page = alice.get(response["Location"]).content.decode()
+    assert "Updated quiet." in words(page)
+    assert "Email on end, fail → alice@example.org" in words(page)
+    assert "updated by alice: email on end, fail (was nothing)" in words(page)
+    assert job_ticked(page) == ["end", "fail"]
+
+    cleared = alice.post(f"/jobs/{job.pk}/update/", notify_post(page), follow=True)
+
+    job.refresh_from_db()
+    assert "notify" not in job.spec  # none ticked: none asked for, as at submit
+    page = cleared.content.decode()
+    assert "updated by alice: email on nothing (was end, fail)" in words(page)
+    assert "Email nothing" in words(page) and job_ticked(page) == []
+
+    unchanged = alice.post(f"/jobs/{job.pk}/update/", notify_post(page), follow=True)
+
+    assert "Nothing changed: quiet already had those values." in words(unchanged.content.decode())
+    assert job.events.filter(code="updated").count() == 2
+
+
+def test_a_page_left_open_undoes_no_one_elses_email_change(alice: Client, people: Any) -> None:
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="waits", notify=["end"])).job
+    page = alice.get(f"/jobs/{job.pk}/").content.decode()  # Alice's page: email on end
+    update_job(people["dana"], job, {"notify": ["start", "end", "fail"]})  # meanwhile, Dana
+
+    alice.post(f"/jobs/{job.pk}/update/", update_form(job, priority="high"))
+    job.refresh_from_db()
+    assert (job.priority_class.name, job.spec["notify"]) == ("high", ["start", "end", "fail"])
+    unchanged = alice.post(f"/jobs/{job.pk}/update/", notify_post(page, "end"), follow=True)
+
+    job.refresh_from_db()
+    assert job.spec["notify"] == ["start", "end", "fail"]
+    assert "Nothing changed" in words(unchanged.content.decode())
+    assert list(job.events.filter(code="updated").values_list("message", flat=True)) == [
+        "updated by dana: email on start, end, fail (was end)",
+        "updated by alice: priority high (was normal)",
+    ]
+
+
+def test_without_an_address_the_refusal_is_shown_at_the_boxes_and_nothing_changes(
+    alice: Client, dana: Client, people: Any
+) -> None:
+    job = submit_job(people["alice"], spec(name="quiet")).job
+    Job.objects.filter(pk=job.pk).update(state="running")
+    page = alice.get(f"/jobs/{job.pk}/").content.decode()
+    assert "set an email address on your account page first" in words(notify_form(page))
+
+    response = alice.post(f"/jobs/{job.pk}/update/", notify_post(page, "end"))
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    form = notify_form(page)
+    assert (
+        "your account has no email address to write to: set one on your account page"
+        in html.unescape(words(form))
+    )
+    assert '<a href="/me/#email">set an email address on your account page</a>' in form
+    assert 'id="e-job-notify"' in form and 'aria-invalid="true"' in form
+    assert job_ticked(page) == ["end"]  # as ticked
+    assert "Not updated: fix the value marked below." in words(page)
+
+    # A team admin is told whose address is missing (and not sent to an account page).
+    page = dana.get(f"/jobs/{job.pk}/").content.decode()
+    refused = dana.post(f"/jobs/{job.pk}/update/", notify_post(page, "fail", "requeue"))
+
+    assert refused.status_code == 400
+    form = notify_form(refused.content.decode())
+    assert "alice has no email address to write to" in html.unescape(words(form))
+    assert "Email alice when it" in words(form) and "/me/" not in form
+    job.refresh_from_db()
+    assert "notify" not in job.spec
+    assert not job.events.filter(code="updated").exists()
+
+
+def test_the_email_boxes_of_a_page_left_open_on_a_job_that_has_ended_change_nothing(
+    alice: Client, people: Any
+) -> None:
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="done", notify=["end"])).job
+    page = alice.get(f"/jobs/{job.pk}/").content.decode()
+    Job.objects.filter(pk=job.pk).update(state="succeeded")  # it ended meanwhile
+
+    response = alice.post(f"/jobs/{job.pk}/update/", notify_post(page, "end", "fail"), follow=True)
+
+    page = response.content.decode()
+    assert "Not updated: the job already ended (succeeded): nothing is left to tell." in words(page)
+    assert notify_form(page) is None
+    job.refresh_from_db()
+    assert job.spec["notify"] == ["end"]
+
+
+def test_a_teammate_posting_the_email_boxes_gets_a_403_and_an_outsider_a_404(
+    people: Any,
+) -> None:
+    with_email(people["alice"])
+    job = submit_job(people["alice"], spec(name="alices", notify=["end"])).job
+    Job.objects.filter(pk=job.pk).update(state="running")
+    form = {"notify_form": "1", "was_notify": "end", "notify": []}
+
+    for who, status in (("bob", 403), ("charlie", 404)):
+        refused = client_of(people[who]).post(f"/jobs/{job.pk}/update/", form)
+        assert refused.status_code == status
+        assert b"alice@example.org" not in refused.content
+
+    job.refresh_from_db()
+    assert job.spec["notify"] == ["end"]
+    assert not job.events.filter(code="updated").exists()
+    # The same form from the owner does what it says.
+    assert client_of(people["alice"]).post(f"/jobs/{job.pk}/update/", form).status_code == 302
+    job.refresh_from_db()
+    assert "notify" not in job.spec
