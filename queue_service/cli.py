@@ -5,7 +5,7 @@
     gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
     gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
-    gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]
+    gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]   gpuq me [--email ADDRESS]
     gpuq update ID [ID ...] | --array ID [--priority high] [--time-limit 30m] [--max-running 8]
                 [--notify end,fail]
 
@@ -808,6 +808,22 @@ def write_logs(
         offset = chunk["next_offset"]
 
 
+def cmd_me(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
+    """Who the token is, and the address a job's notify writes to (--email sets it)."""
+    if args.email is not None:
+        body = json.dumps({"email": args.email}).encode()
+        me = api.call("PATCH", "me/", body=body, content_type="application/json")
+    else:
+        me = api.call("GET", "me/")
+    if args.json:
+        return _dump(me, out)
+    teams = ", ".join(f"{clean(t['team'])} ({clean(t['role'])})" for t in me["teams"])
+    print(f"user:   {clean(me['username'])}{' (site staff)' if me['is_staff'] else ''}", file=out)
+    print(f"email:  {clean(me['email']) or 'none (a job cannot notify you)'}", file=out)
+    print(f"teams:  {teams or 'none'}", file=out)
+    return 0
+
+
 def _dump(value: Any, out: IO[str]) -> int:
     json.dump(value, out, indent=2)
     out.write("\n")
@@ -903,6 +919,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
     p.set_defaults(stream="stdout")
 
+    p = command("me", cmd_me, "who your token is, your teams, and where notify writes to")
+    p.add_argument(
+        "--email", metavar="ADDRESS", help="set the address jobs' notify writes to ('' clears it)"
+    )
     p = command("usage", cmd_usage, "a team's GPU-hours per user and its quotas in use (admins)")
     p.add_argument("team", type=team_slug)
     p.add_argument("--from", help="the first UTC day, YYYY-MM-DD (default: 14 days to --to)")

@@ -357,3 +357,25 @@ class TeamUsageSerializer(serializers.Serializer):
             "to": serializers.DateField(),
             **fields,
         }
+
+
+class MembershipOfMeSerializer(serializers.Serializer):
+    team = serializers.CharField(help_text="the team's slug")
+    role = serializers.CharField(help_text="member or admin")
+
+
+class MeSerializer(serializers.Serializer):
+    """The caller's account: who the API takes you for, and where `notify` writes to."""
+
+    username = serializers.CharField(read_only=True)
+    email = serializers.CharField(
+        allow_blank=True,
+        max_length=254,
+        help_text="where a job's notify writes to; empty: nowhere (notify is then refused)",
+    )
+    is_staff = serializers.BooleanField(read_only=True)
+    teams = MembershipOfMeSerializer(many=True, read_only=True)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        refuse_unknown(self.initial_data, ["email"], "only email can change here")
+        return attrs

@@ -14,5 +14,6 @@ router.register("tokens", views.TokenViewSet, basename="token")
 
 urlpatterns = [
     path("queue/", views.QueueView.as_view(), name="queue"),
+    path("me/", views.MeView.as_view(), name="me"),
     path("", include(router.urls)),
 ]

@@ -354,6 +354,38 @@ class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
     queryset = PriorityClass.objects.all()
 
 
+class MeView(APIView):
+    """The caller's own account (GET), and the address a job's `notify` writes to (PATCH)."""
+
+    def _me(self, request: Request) -> Response:
+        user = request.user
+        teams = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
+        return Response(
+            s.MeSerializer(
+                {
+                    "username": user.get_username(),
+                    "email": user.email,
+                    "is_staff": user.is_staff,
+                    "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
+                }
+            ).data
+        )
+
+    @extend_schema(responses=s.MeSerializer)
+    def get(self, request: Request) -> Response:
+        return self._me(request)
+
+    @extend_schema(request=s.MeSerializer, responses={200: s.MeSerializer})
+    def patch(self, request: Request) -> Response:
+        if not isinstance(request.data, dict):
+            raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
+        body = s.MeSerializer(data=request.data, partial=True)
+        body.is_valid(raise_exception=True)
+        if "email" in body.validated_data:
+            team_services.set_email(request.user, body.validated_data["email"])
+        return self._me(request)
+
+
 class TokenViewSet(
     mixins.ListModelMixin,
     mixins.CreateModelMixin,

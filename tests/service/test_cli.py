@@ -1115,6 +1115,25 @@ def test_update_notify_changes_what_a_started_job_emails_about(
     assert typo.code == 1 and "notify: unknown event 'ends'" in typo.err
 
 
+def test_me_says_who_the_token_is_and_sets_where_notify_writes(
+    gpuq: Gpuq, people: dict[str, Any]
+) -> None:
+    before = gpuq("charlie", "me")
+    set_ = gpuq("charlie", "me", "--email", "charlie@example.org")
+    bad = gpuq("charlie", "me", "--email", "charlie at example")
+    cleared = gpuq("charlie", "me", "--email", "")
+
+    assert before.out == (
+        "user:   charlie\nemail:  none (a job cannot notify you)\nteams:  language (admin)\n"
+    )
+    assert "email:  charlie@example.org\n" in set_.out
+    assert bad.code == 1 and "email: Enter a valid email address." in bad.err
+    assert "email:  none" in cleared.out
+    people["charlie"].refresh_from_db()
+    assert people["charlie"].email == ""
+    assert gpuq("staff", "me").out.startswith("user:   root (site staff)\n")
+
+
 def test_update_usage_errors_exit_2_and_change_nothing(gpuq: Gpuq, job_file: Any) -> None:
     job_id = submitted_id(gpuq("alice", "submit", job_file("name: one\ncommand: [x]\n")))
 
