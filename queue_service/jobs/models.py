@@ -120,6 +120,8 @@ class Job(models.Model):
     )
     # Asked to stop; the backend is stopping it (TERM, then KILL after the grace period).
     STOPPING = frozenset({State.PREEMPTING, State.CANCELLING, State.SUSPENDING})
+    # A run is under way (a JobRun is open): running, or running while being stopped.
+    RUNNING_STATES = frozenset({State.RUNNING, *STOPPING})
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")

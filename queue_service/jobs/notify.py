@@ -40,7 +40,6 @@ N = Notification.State
 # Ends that count as failures for `fail` (Slurm's FAIL includes a node failure and, here, a
 # time limit; a cancel is not a failure).
 FAILED_ENDS = frozenset({S.FAILED, S.TIMEOUT, S.LOST, S.PREEMPTED})
-RUN_STATES = frozenset({S.RUNNING, *Job.STOPPING})
 # 30 s doubling to an hour between tries: about a day in all before giving up.
 MAX_ATTEMPTS = 30
 MAX_BACKOFF_S = 3600
@@ -91,7 +90,7 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
 
 
 def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | None:
-    if to == S.RUNNING and frm not in RUN_STATES:
+    if to == S.RUNNING and frm not in Job.RUNNING_STATES:
         return "start" if "start" in wanted else None
     if to in Job.TERMINAL:
         if in_array:  # whether the array failed is known only at its last end
@@ -99,7 +98,7 @@ def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | Non
         if to in FAILED_ENDS and "fail" in wanted:
             return "fail"
         return "end" if "end" in wanted else None
-    if to == S.PENDING and frm in RUN_STATES:
+    if to == S.PENDING and frm in Job.RUNNING_STATES:
         return "requeue" if "requeue" in wanted else None
     return None
 

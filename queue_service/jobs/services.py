@@ -95,12 +95,9 @@ def transition(
     return job
 
 
-RUN_STATES = frozenset({S.RUNNING, *Job.STOPPING})
-
-
 def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -> None:
     """A run starts when a job enters running and ends when it leaves the running states."""
-    if to == S.RUNNING and frm not in RUN_STATES:
+    if to == S.RUNNING and frm not in Job.RUNNING_STATES:
         JobRun.objects.create(
             job=job,
             attempt=max(job.attempts, 1),
@@ -112,7 +109,7 @@ def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -
             placement=job.placement,
             started_at=fields.get("started_at") or now,
         )
-    elif frm in RUN_STATES and to not in RUN_STATES:
+    elif frm in Job.RUNNING_STATES and to not in Job.RUNNING_STATES:
         JobRun.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now, ended_by=to)
 
 
