@@ -1,7 +1,9 @@
 """Bounds on parsed request data, checked before any field sees it. A field that calls str()
 on a value (DRF's CharField and IntegerField do, before checking its type) would expand a
 YAML alias bomb of a few hundred bytes into gigabytes; nesting deeper than Python's
-recursion limit ends in a RecursionError, which is a 500, not a 400."""
+recursion limit ends in a RecursionError, which is a 500, not a 400; and str() of an integer
+of over 4,300 digits raises ValueError (YAML reads 0x..., 0b... and 1:2:3 forms of any
+length), also a 500."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any
 # at most (a 1,024-argument command, 256 variables): these bounds leave room to spare.
 MAX_DEPTH = 32
 MAX_VALUES = 100_000
+MAX_INT_BITS = 10_000  # about 3,000 decimal digits: under str()'s limit, far above any field's
 
 
 def shape_problem(
@@ -29,7 +32,11 @@ def shape_problem(
             )
         if depth > max_depth:
             return f"is nested more than {max_depth} levels deep"
+        if isinstance(value, int) and value.bit_length() > MAX_INT_BITS:
+            return "holds a number of over 3,000 digits"
         if isinstance(value, dict):
+            if any(isinstance(k, int) and k.bit_length() > MAX_INT_BITS for k in value):
+                return "holds a key that is a number of over 3,000 digits"
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list):
             stack.extend((v, depth + 1) for v in value)

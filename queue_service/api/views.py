@@ -112,7 +112,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         request=JobSpecSerializer,
-        responses={201: s.JobSerializer, 200: s.JobSerializer},
+        responses={201: s.JobSerializer, 200: s.JobSerializer, **errors(409)},
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
     )
     def create(self, request: Request) -> Response:
@@ -137,7 +137,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     @extend_schema(
         request=s.ResubmitSerializer,
-        responses={201: s.JobSerializer, 200: s.JobSerializer},
+        responses={201: s.JobSerializer, 200: s.JobSerializer, **errors(409)},
         parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
     )
     @action(detail=True, methods=["post"])

@@ -144,8 +144,9 @@ class QuotaUsage:
 
 
 def quota_usage(teams: Sequence[Team]) -> list[QuotaUsage]:
-    """Per quota of these teams: GPUs held by the team's active jobs of that model (all models
-    for a "*" quota) against its nominal quota and borrowing limit."""
+    """Per quota of these teams: GPUs held by the team's active jobs of that model against its
+    nominal quota and borrowing limit. A "*" quota holds the models the team has no quota of
+    their own for, as the scheduler charges them (scheduler/quota.py, Ledger.key)."""
     held: dict[tuple[int, str], float] = defaultdict(float)
     for team_id, model, gpus in (
         Job.objects.filter(team__in=teams, state__in=Job.ACTIVE)
@@ -153,16 +154,22 @@ def quota_usage(teams: Sequence[Team]) -> list[QuotaUsage]:
         .annotate(total=Sum("gpus"))
     ):
         held[(team_id, model)] += gpus or 0.0
-    out = []
-    for q in (
+    quotas = list(
         Quota.objects.filter(team__in=teams)
         .select_related("team")
         .order_by("team__slug", "gpu_model")
-    ):
+    )
+    own = {(q.team_id, q.gpu_model) for q in quotas}
+    out = []
+    for q in quotas:
         used = sum(
             g
             for (team_id, model), g in held.items()
-            if team_id == q.team_id and (q.gpu_model == Quota.ANY_MODEL or model == q.gpu_model)
+            if team_id == q.team_id
+            and (
+                model == q.gpu_model
+                or (q.gpu_model == Quota.ANY_MODEL and (team_id, model) not in own)
+            )
         )
         out.append(
             QuotaUsage(

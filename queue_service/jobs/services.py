@@ -173,7 +173,7 @@ def submit_job(
     if idempotency_key is not None:
         if len(idempotency_key) > 128 or not idempotency_key.isprintable():
             raise ValidationError({"Idempotency-Key": ["at most 128 printable characters"]})
-        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        existing = _keyed(user, idempotency_key)
         if existing is not None:
             return Submitted(existing, created=False)
     serializer = JobSpecSerializer(data=data)
@@ -229,13 +229,26 @@ def submit_job(
             )
             job = jobs[0]
     except IntegrityError:
-        # The same key raced in from a parallel request: that one won; return it.
-        existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+        # The same key raced in from a parallel request: that one won; return it. Without a
+        # key (or none found), something the job refers to changed meanwhile: nothing was
+        # stored, and the client is told so rather than handed another job.
+        existing = None if idempotency_key is None else _keyed(user, idempotency_key)
         if existing is None:
-            raise
+            raise JobConflict(
+                "the job was not stored: something it refers to (its team or cluster) changed"
+                " meanwhile; submit it again"
+            ) from None
         return Submitted(existing, created=False)
     request_cycle()
     return Submitted(job, created=True)
+
+
+def _keyed(user: Any, idempotency_key: str) -> Job | None:
+    """The user's job submitted under this key, if they can still see it."""
+    existing = Job.objects.filter(user=user, idempotency_key=idempotency_key).first()
+    if existing is not None and not Job.objects.for_user(user).filter(pk=existing.pk).exists():
+        raise JobConflict("this Idempotency-Key was used for a job you can no longer see")
+    return existing
 
 
 def _create_tasks(

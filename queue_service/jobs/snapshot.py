@@ -27,7 +27,7 @@ from scheduler import types as st
 
 from .models import Job, JobRun, PriorityClass, SchedulerLock
 from .reports import Dep, array_states
-from .services import StaleState, transition
+from .services import StaleState, requested_gpus, transition
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -470,6 +470,9 @@ def apply_decisions(
                 cluster=clusters[cluster_name],
                 placement=_placement_json(start.placement),
                 gpu_model=start.gpu_model,
+                # A slice's share of a GPU is known once its model is (1/7, or 1/4 on an
+                # A30): usage and the quota report count it as the scheduler did.
+                gpus=requested_gpus(job.spec, start.gpu_model),
                 borrowed=start.borrowed,
                 admitted_at=now,
                 queue_position=None,
@@ -482,7 +485,9 @@ def apply_decisions(
     victims: list[Job] = []
     for pre in decisions.preemptions:
         job = jobs.get(_uuid(pre.job_id))
-        if job is None or job.state not in (S.QUEUED, S.RUNNING, S.ADMITTED, S.DISPATCHING):
+        # A job being handed to its backend cannot be stopped yet (no external id until
+        # the submit returns): the preemptor keeps waiting and the next cycle decides again.
+        if job is None or job.state not in (S.QUEUED, S.RUNNING, S.ADMITTED):
             continue
         try:
             if job.state in (S.ADMITTED,):

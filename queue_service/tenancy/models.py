@@ -43,8 +43,8 @@ class Membership(models.Model):
 
 
 class Quota(models.Model):
-    """Per team per GPU model ("*" = any model). Counts are GPUs; a MIG slice counts as
-    compute_slices / 7 (/ 4 on A30)."""
+    """Per team per GPU model ("*" = any model the team has no quota of its own for). Counts
+    are GPUs; a MIG slice counts as compute_slices / 7 (/ 4 on A30)."""
 
     ANY_MODEL = "*"
 

@@ -40,6 +40,7 @@ def set_membership(actor: Any, team: Team, username: str, role: str) -> Membersh
     if user is None:
         raise ValidationError({"username": [f"no active user {username!r}"]})
     with transaction.atomic():
+        _lock_members(actor, team)
         membership, _ = Membership.objects.update_or_create(
             user=user, team=team, defaults={"role": role}
         )
@@ -50,10 +51,19 @@ def set_membership(actor: Any, team: Team, username: str, role: str) -> Membersh
 def remove_member(actor: Any, team: Team, username: str) -> None:
     require_team_admin(actor, team)
     with transaction.atomic():
+        _lock_members(actor, team)
         deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
         if not deleted:
             raise ValidationError({"username": [f"{username!r} is not a member of {team.slug}"]})
         _keep_an_admin(team)
+
+
+def _lock_members(actor: Any, team: Team) -> None:
+    """One change of a team's members at a time (the team's row, FOR UPDATE), the actor's
+    right read again under it: two admins demoting each other at once would otherwise each
+    see the other still an admin, and leave the team with none."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    require_team_admin(actor, team)
 
 
 def _keep_an_admin(team: Team) -> None:
@@ -61,9 +71,14 @@ def _keep_an_admin(team: Team) -> None:
         raise ValidationError({"role": ["a team must keep at least one admin"]})
 
 
+OPTIONAL_QUOTA_LIMITS = ("borrowing_limit_gpus", "lending_limit_gpus", "max_running_jobs")
+
+
 def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) -> Quota:
-    """Create or replace a team's quota for one GPU model, within the site's ceilings."""
+    """Create or replace a team's quota for one GPU model, within the site's ceilings. A limit
+    left out is no limit: a replace keeps nothing of the old quota."""
     require_team_admin(actor, team)
+    values = {**dict.fromkeys(OPTIONAL_QUOTA_LIMITS), **values}
     errors: dict[str, list[str]] = {}
     if not actor.is_staff:
         nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))

@@ -164,6 +164,60 @@ def test_a_team_admin_cannot_borrow_without_the_sites_limit(
     assert text.endswith("GPUs for this team (set by the site)")
 
 
+def test_a_quota_put_replaces_the_quota_and_a_limit_left_out_is_no_limit(
+    client_for: Any, teams: Any
+) -> None:
+    """As the quota form draws an unlimited quota (an empty box): staff may leave a limit
+    out; the old quota's limits are not kept, nor the model's default of 0."""
+    url = "/api/v1/teams/vision/quotas/SIM-A100/"
+    admin = client_for("staff")
+    first = {"nominal_gpus": 8, "borrowing_limit_gpus": 4, "lending_limit_gpus": 2}
+    assert admin.put(url, first, format="json").status_code == 200
+
+    response = admin.put(url, {"nominal_gpus": 6}, format="json")
+
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["borrowing_limit_gpus"], body["lending_limit_gpus"]) == (None, None)
+    new = admin.put("/api/v1/teams/vision/quotas/SIM-H100/", {"nominal_gpus": 2}, format="json")
+    assert new.json()["borrowing_limit_gpus"] is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_admins_demoting_each_other_at_once_leave_the_team_an_admin(
+    people: Any, teams: Any
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    from django.db import connection, transaction
+
+    from queue_service.tenancy.services import set_membership
+
+    vision = teams["vision"]
+    Membership.objects.filter(user=people["bob"], team=vision).update(role="admin")
+
+    def bob_demotes_dana() -> str:
+        try:
+            set_membership(people["bob"], vision, "dana", "member")
+            return "done"
+        except Exception as exc:
+            return type(exc).__name__
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with transaction.atomic():  # dana demotes bob; not committed yet
+            set_membership(people["dana"], vision, "bob", "member")
+            bobs = pool.submit(bob_demotes_dana)
+            waited_for_dana = not wait([bobs], timeout=1).done
+        outcome = bobs.result(timeout=30)
+
+    assert waited_for_dana
+    assert outcome == "PermissionDenied"  # bob is no longer an admin once he may act
+    admins = Membership.objects.filter(team=vision, role="admin")
+    assert list(admins.values_list("user__username", flat=True)) == ["dana"]
+
+
 def test_a_team_admin_manages_members_but_keeps_an_admin(client_for: Any) -> None:
     dana = client_for("dana")
     assert (

@@ -11,6 +11,7 @@ from django.db import connection
 
 from queue_service.jobs.models import Job, JobEvent
 from queue_service.jobs.services import ALLOWED, StaleState, submit_job, transition
+from queue_service.tenancy.models import Membership
 from tests.conftest import spec
 
 S = Job.State
@@ -51,6 +52,45 @@ def test_parallel_submits_with_one_key_create_one_job(people: Any) -> None:
         ids = set(pool.map(submit, range(12)))
     assert len(ids) == 1
     assert Job.objects.filter(idempotency_key="race").count() == 1
+
+
+def test_a_submit_the_database_refuses_stores_nothing_and_says_so(client_for: Any) -> None:
+    """An insert that fails (here a trigger stands in for a cluster deleted while the submit
+    ran) is a 409 saying nothing was stored, not some earlier job of the user's as the
+    'already submitted' answer of an Idempotency-Key."""
+    client = client_for("alice")
+    older = client.post("/api/v1/jobs/", spec(name="older"), format="json").json()
+    with connection.cursor() as cursor:  # DDL is transactional: the test's rollback drops it
+        cursor.execute(
+            "CREATE FUNCTION refuse_doomed() RETURNS trigger AS $$ BEGIN"
+            " IF NEW.name = 'doomed' THEN RAISE foreign_key_violation USING MESSAGE = 'gone';"
+            " END IF; RETURN NEW; END $$ LANGUAGE plpgsql;"
+            " CREATE TRIGGER refuse_doomed BEFORE INSERT ON jobs_job"
+            " FOR EACH ROW EXECUTE FUNCTION refuse_doomed()"
+        )
+
+    response = client.post("/api/v1/jobs/", spec(name="doomed"), format="json")
+
+    assert response.status_code == 409, response.content
+    assert "not stored" in response.json()["detail"]
+    assert older["id"] not in response.content.decode()
+    assert list(Job.objects.values_list("name", flat=True)) == ["older"]
+
+
+def test_an_idempotency_key_does_not_show_a_former_member_the_teams_job(
+    client_for: Any, people: Any, teams: Any
+) -> None:
+    alice = client_for("alice")
+    first = alice.post("/api/v1/jobs/", spec(), format="json", HTTP_IDEMPOTENCY_KEY="k1")
+    job_id = first.json()["id"]
+    Membership.objects.filter(user=people["alice"], team=teams["vision"]).delete()
+    assert alice.get(f"/api/v1/jobs/{job_id}/").status_code == 404
+
+    again = alice.post("/api/v1/jobs/", spec(), format="json", HTTP_IDEMPOTENCY_KEY="k1")
+
+    assert again.status_code == 409
+    assert job_id not in again.content.decode()
+    assert "can no longer see" in again.json()["detail"]
 
 
 def test_a_submit_records_an_event(people: Any) -> None:

@@ -72,6 +72,17 @@ BAD_FILES = [
         400,
         "a number too long to read",
     ),
+    # YAML reads 0x..., 0b... and 1:2:3 integers of any length; str() of one past 4300
+    # digits (DRF's CharField, the env field) raised ValueError: a 500.
+    ("a hex name of 4000 digits", f"name: 0x{'f' * 4000}\ncommand: x\n", 400, "over 3,000 digits"),
+    (
+        "a hex variable of 4000 digits",
+        f"name: x\ncommand: x\nenv:\n  A: 0x{'f' * 4000}\n",
+        400,
+        "over 3,000 digits",
+    ),
+    ("a base-60 number", "name: x\ncommand: x\npriority: 1" + ":59" * 3000 + "\n", 400, "digits"),
+    ("a hex key", f"? 0x{'f' * 4000}\n: 1\nname: x\ncommand: x\n", 400, "a key that is a number"),
 ]
 
 
@@ -85,3 +96,25 @@ def test_a_bad_yaml_job_file_is_refused_with_a_reason(
     assert response.status_code == status, response.content
     assert word in str(response.json())
     assert Job.objects.count() == 0
+
+
+HEX = f"0x{'f' * 4000}"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("post", "/api/v1/jobs/preview/", f"name: x\ncommand: x\npriority: {HEX}\n"),
+        ("patch", "/api/v1/jobs/{id}/", f"priority: {HEX}\n"),
+        ("post", "/api/v1/jobs/{id}/resubmit/", f"array: {HEX}\n"),
+    ],
+)
+def test_a_huge_yaml_number_is_a_400_on_every_endpoint_that_reads_yaml(
+    client_for: Any, method: str, path: str, body: str
+) -> None:
+    client = client_for("alice")
+    job = client.post("/api/v1/jobs/", data="name: x\ncommand: x\n", content_type=YAML).json()
+    response = getattr(client, method)(path.format(id=job["id"]), body, content_type=YAML)
+    assert response.status_code == 400, response.content
+    assert "over 3,000 digits" in str(response.json())
+    assert Job.objects.count() == 1

@@ -90,15 +90,17 @@ def test_the_usage_csv_has_a_row_per_day_and_user_and_defuses_formulas() -> None
 def test_quota_usage_sums_the_active_jobs_of_the_team_per_model(people: Any, teams: Any) -> None:
     Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=2)
     jobs = [submit_job(people["alice"], spec(name=f"j{i}", gpus_per_node=g)).job for i, g in
-            enumerate([3, 7, 1])]  # fmt: skip
+            enumerate([3, 7, 1, 2])]  # fmt: skip
     Job.objects.filter(pk=jobs[0].pk).update(state="running", gpu_model="SIM-A100")
     Job.objects.filter(pk=jobs[1].pk).update(state="admitted", gpu_model="SIM-A100")
     Job.objects.filter(pk=jobs[2].pk).update(state="succeeded", gpu_model="SIM-A100")
+    Job.objects.filter(pk=jobs[3].pk).update(state="running", gpu_model="SIM-H100")
     rows = {(q.team, q.gpu_model): q for q in quota_usage([teams["vision"], teams["language"]])}
     assert set(rows) == {("vision", "*"), ("vision", "SIM-A100"), ("language", "SIM-A100")}
     sim = rows[("vision", "SIM-A100")]
     assert (sim.used, sim.nominal, sim.borrowing_limit, sim.borrowed) == (10, 8, 8, 2)
-    assert rows[("vision", "*")].used == 10
+    # As the scheduler charges them: a model with a quota of its own is not also under "*".
+    assert rows[("vision", "*")].used == 2
     assert rows[("language", "SIM-A100")].used == 0
 
 
