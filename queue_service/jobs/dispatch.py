@@ -102,20 +102,54 @@ def dispatch_request(job: Job) -> DispatchRequest:
 def dispatch_job(job_id: str) -> None:
     """Hand an admitted job to its cluster's backend.
 
-    1. admitted -> dispatching (conditional: a second worker stops here);
-    2. backend.submit (idempotent by the job's unique name);
-    3. dispatching -> queued with the external id; a transient error goes back to admitted
-       for a later retry, a permanent one fails the job with the backend's message."""
+    1. admitted -> dispatching (conditional: a second worker stops here); or, for a job whose
+       last submit failed transiently, claim the retry (a conditional UPDATE of its reason);
+    2. backend.submit (idempotent by the job's unique name: adopts what an earlier submit of
+       the attempt created);
+    3. dispatching -> queued with the external id, or the stop of a job cancelled meanwhile.
+       A transient error leaves the job dispatching for a retry: the cluster may have the
+       job, and only a submit of the same attempt can tell. A permanent one fails the job
+       with the backend's message (cancels it, if it was cancelled meanwhile)."""
     job = Job.objects.select_related("cluster", "team", "user", "priority_class", "array").get(
         pk=job_id
     )
-    if job.state != S.ADMITTED:
-        return
-    try:
-        transition(job, S.DISPATCHING, code="dispatching", attempts=job.attempts + 1)
-    except StaleState:
+    if job.state == S.ADMITTED:
+        try:
+            transition(job, S.DISPATCHING, code="dispatching", attempts=job.attempts + 1)
+        except StaleState:
+            return
+    elif not _claim(job, RETRY):
         return
     submit_admitted(job)
+
+
+RETRY = "dispatch_retry"  # the reason of a job whose last submit failed transiently
+# A dispatch may be under way, or may have left a workload behind, in these states until the
+# backend has named the job (external_id): a retry submits the same attempt again.
+UNNAMED = (S.DISPATCHING, S.CANCELLING)
+
+
+def retries_due() -> Any:
+    """Jobs whose dispatch is to be retried: claimable by dispatch_job."""
+    return Job.objects.filter(state__in=UNNAMED, external_id="", reason__code=RETRY)
+
+
+def _claim(job: Job, reason_code: str | None) -> bool:
+    """Take over an unnamed job's dispatch: one conditional UPDATE (on its reason's code, or
+    on updated_at when None), so two workers never submit it at once."""
+    if job.state not in UNNAMED or job.external_id:
+        return False
+    rows = Job.objects.filter(pk=job.pk, state=job.state, external_id="")
+    if reason_code is None:
+        rows = rows.filter(updated_at=job.updated_at)
+    else:
+        rows = rows.filter(reason__code=reason_code)
+    now = timezone.now()
+    reason = _reason("dispatching", "handing the job to its cluster again")
+    if rows.update(reason=reason, updated_at=now) != 1:
+        return False
+    job.reason, job.updated_at = reason, now
+    return True
 
 
 def submit_admitted(job: Job) -> None:
@@ -123,40 +157,56 @@ def submit_admitted(job: Job) -> None:
     try:
         result = backend_for(job.cluster).submit(dispatch_request(job))
     except BackendError as exc:
-        if exc.permanent:
-            _try(
-                job,
-                S.FAILED,
-                code="dispatch_failed",
-                message=exc.message,
-                reason=_reason("dispatch_failed", exc.message),
-            )
-            return
-        _try(
-            job,
-            S.ADMITTED,
-            code="dispatch_retry",
-            message=f"will retry: {exc.message}",
-            attempts=max(job.attempts - 1, 0),
-        )
-        raise  # the caller retries with backoff (Celery's autoretry, or the next loop)
-    Job.objects.filter(pk=job.pk, state__in=[S.DISPATCHING, S.CANCELLING]).update(
-        external_id=result.external_id
-    )
+        _submit_failed(job, exc)
+        if not exc.permanent:
+            raise  # the caller retries with backoff (Celery's autoretry, or the next loop)
+        return
+    Job.objects.filter(pk=job.pk, state__in=UNNAMED).update(external_id=result.external_id)
     job.external_id = result.external_id
     message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
-    try:
-        transition(
-            job,
-            S.QUEUED,
-            code="dispatched",
-            message=message,
-            reason=_reason("dispatched", "accepted by the cluster; waiting to start"),
-        )
-    except StaleState:
+    job.refresh_from_db(fields=["state", "updated_at"])
+    if job.state == S.DISPATCHING:
+        try:
+            transition(
+                job,
+                S.QUEUED,
+                code="dispatched",
+                message=message,
+                reason=_reason("dispatched", "accepted by the cluster; waiting to start"),
+            )
+            return
+        except StaleState:
+            job.refresh_from_db()
+    if job.state == S.CANCELLING:  # cancelled while it was being handed over
+        note(job, "dispatched", message)
+        request_stop(job)
+
+
+def _submit_failed(job: Job, exc: BackendError) -> None:
+    """The job as the failed submit leaves it, read afresh: a user may have cancelled it
+    while the backend was asked."""
+    for _ in range(3):
         job.refresh_from_db()
+        if job.state not in UNNAMED or job.external_id:
+            return
+        if not exc.permanent:
+            # It stays where it is, with the retry's reason: a cancel now waits for the
+            # retry to find (or place) the job on the cluster and stop it.
+            Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
+                reason=_reason(RETRY, f"will retry: {exc.message}"), updated_at=timezone.now()
+            )
+            note(job, RETRY, f"will retry: {exc.message}")
+            return
         if job.state == S.CANCELLING:
-            request_stop(job)
+            to, code, message = (
+                S.CANCELLED,
+                "cancelled",
+                f"cancelled; the cluster refused it: {exc.message}",
+            )
+        else:
+            to, code, message = S.FAILED, "dispatch_failed", exc.message
+        if _try(job, to, code=code, message=message, reason=_reason(code, message)):
+            return
 
 
 def request_stop(job: Job) -> None:
@@ -215,10 +265,15 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     counts["polled"] = len(jobs)
     for job in jobs:
         status = statuses.get(job.external_id)
-        if status is not None and _apply_status(job, status):
-            counts["changed"] += 1
-        elif _stop_overdue(job, status):
-            stop_job(str(job.pk))  # the first stop was lost (worker died before sending it)
+        try:
+            if status is not None and _apply_status(job, status):
+                counts["changed"] += 1
+            elif _stop_overdue(job, status):
+                stop_job(str(job.pk))  # the first stop was lost (worker died before it)
+        except ValueError:
+            # A move the state table does not allow is our bug; it must not stop the sync
+            # of every other job of the cluster, every time.
+            log.exception("job %s: cannot record %s", job.pk, status)
     _redispatch_stale(cluster)
     Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error="")
     if counts["changed"]:
@@ -310,6 +365,22 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 **fields,
             )
             return True
+        if remote in RETRYABLE and job.state in (S.CANCELLING, S.SUSPENDING):
+            # Asked to end or to wait: a preemption or node failure on the cluster meanwhile
+            # does not put it back in the queue.
+            if job.state == S.SUSPENDING:
+                target, fields["placement"] = S.SUSPENDED, []
+            else:
+                target = S.CANCELLED
+            transition(
+                job,
+                target,
+                code=RETRYABLE[remote],
+                message=f"{status.reason or status.native_state or remote} while being stopped",
+                exit_code=status.exit_code,
+                **fields,
+            )
+            return True
         if remote in RETRYABLE:
             return _end_or_requeue(job, status, RETRYABLE[remote], fields)
         target = REMOTE_TO_STATE[remote]
@@ -395,17 +466,20 @@ def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
 
 
 def _redispatch_stale(cluster: Cluster) -> None:
-    """A worker that died between submit and recording the result leaves a job dispatching;
-    submit again (the backend adopts the earlier submission)."""
+    """A worker that died between submit and recording the result leaves a job dispatching,
+    or cancelling once its owner cancelled it, without an external id; submit again (the
+    backend adopts the earlier submission), then stop it if it was cancelled."""
     cutoff = timezone.now() - timedelta(seconds=settings.GPUQ_DISPATCH_STALE_S)
     for job in Job.objects.filter(
-        cluster=cluster, state=S.DISPATCHING, updated_at__lt=cutoff
-    ).select_related("cluster", "team", "user", "priority_class"):
+        cluster=cluster, state__in=UNNAMED, external_id="", updated_at__lt=cutoff
+    ).select_related("cluster", "team", "user", "priority_class", "array"):
+        if not _claim(job, None):
+            continue
         note(job, "dispatch_resumed", "resuming an interrupted dispatch")
         try:
             submit_admitted(job)
         except BackendError:
-            continue  # back in admitted; retried later
+            continue  # left for a retry
 
 
 # A terabyte into a log: beyond it, offsets only break the backends' seeks (SFTP packs them
@@ -440,9 +514,8 @@ def enqueue_syncs(send_sync: Any, send_dispatch: Any) -> int:
     for cluster_id in ids:
         send_sync(cluster_id)
     cutoff = timezone.now() - timedelta(seconds=settings.GPUQ_DISPATCH_STALE_S)
-    for job_id in Job.objects.filter(state=S.ADMITTED, updated_at__lt=cutoff).values_list(
-        "pk", flat=True
-    ):
+    lost = Job.objects.filter(state=S.ADMITTED) | retries_due()
+    for job_id in lost.filter(updated_at__lt=cutoff).values_list("pk", flat=True):
         send_dispatch(str(job_id))
     return len(ids)
 
@@ -462,7 +535,9 @@ def run_once(*, notifications: bool = True) -> dict[str, Any]:
         except BackendError as exc:
             log.warning("sync of %s failed: %s", cluster.name, exc.message)
     summary = run_cycle()
-    for job_id in Job.objects.filter(state=S.ADMITTED).values_list("pk", flat=True):
+    for job_id in (Job.objects.filter(state=S.ADMITTED) | retries_due()).values_list(
+        "pk", flat=True
+    ):
         try:
             dispatch_job(str(job_id))
         except BackendError as exc:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import paramiko
-from paramiko.hostkeys import HostKeyEntry
+from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
 from queue_service.backends.base import BackendError
 
@@ -63,7 +63,10 @@ def parse_known_hosts(text: str) -> paramiko.HostKeys:
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        entry = HostKeyEntry.from_line(line, number)
+        try:
+            entry = HostKeyEntry.from_line(line, number)
+        except (InvalidHostKey, paramiko.SSHException, ValueError):  # a key cut short
+            entry = None
         if entry is None:
             raise BackendError(f"known_hosts line {number} is not a host key", permanent=True)
         for host in entry.hostnames:

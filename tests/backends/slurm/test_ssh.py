@@ -1,0 +1,76 @@
+"""The SSH settings of a Slurm cluster: a host key line damaged on its way into the settings
+(cut short when pasted) is a permanent error that says which line, never a raw paramiko
+exception that leaves a job dispatching with no word (docs/slurm.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queue_service.backends.base import BackendError
+from queue_service.backends.slurm.ssh import parse_known_hosts
+
+GOOD = (
+    "[127.0.0.1]:2222 ssh-ed25519 "
+    "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
+)
+DAMAGED = [
+    pytest.param(GOOD[:-10], id="cut short: bad base64 (InvalidHostKey)"),
+    pytest.param("login ssh-ed25519 AAAAC3NzaC1lZDI1NTE5", id="ed25519 without its key"),
+    pytest.param("login ssh-rsa AAAAB3NzaC1yc2E=", id="rsa without n and e"),
+    pytest.param(
+        "login ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTY=", id="ecdsa without its key"
+    ),
+]
+
+
+def test_a_well_formed_known_hosts_line_pins_its_host() -> None:
+    keys = parse_known_hosts(f"# the login node\n{GOOD}\n")
+    assert keys.lookup("[127.0.0.1]:2222") is not None
+
+
+@pytest.mark.parametrize("line", DAMAGED)
+def test_a_damaged_known_hosts_line_is_a_permanent_error_naming_its_line(line: str) -> None:
+    with pytest.raises(BackendError, match="known_hosts line 2 is not a host key") as raised:
+        parse_known_hosts(f"{GOOD}\n{line}\n")
+    assert raised.value.permanent
+
+
+@pytest.mark.django_db
+def test_a_job_for_a_cluster_with_a_damaged_host_key_fails_with_why(people: Any) -> None:
+    """Through the real backend registry and slurm.create(): the job fails with the message,
+    rather than staying dispatching with none."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from queue_service.clusters.models import Cluster
+    from queue_service.jobs.dispatch import dispatch_job
+    from queue_service.jobs.models import Job
+    from queue_service.jobs.services import submit_job
+    from tests.conftest import spec
+
+    key = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+    cluster = Cluster.objects.create(
+        name="slurm",
+        kind="slurm",
+        settings={
+            "host": "127.0.0.1",
+            "port": 2222,
+            "user": "slurmuser",
+            "private_key": key.decode(),
+            "known_hosts": GOOD[:-10],
+        },
+    )
+    job = submit_job(people["alice"], spec(cluster=cluster.name)).job
+    Job.objects.filter(pk=job.pk).update(state=Job.State.ADMITTED, cluster=cluster)
+
+    dispatch_job(str(job.pk))
+
+    job.refresh_from_db()
+    assert job.state == Job.State.FAILED
+    assert job.reason["message"] == "known_hosts line 1 is not a host key"
