@@ -58,6 +58,7 @@ VolcanoJob = create_namespaced_resource("batch.volcano.sh", "v1alpha1", "Job", "
 RESOURCES: dict[str, Any] = {"vcjob": VolcanoJob, "job": Job}
 TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 MIG_LAYOUT_STATES = ("pending", "rebooting", "success", "failed")
+RELEASE_TRIES = 3
 
 
 def load_config(settings: K8sSettings) -> SingleConfig:
@@ -258,27 +259,54 @@ class KubernetesBackend:
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held
-        with a deletionTimestamp until now) goes, and a finished one can expire (TTL)."""
-        meta = obj["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if FINALIZER not in finalizers:
-            return
-        rest = [f for f in finalizers if f != FINALIZER]
-        patch = {"metadata": {"finalizers": rest, "resourceVersion": meta["resourceVersion"]}}
-        try:
-            self._call(
-                f"release {ref.external_id}",
-                lambda: self.client.patch(
-                    RESOURCES[ref.kind],
-                    ref.name,
-                    patch,
-                    namespace=ref.namespace,
-                    patch_type=PatchType.MERGE,
-                ),
-                passthrough=(404, 409),
-            )
-        except ApiError:  # gone, or changed since the list: the next poll releases it
-            return
+        with a deletionTimestamp until now) goes, and a finished one can expire (TTL).
+
+        A JSON patch that tests the finalizer's index, then removes it, with no
+        resourceVersion precondition: poll's own delete and the garbage collector change the
+        workload after it was listed, and a job reported ended is never polled again. A list
+        that moved meanwhile (422) is read again; if it keeps moving, the poll fails and is
+        retried whole."""
+        for _ in range(RELEASE_TRIES):
+            finalizers = obj["metadata"].get("finalizers") or []
+            if FINALIZER not in finalizers:
+                return
+            path = f"/metadata/finalizers/{finalizers.index(FINALIZER)}"
+            patch = [
+                {"op": "test", "path": path, "value": FINALIZER},
+                {"op": "remove", "path": path},
+            ]
+            try:
+                self._patch_json(ref, patch)
+                return
+            except ApiError as exc:
+                if exc.status.code == 404:
+                    return
+            try:
+                obj = self._call(
+                    f"get {ref.external_id}",
+                    lambda: self.client.get(
+                        RESOURCES[ref.kind], ref.name, namespace=ref.namespace
+                    ).to_dict(),
+                    passthrough=(404,),
+                )
+            except ApiError:
+                return
+        raise BackendError(
+            f"release {ref.external_id}: its finalizers kept changing", permanent=False
+        )
+
+    def _patch_json(self, ref: ObjectRef, patch: list[dict[str, Any]]) -> None:
+        self._call(
+            f"release {ref.external_id}",
+            lambda: self.client.patch(
+                RESOURCES[ref.kind],
+                ref.name,
+                patch,
+                namespace=ref.namespace,
+                patch_type=PatchType.JSON,
+            ),
+            passthrough=(404, 409, 422),
+        )
 
     def _list(self, resource: Any, namespace: str) -> list[Obj]:
         return self._call(
@@ -298,14 +326,14 @@ class KubernetesBackend:
         cancel): looked at first, with nothing acted on, so the poll that follows still reports
         the end and releases the finalizer. Once deleted it is True: a deletion's SIGTERM may
         end a pod with exit 0 (a checkpoint, then exit), so the end that follows cannot be
-        told from a natural one. A workload being deleted was stopped by gpuq: True again."""
+        told from a natural one. A workload being deleted was stopped by gpuq (True again)
+        unless it had finished before the deletion (the TTL controller's)."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
             raise BackendError(str(exc), permanent=True) from None
-        _, obj, seen = self._observe([external_id])[external_id]
-        ended = seen.status.state in RemoteState.TERMINAL and seen.status.state != RemoteState.LOST
-        if ended and obj is not None and not obj["metadata"].get("deletionTimestamp"):
+        _, _, seen = self._observe([external_id])[external_id]
+        if seen.ended_first:
             return False
         self._delete(ref, grace_s=grace_s)
         return True

@@ -16,11 +16,10 @@ from typing import Any
 
 from ..base import MigInstanceInfo, NodeInfo
 from .config import K8sSettings
-from .manifests import GPU_RESOURCE, JOB_ID_LABEL
+from .manifests import GPU_RESOURCE, JOB_ID_LABEL, mig_profile
 
 Obj = Mapping[str, Any]
 
-MIG_RESOURCE = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
@@ -225,10 +224,9 @@ def _usage(pods: Sequence[Obj]) -> dict[str, list[tuple[str, str]]]:
         for c in pod.get("spec", {}).get("containers") or []:
             limits = (c.get("resources") or {}).get("limits") or {}
             for key, value in limits.items():
-                if key.startswith(MIG_RESOURCE):
-                    used.setdefault(node, []).extend(
-                        [(key[len(MIG_RESOURCE) :], job)] * parse_quantity_int(value)
-                    )
+                profile = mig_profile(key)
+                if profile is not None:
+                    used.setdefault(node, []).extend([(profile, job)] * parse_quantity_int(value))
     return used
 
 
@@ -255,9 +253,9 @@ def node_info(
     product = labels.get(PRODUCT_LABEL, "")
     whole = parse_quantity_int(allocatable.get(GPU_RESOURCE, 0))
     mig_counts = {
-        key[len(MIG_RESOURCE) :]: parse_quantity_int(value)
+        profile: parse_quantity_int(value)
         for key, value in allocatable.items()
-        if key.startswith(MIG_RESOURCE) and parse_quantity_int(value) > 0
+        if (profile := mig_profile(key)) is not None and parse_quantity_int(value) > 0
     }
     single = _SINGLE_PRODUCT.match(product)
     if single:  # device plugin "single" strategy: every nvidia.com/gpu is one slice

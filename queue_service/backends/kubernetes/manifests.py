@@ -31,6 +31,7 @@ KUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE = "nvidia.com/mig-"
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 CONTAINER = "main"
 # Pod names add "-worker-<i>" (Volcano) or "-<i>-<5 chars>" (Indexed Job) and must stay <= 63.
@@ -123,6 +124,20 @@ def user_argv(command: tuple[str, ...] | str) -> list[str]:
     return list(command)
 
 
+def mig_resource(profile: str) -> str:
+    """The resource NVIDIA's device plugin advertises for a MIG profile (mixed strategy): '+'
+    is not allowed in a resource name, so `1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`."""
+    return MIG_RESOURCE + profile.replace("+", ".")
+
+
+def mig_profile(resource: str) -> str | None:
+    """The profile behind an advertised MIG resource (mig_resource reversed): the first '.'
+    after the memory size was the '+' of an attribute such as `+me`."""
+    if not resource.startswith(MIG_RESOURCE):
+        return None
+    return re.sub(r"^(\d+g\.\d+gb)\.", r"\1+", resource[len(MIG_RESOURCE) :])
+
+
 def _is_gang(job: DispatchRequest) -> bool:
     return job.kind == "training" and job.nodes > 1
 
@@ -163,7 +178,7 @@ def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
         if not re.fullmatch(r"[1-8]g\.\d+gb(\+me)?", job.mig_profile):
             raise ManifestError(f"not a MIG profile: {job.mig_profile!r}")
         if settings.mig_strategy == "mixed":
-            gpus[f"nvidia.com/mig-{job.mig_profile}"] = "1"
+            gpus[mig_resource(job.mig_profile)] = "1"
         else:
             gpus[GPU_RESOURCE] = "1"
     elif job.gpus_per_node > 0:
@@ -367,7 +382,9 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
         "schedulerName": "volcano",
         "queue": dns_label(settings.volcano_queue.replace("{team}", job.team)),
         "minAvailable": job.nodes,
-        "maxRetry": max(job.retries_max, 0),
+        # Volcano counts the failed run that ends the job as a retry (RetryCount >= maxRetry
+        # fails it), and its webhook turns 0 into 3: N restarts in place need N + 1.
+        "maxRetry": max(job.retries_max, 0) + 1,
         "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
         "plugins": {
             "pytorch": ["--master=master", "--worker=worker", f"--port={settings.master_port}"],

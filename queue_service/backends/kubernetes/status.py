@@ -8,7 +8,10 @@ Judgement calls (docs/kubernetes.md explains them):
 - ImagePullBackOff / ErrImagePull / CreateContainerConfigError -> QUEUED with the reason for
   `image_pull_grace_s` after the pod was created, then FAILED (InvalidImageName at once);
 - Unschedulable -> QUEUED with the scheduler's message;
-- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED."""
+- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED;
+- a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
+  finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
+  pods still runs or waits (their GPUs are not free yet), then CANCELLED."""
 
 from __future__ import annotations
 
@@ -24,15 +27,19 @@ Obj = Mapping[str, Any]
 PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
 PULL_PROBLEMS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+LIVE_PHASES = frozenset({"Pending", "Running"})
 
 
 @dataclass(frozen=True)
 class Observation:
     """The status to report; `stop` when the object still runs on the cluster although gpuq
-    now considers the job finished (e.g. an image that never pulls): the backend deletes it."""
+    now considers the job finished (e.g. an image that never pulls): the backend deletes it.
+    `ended_first` when the workload ended by itself before any deletion reached it: a stop
+    now would stop nothing."""
 
     status: JobStatus
     stop: bool = False
+    ended_first: bool = False
 
 
 def _get(obj: Obj | None, *path: str) -> Any:
@@ -130,6 +137,27 @@ def _pending(pods: Sequence[Obj], now: float, grace: float) -> tuple[str, str, b
     return None
 
 
+def _stopping(eid: str, pods: Sequence[Obj], native: str) -> Observation | None:
+    """A stopped workload whose pods still run (or wait) within their grace period has not
+    ended: RUNNING, which changes nothing for a job being stopped, until they are gone."""
+    live = sum(1 for p in pods if _get(p, "status", "phase") in LIVE_PHASES)
+    if not live:
+        return None
+    reason = f"stopping: {live} pod{'s' if live > 1 else ''} not stopped yet"
+    return Observation(JobStatus(eid, RemoteState.RUNNING, reason=reason, native_state=native))
+
+
+def _ended_first(obj: Obj, ended_at: Any) -> bool:
+    """Whether the end came before the deletion, if any: the TTL controller deletes a finished
+    workload, while gpuq's deletion comes before the end it causes. The same second cannot be
+    told apart and counts as a stop."""
+    deleted = _ts(_get(obj, "metadata", "deletionTimestamp"))
+    if deleted is None:
+        return True
+    ended = _ts(ended_at)
+    return ended is not None and ended < deleted
+
+
 def _pods_running(pods: Sequence[Obj], want: int) -> int:
     live = [p for p in pods if _get(p, "status", "phase") in ("Running", "Succeeded")]
     return min(len(live), want)
@@ -144,7 +172,9 @@ def _waiting(
     reason, why, fatal = pending
     if fatal:
         return Observation(
-            JobStatus(eid, RemoteState.FAILED, reason=reason, native_state=why), stop=True
+            JobStatus(eid, RemoteState.FAILED, reason=reason, native_state=why),
+            stop=True,
+            ended_first=True,
         )
     return Observation(JobStatus(eid, RemoteState.QUEUED, reason=reason, native_state=why))
 
@@ -155,17 +185,24 @@ def batch_job_status(
     if job is None:
         return Observation(JobStatus(eid, RemoteState.LOST, reason="the Job no longer exists"))
     conds = _true_conditions(job)
-    if _get(job, "metadata", "deletionTimestamp"):
-        return Observation(
-            JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
-        )
+    deleting = bool(_get(job, "metadata", "deletionTimestamp"))
+    if deleting and (stopping := _stopping(eid, pods, "Terminating")) is not None:
+        return stopping
     if "Complete" in conds:
         return Observation(
-            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state="Complete")
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state="Complete"),
+            ended_first=_ended_first(job, conds["Complete"].get("lastTransitionTime")),
         )
     failed = conds.get("Failed") or conds.get("FailureTarget")
     if failed is not None:
-        return Observation(_failed_job(eid, failed, pods))
+        return Observation(
+            _failed_job(eid, failed, pods),
+            ended_first=_ended_first(job, failed.get("lastTransitionTime")),
+        )
+    if deleting:
+        return Observation(
+            JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
+        )
     if "Suspended" in conds or _get(job, "spec", "suspend"):
         message = "suspended: waiting for admission by Kueue"
         return Observation(
@@ -216,14 +253,23 @@ def volcano_job_status(
     phase = _get(job, "status", "state", "phase") or "Pending"
     message = _get(job, "status", "state", "message") or ""
     retries = int(_get(job, "status", "retryCount") or 0)
-    if _get(job, "metadata", "deletionTimestamp") or phase in ("Aborting", "Aborted"):
+    stopped = bool(_get(job, "metadata", "deletionTimestamp")) or phase in ("Aborting", "Aborted")
+    if stopped and (stopping := _stopping(eid, pods, phase)) is not None:
+        return stopping
+    ended_first = _ended_first(job, _get(job, "status", "state", "lastTransitionTime"))
+    if phase == "Completed":
+        return Observation(
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase),
+            ended_first=ended_first,
+        )
+    if phase in ("Failed", "Terminated"):
+        return Observation(
+            _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
+        )
+    if stopped:
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason=message or phase, native_state=phase)
         )
-    if phase == "Completed":
-        return Observation(JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase))
-    if phase in ("Failed", "Terminated"):
-        return Observation(_failed_vcjob(eid, phase, message, retries, pods))
     if phase in VOLCANO_ACTIVE or phase == "Terminating":
         state = RemoteState.RUNNING
         return Observation(JobStatus(eid, state, reason=message, native_state=phase))
@@ -244,7 +290,9 @@ def _failed_vcjob(
     disrupted = next((d[1] for p in pods if (d := _disruption(p))), "")
     cause = disrupted or reason or message or phase
     code = None if disrupted else code
-    suffix = f" (after {retries} in-place restarts)" if retries else ""
+    # The failure that used up maxRetry was counted too (RetryCount++, then Failed).
+    restarts = max(retries - 1, 0) if phase == "Failed" else retries
+    suffix = f" (after {restarts} in-place restarts)" if restarts else ""
     return JobStatus(
         eid, RemoteState.FAILED, exit_code=code, reason=cause + suffix, native_state=phase
     )

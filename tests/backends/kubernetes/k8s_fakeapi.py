@@ -4,9 +4,12 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
 - one global increasing revision; every write sets metadata.resourceVersion; create sets
   uid, creationTimestamp and generation, and the defaults the real server adds (Job selector
   and pod-template labels, CRD schema defaults);
-- 409 AlreadyExists on create, 409 Conflict on a stale resourceVersion, 404 NotFound for a
-  missing object or namespace, 400/422 per k8s_rules (schemas + semantic rules + the
-  Volcano admission webhook), an immutable Job pod template and selector;
+- 409 AlreadyExists on create, 409 Conflict on a stale resourceVersion (in an update, or
+  carried by a patch: a precondition, as for a real server), 404 NotFound for a missing
+  object or namespace, 400/422 per k8s_rules (schemas + semantic rules + the Volcano
+  admission webhooks), an immutable Job pod template and selector;
+- merge, strategic merge (applied as merge) and JSON patches (RFC 6902; a failed `test` or
+  a missing path is the real server's bare 422);
 - list with labelSelector / fieldSelector / limit+continue and the list resourceVersion;
   watch from a resourceVersion in revision order, ADDED/MODIFIED/DELETED (a label change
   crossing a selector is ADDED/DELETED, as the watch cache does), ERROR 410 Expired for a
@@ -15,7 +18,7 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
   Orphan), finalizers holding an object with deletionTimestamp;
 - pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps;
 - faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
-  after the write happened, a slow answer.
+  after the write happened, a slow answer, another writer's change just before a request.
 
 It has no controllers: the helpers in k8s_sim play kube-scheduler, the Job controller,
 Volcano, the kubelet and the MIG manager, writing the status shapes they write."""
@@ -98,12 +101,14 @@ class Fault:
     """One injected failure for requests matching method/path; `times` requests get it.
     kind: "status" (answer `code`), "drop" (close before doing anything), "drop_after"
     (do the request, then close without answering: the client times out although the
-    write happened), "slow" (wait `delay` seconds, then answer normally)."""
+    write happened), "slow" (wait `delay` seconds, then answer normally), "race" (run
+    `action`, another writer's change, just before serving the request)."""
 
     kind: str
     code: int = 500
     retry_after: float | None = None
     delay: float = 0.0
+    action: Callable[[], None] | None = None
     method: str | None = None
     path_contains: str | None = None
     times: int = 1
@@ -218,7 +223,7 @@ def parse_field_selector(text: str) -> Callable[[dict[str, Any]], bool]:
     return lambda obj: all(c(obj) for c in checks)
 
 
-# --- merge patch -------------------------------------------------------------------------------
+# --- patches -----------------------------------------------------------------------------------
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -233,6 +238,105 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[key] = merge_patch(out.get(key), value)
     return out
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise ValueError(f"JSON pointer {path!r} does not start with /")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _index(parent: list[Any], token: str, *, adding: bool) -> int:
+    if adding and token == "-":
+        return len(parent)
+    if not re.fullmatch(r"0|[1-9][0-9]*", token):
+        raise ValueError(f"bad array index {token!r}")
+    i = int(token)
+    if i > len(parent) or (i == len(parent) and not adding):
+        raise ValueError(f"array index {i} out of bounds")
+    return i
+
+
+def _locate(doc: Any, path: str) -> tuple[Any, str]:
+    tokens = _pointer(path)
+    if not tokens:
+        raise ValueError("the whole document cannot be patched here")
+    parent = doc
+    for token in tokens[:-1]:
+        if isinstance(parent, dict) and token in parent:
+            parent = parent[token]
+        elif isinstance(parent, list):
+            parent = parent[_index(parent, token, adding=False)]
+        else:
+            raise ValueError(f"missing value at {path!r}")
+    return parent, tokens[-1]
+
+
+def _get_at(doc: Any, path: str) -> Any:
+    parent, token = _locate(doc, path)
+    if isinstance(parent, dict):
+        if token not in parent:
+            raise ValueError(f"missing value at {path!r}")
+        return parent[token]
+    if isinstance(parent, list):
+        return parent[_index(parent, token, adding=False)]
+    raise ValueError(f"missing value at {path!r}")
+
+
+def _remove_at(doc: Any, path: str) -> Any:
+    parent, token = _locate(doc, path)
+    if isinstance(parent, dict):
+        if token not in parent:
+            raise ValueError(f"missing value at {path!r}")
+        return parent.pop(token)
+    if isinstance(parent, list):
+        return parent.pop(_index(parent, token, adding=False))
+    raise ValueError(f"missing value at {path!r}")
+
+
+def _add_at(doc: Any, path: str, value: Any, *, replace: bool = False) -> None:
+    parent, token = _locate(doc, path)
+    if isinstance(parent, dict):
+        if replace and token not in parent:
+            raise ValueError(f"missing value at {path!r}")
+        parent[token] = value
+    elif isinstance(parent, list):
+        i = _index(parent, token, adding=not replace)
+        if replace:
+            parent[i] = value
+        else:
+            parent.insert(i, value)
+    else:
+        raise ValueError(f"missing value at {path!r}")
+
+
+def json_patch(target: Any, ops: Any) -> Any:
+    """RFC 6902 JSON patch, all or nothing. Raises ValueError where the real server (evanphx
+    json-patch) fails to apply it."""
+    if not isinstance(ops, list):
+        raise ValueError("a JSON patch is a list of operations")
+    doc = copy.deepcopy(target)
+    for op in ops:
+        kind, path = op.get("op"), op.get("path", "")
+        if kind == "add":
+            _add_at(doc, path, copy.deepcopy(op.get("value")))
+        elif kind == "remove":
+            _remove_at(doc, path)
+        elif kind == "replace":
+            _add_at(doc, path, copy.deepcopy(op.get("value")), replace=True)
+        elif kind == "test":
+            if _get_at(doc, path) != op.get("value"):
+                raise ValueError(f"testing value {path} failed")
+        elif kind in ("move", "copy"):
+            value = _get_at(doc, op.get("from", ""))
+            if kind == "move":
+                _remove_at(doc, op.get("from", ""))
+            _add_at(doc, path, copy.deepcopy(value))
+        else:
+            raise ValueError(f"unexpected op {kind!r}")
+    return doc
 
 
 # --- the store ---------------------------------------------------------------------------------
@@ -412,7 +516,11 @@ class Store:
                 self.replace(t, freed, spec_changed=False)
         meta = obj["metadata"]
         finalizers = list(meta.get("finalizers") or [])
-        if policy == "Foreground" and self.dependents(uid):
+        if (
+            policy == "Foreground"
+            and self.dependents(uid)
+            and "foregroundDeletion" not in finalizers
+        ):
             finalizers.append("foregroundDeletion")
         if finalizers:
             if not meta.get("deletionTimestamp"):
@@ -637,6 +745,10 @@ class FakeApiServer:
             spec.setdefault("completions", spec["parallelism"])
             spec.setdefault("suspend", False)
             obj["status"] = {}
+        elif rtype.kind == "Job" and rtype.group == "batch.volcano.sh":
+            # Volcano's mutating webhook (mutatejob.volcano.sh, patchDefaultMaxRetry): an int32
+            # maxRetry of 0 is unset, and becomes 3.
+            obj["spec"]["maxRetry"] = obj["spec"].get("maxRetry") or 3
         elif rtype.kind == "Pod":
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             obj["spec"].setdefault("restartPolicy", "Always")
@@ -726,21 +838,34 @@ class FakeApiServer:
         if content_type not in (
             "application/merge-patch+json",
             "application/strategic-merge-patch+json",
+            "application/json-patch+json",
         ):
             raise ApiError(
                 415,
                 "UnsupportedMediaType",
                 (
                     f"the body of the request was in an unknown format - accepted media "
-                    f"types include: application/merge-patch+json, "
+                    f"types include: application/json-patch+json, application/merge-patch+json, "
                     f"application/strategic-merge-patch+json (got {content_type})"
                 ),
             )
         with self.store.lock:
             current = self.store.get(rtype, namespace or "", name)
-            merged = merge_patch(current, patch)
-            merged["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-            return self.update(rtype, namespace, name, merged, sub, field_validation)
+            if content_type == "application/json-patch+json":
+                try:
+                    patched = json_patch(current, patch)
+                except ValueError:
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                        {},
+                    ) from None
+            else:
+                patched = merge_patch(current, patch)
+            # A resourceVersion the patch carries is a precondition (update() answers 409 when
+            # it is stale); one it does not carry is the current one.
+            return self.update(rtype, namespace, name, patched, sub, field_validation)
 
     def list(self, rtype: ResourceType, namespace: str | None, q: dict[str, str]) -> dict[str, Any]:
         labels = parse_label_selector(q.get("labelSelector", ""))
@@ -929,6 +1054,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return
                 if fault.kind == "slow":
                     time.sleep(fault.delay)
+                if fault.kind == "race" and fault.action is not None:
+                    fault.action()
                 if fault.kind == "status":
                     reason = {
                         429: "TooManyRequests",

@@ -387,6 +387,11 @@ def _quantity_causes(field: str, resources: dict[str, Any]) -> list[Cause]:
         for res, qty in values.items():
             f = f"{field}.{section}[{res}]"
             text = str(qty)
+            # validateResourceName: every key is a qualified name (no '+', at most 63).
+            why = _qualified_key(res)
+            if why:
+                causes.append(invalid(f, res, why))
+                continue
             if not QUANTITY.match(text):
                 causes.append(
                     invalid(

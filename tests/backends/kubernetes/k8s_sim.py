@@ -24,6 +24,12 @@ VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
 BATCH = ("batch", "v1", "jobs")
 
 
+def mig_resource(profile: str) -> str:
+    """The device plugin's name for a MIG profile, mixed strategy (k8s-device-plugin
+    internal/rm/rm.go: strings.ReplaceAll("mig-"+profile, "+", "."))."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
 def fill(template: Any, **values: Any) -> Any:
     """A shape with its {placeholders} filled; a whole-string placeholder keeps the value's type."""
     if isinstance(template, dict):
@@ -147,7 +153,7 @@ class Sim:
             allocatable["nvidia.com/gpu"] = str(gpus)
         else:
             allocatable["nvidia.com/gpu"] = "0"
-            allocatable.update({f"nvidia.com/mig-{p}": str(n) for p, n in mig.items()})
+            allocatable.update({mig_resource(p): str(n) for p, n in mig.items()})
         obj = {
             "apiVersion": "v1",
             "kind": "Node",
@@ -402,14 +408,16 @@ class Sim:
         self, eid: str, pod: dict[str, Any], job_shape: str, *, n: int, evicted: bool = False
     ) -> None:
         """After a pod failure: a batch Job with backoffLimit 0 fails and its other pods are
-        deleted; a Volcano Job restarts in place (PodFailed/PodEvicted -> RestartJob) until
-        retryCount reaches maxRetry, then fails."""
+        deleted; a Volcano Job restarts in place (PodFailed/PodEvicted -> RestartJob). As
+        Volcano's controller: RestartJob counts the failure (state/running.go, pending.go:
+        RetryCount++), then Restarting fails the job once RetryCount >= maxRetry (0 is 3)
+        (state/restarting.go), else the gang is created again: maxRetry - 1 restarts."""
         t, obj = self.workload(eid)
         if t.group == "batch.volcano.sh":
-            retries = int((obj.get("status") or {}).get("retryCount", 0))
+            retries = int((obj.get("status") or {}).get("retryCount", 0)) + 1
             total = sum(task["replicas"] for task in obj["spec"]["tasks"])
-            if retries < obj["spec"].get("maxRetry", 3):
-                self._workload_status(eid, None, "vcjob_restarting", n=total, retries=retries + 1)
+            if retries < (obj["spec"].get("maxRetry") or 3):
+                self._workload_status(eid, None, "vcjob_restarting", n=total, retries=retries)
                 for p in self.pods(eid):  # Volcano kills the whole gang and recreates it
                     with self.store.lock:
                         pt = self._t(("", "v1", "pods"))
@@ -503,7 +511,7 @@ class Sim:
                     for k, v in status["allocatable"].items()
                     if not k.startswith("nvidia.com/mig-")
                 }
-                alloc.update({f"nvidia.com/mig-{p}": str(n) for p, n in layouts[wanted].items()})
+                alloc.update({mig_resource(p): str(n) for p, n in layouts[wanted].items()})
                 status["allocatable"] = status["capacity"] = alloc
                 self._set_status(t, "", node, status)
             return labels["nvidia.com/mig.config.state"]

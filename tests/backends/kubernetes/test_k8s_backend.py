@@ -3,17 +3,19 @@ inventory, MIG relayout and error classification."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 from conftest import NAMESPACE, FakeClock, make_backend, request
 from k8s_fakeapi import FakeApiServer, Fault
-from k8s_sim import Sim
+from k8s_sim import BATCH, VOLCANO, Sim
 
 from queue_service.backends import ClusterConfig
 from queue_service.backends.base import BackendError
 from queue_service.backends.base import RemoteState as R
 from queue_service.backends.kubernetes import KubernetesBackend, create
+from queue_service.backends.kubernetes.manifests import FINALIZER
 
 WORKLOADS = ["volcano", "indexed"]
 
@@ -181,6 +183,121 @@ def test_cancel_of_a_workload_that_already_ended_deletes_nothing_and_says_so(
     assert b.poll([eid])[eid].state == R.SUCCEEDED  # still there to be reported
 
 
+def _held_by_gpuq(api: FakeApiServer, eid: str) -> bool:
+    _, kind, name = eid.split("/")
+    t = api.store.types[VOLCANO if kind == "vcjob" else BATCH]
+    with api.store.lock:
+        left = api.store.objects[t].get((NAMESPACE, name))
+    return left is not None and FINALIZER in (left["metadata"].get("finalizers") or [])
+
+
+def _ttl_expires(sim: Sim, eid: str) -> None:
+    """The TTL-after-finished controller (or Volcano's garbage collector) deleting a finished
+    workload, Foreground (pkg/controller/ttlafterfinished)."""
+    t, obj = sim.workload(eid)
+    with sim.store.lock:
+        sim.store.delete(t, NAMESPACE, obj["metadata"]["name"], "Foreground", None)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_job_that_succeeded_and_expired_before_the_next_sync_is_reported_succeeded(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
+) -> None:
+    b = backend_for(api, clock, workload, ttl_after_finished_s=0)
+    eid = b.submit(request(nodes=2)).external_id
+    sim.run(eid)
+    assert b.poll([eid])[eid].state == R.RUNNING
+    sim.succeed(eid)
+    _ttl_expires(sim, eid)  # ttl 0: before gpuq's next sync; gpuq's finalizer holds it
+    status = b.poll([eid])[eid]
+    assert (status.state, status.exit_code) == (R.SUCCEEDED, 0), status
+    assert b.poll([eid])[eid].state == R.LOST  # released, then gone
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_cancel_of_a_finished_workload_its_ttl_deleted_stops_nothing(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
+) -> None:
+    b = backend_for(api, clock, workload, ttl_after_finished_s=5)
+    eid = b.submit(request(nodes=2)).external_id
+    sim.run(eid)
+    sim.succeed(eid)
+    clock.now += 5
+    _ttl_expires(sim, eid)
+
+    assert b.cancel(eid, grace_s=5) is False  # it ended before anyone deleted it
+
+    assert api.calls("DELETE") == []
+    status = b.poll([eid])[eid]
+    assert (status.state, status.exit_code) == (R.SUCCEEDED, 0)
+
+
+def test_a_workload_stopped_by_poll_does_not_keep_gpuqs_finalizer_forever(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """poll deletes a workload whose image never pulls, then releases the finalizer of an
+    object that its own delete changed: a job reported ended is never polled again, so a
+    release that fails here would hold the Job (and its namespace) for ever."""
+    b = backend_for(api, clock, "indexed")
+    eid = b.submit(request(nodes=1)).external_id
+    sim.image_pull_backoff(eid)
+    clock.now += 301  # past image_pull_grace_s
+    assert b.poll([eid])[eid].state == R.FAILED
+    assert not _held_by_gpuq(api, eid)
+
+
+def test_the_finalizer_is_released_when_another_writer_moved_it_meanwhile(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    b = backend_for(api, clock, "indexed")
+    eid = b.submit(request(nodes=1)).external_id
+    sim.run(eid)
+    sim.succeed(eid)
+    t, obj = sim.workload(eid)
+
+    def another_controller() -> None:
+        with api.store.lock:
+            current = copy.deepcopy(api.store.get(t, NAMESPACE, obj["metadata"]["name"]))
+            current["metadata"]["finalizers"].insert(0, "example.com/audit")
+            api.store.replace(t, current, spec_changed=False)
+
+    api.inject(Fault("race", method="PATCH", action=another_controller))
+    assert b.poll([eid])[eid].state == R.SUCCEEDED
+    assert sim.workload(eid)[1]["metadata"]["finalizers"] == ["example.com/audit"]
+    assert len(api.calls("PATCH")) == 2  # the first found its index moved (422), re-read
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_cancelled_job_is_not_reported_ended_while_its_pods_are_still_terminating(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
+) -> None:
+    """A deleted pod stays Running until the kubelet has stopped its containers: up to
+    terminationGracePeriodSeconds (checkpoint_grace_s, so a job can save its state). Until
+    then its GPUs are not free, and the job has not ended."""
+    b = backend_for(api, clock, workload)
+    eid = b.submit(request(nodes=2, checkpoint_dir="/ckpt")).external_id
+    sim.run(eid)
+    pt = api.store.types[("", "v1", "pods")]
+    with api.store.lock:  # the kubelet has not confirmed the containers stopped yet
+        for pod in sim.pods(eid):
+            pod["metadata"]["finalizers"] = ["test.gpuq.io/kubelet-grace"]
+            api.store.replace(pt, pod, spec_changed=False)
+    assert b.cancel(eid, grace_s=30) is True
+    still = sim.pods(eid)
+    assert len(still) == 2 and all(p["metadata"].get("deletionTimestamp") for p in still)
+
+    stopping = b.poll([eid])[eid]
+    assert stopping.state == R.RUNNING and "2 pods not stopped yet" in stopping.reason
+    assert _held_by_gpuq(api, eid)
+
+    with api.store.lock:  # the kubelet is done: the pods go
+        for pod in sim.pods(eid):
+            pod["metadata"]["finalizers"] = []
+            api.store.replace(pt, pod, spec_changed=False)
+    assert b.poll([eid])[eid].state == R.CANCELLED
+    assert b.poll([eid])[eid].state == R.LOST
+
+
 def test_a_second_cancel_of_a_workload_being_deleted_is_still_a_stop(
     api: FakeApiServer, sim: Sim, clock: FakeClock
 ) -> None:
@@ -234,6 +351,19 @@ def test_inventory_reports_mixed_mig_resources_and_slices_in_use(
     used = [m for m in mig.mig_instances if m.in_use]
     assert [(m.profile, m.external_job) for m in used] == [("1g.10gb", request().job_id)]
     assert nodes["h100-01"].gpus == 8 and not nodes["h100-01"].mig
+
+
+def test_a_media_extension_mig_job_runs_on_the_slice_the_device_plugin_advertises(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    sim.node("mig-me", gpus=1, mig={"1g.10gb+me": 1, "1g.10gb": 6})
+    b = backend_for(api, clock, "volcano")
+    job = request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb+me", placement=())
+    eid = b.submit(job).external_id  # the fake refuses a resource name with '+' (422)
+    sim.run(eid, nodes=["mig-me"])
+    node = next(n for n in b.nodes() if n.name == "mig-me")
+    used = [(m.profile, m.external_job) for m in node.mig_instances if m.in_use]
+    assert used == [("1g.10gb+me", job.job_id)]
 
 
 def test_a_mig_relayout_goes_pending_then_success_or_reports_failure(

@@ -101,6 +101,66 @@ def test_conflicts_answer_409_with_the_real_reasons(client: Client) -> None:
     assert (conflict.value.status.code, conflict.value.status.reason) == (409, "Conflict")
 
 
+def test_a_resource_version_carried_by_a_patch_is_a_precondition(client: Client) -> None:
+    """As a real API server (kubernetes/kubernetes#63104; controller-runtime's
+    MergeFromWithOptimisticLock relies on it): stale is 409 Conflict, current or absent
+    applies."""
+    first = client.create(job("a"))
+    rv = first.metadata.resourceVersion
+    client.patch(Job, "a", {"metadata": {"labels": {"x": "1"}}}, patch_type=PatchType.MERGE)
+    for patch_type in (PatchType.MERGE, PatchType.STRATEGIC):
+        stale = {"metadata": {"labels": {"x": "2"}, "resourceVersion": rv}}
+        with pytest.raises(ApiError) as conflict:
+            client.patch(Job, "a", stale, patch_type=patch_type)
+        assert (conflict.value.status.code, conflict.value.status.reason) == (409, "Conflict")
+    with pytest.raises(ApiError) as json_conflict:
+        client.patch(
+            Job,
+            "a",
+            [{"op": "replace", "path": "/metadata/resourceVersion", "value": rv}],
+            patch_type=PatchType.JSON,
+        )
+    assert json_conflict.value.status.code == 409
+    current = client.get(Job, "a").metadata.resourceVersion
+    fresh = {"metadata": {"labels": {"x": "3"}, "resourceVersion": current}}
+    assert client.patch(Job, "a", fresh, patch_type=PatchType.MERGE).metadata.labels["x"] == "3"
+    assert client.get(Job, "a").metadata.labels["x"] == "3"
+
+
+def test_a_json_patch_applies_all_or_nothing_and_a_failed_test_is_a_bare_422(
+    client: Client,
+) -> None:
+    client.create(job("a"))
+    client.patch(
+        Job,
+        "a",
+        [
+            {"op": "add", "path": "/metadata/finalizers", "value": ["x.io/a", "x.io/b"]},
+            {"op": "add", "path": "/metadata/labels/x~1y", "value": "1"},
+        ],
+        patch_type=PatchType.JSON,
+    )
+    made = client.get(Job, "a").metadata
+    assert made.finalizers == ["x.io/a", "x.io/b"] and made.labels["x/y"] == "1"
+    remove_b = [
+        {"op": "test", "path": "/metadata/finalizers/1", "value": "x.io/b"},
+        {"op": "remove", "path": "/metadata/finalizers/1"},
+    ]
+    for wrong in (
+        [{"op": "test", "path": "/metadata/finalizers/0", "value": "x.io/b"}, remove_b[1]],
+        [{"op": "remove", "path": "/metadata/finalizers/5"}],
+        [{"op": "remove", "path": "/metadata/annotations/none"}],
+    ):
+        with pytest.raises(ApiError) as refused:
+            client.patch(Job, "a", wrong, patch_type=PatchType.JSON)
+        status = refused.value.status
+        assert (status.code, status.reason) == (422, "Invalid")
+        assert status.message == "the server rejected our request due to an error in our request"
+    assert client.get(Job, "a").metadata.finalizers == ["x.io/a", "x.io/b"]  # nothing applied
+    client.patch(Job, "a", remove_b, patch_type=PatchType.JSON)
+    assert client.get(Job, "a").metadata.finalizers == ["x.io/a"]
+
+
 def test_missing_objects_and_namespaces_are_404(client: Client) -> None:
     with pytest.raises(ApiError) as missing:
         client.get(Job, "nope")
@@ -143,6 +203,12 @@ def test_missing_objects_and_namespaces_are_404(client: Client) -> None:
             "spec.template.spec.containers[0].resources.requests[nvidia.com/gpu]",
         ),
         (lambda j: j["metadata"].update(labels={"gpuq.io/team": "a b"}), "metadata.labels"),
+        (  # '+' is not allowed in a resource name (validateResourceName: a qualified name)
+            lambda j: j["spec"]["template"]["spec"]["containers"][0].update(
+                resources={"limits": {"nvidia.com/mig-1g.10gb+me": "1"}}
+            ),
+            "spec.template.spec.containers[0].resources.limits[nvidia.com/mig-1g.10gb+me]",
+        ),
         (
             lambda j: j["spec"]["template"]["spec"]["containers"].append({"name": "main"}),
             "spec.template.spec.containers[1].name",
@@ -220,6 +286,10 @@ def test_volcano_jobs_are_checked_against_the_crd_and_the_admission_webhook(
     del base["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]
     made = raw(api, "POST", path, base).json()
     assert made["spec"]["maxRetry"] == 3  # the CRD schema default is applied
+    base["metadata"]["name"] = "vj-zero"
+    base["spec"]["maxRetry"] = 0
+    zero = raw(api, "POST", path, base).json()
+    assert zero["spec"]["maxRetry"] == 3  # the mutating webhook: 0 is unset
     base["metadata"]["name"] = "vj2"
     base["spec"]["queue"] = "nobody"
     assert "unable to find job queue" in raw(api, "POST", path, base).json()["message"]
@@ -297,10 +367,11 @@ def test_foreground_delete_holds_the_owner_until_its_pods_are_gone(
         patch_type=PatchType.MERGE,
     )
     client.delete(Job, "a", cascade=CascadeType.FOREGROUND)
+    client.delete(Job, "a", cascade=CascadeType.FOREGROUND)  # a second delete adds nothing
     held = client.get(Job, "a")
     assert (
         held.metadata.deletionTimestamp is not None
-        and "foregroundDeletion" in held.metadata.finalizers
+        and held.metadata.finalizers.count("foregroundDeletion") == 1
     )
     assert client.get(Pod, pods[0]["metadata"]["name"]).metadata.deletionTimestamp is not None
     client.patch(

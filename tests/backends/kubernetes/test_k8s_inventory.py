@@ -182,3 +182,32 @@ def test_cpu_only_nodes_are_left_out_and_slices_held_by_gpuq_pods_are_in_use() -
         MigInstanceInfo(0, "1g.10gb", 0, 1, True, "j1"),
         MigInstanceInfo(0, "1g.10gb", 1, 1, False, None),
     )
+
+
+ME_NODE = node(
+    labels={"nvidia.com/gpu.count": "1"},
+    alloc={"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb.me": "1", "nvidia.com/mig-1g.10gb": "6"},
+)
+
+
+def test_inventory_reports_the_media_extension_slices_a_node_offers() -> None:
+    """The device plugin advertises profile 1g.10gb+me as nvidia.com/mig-1g.10gb.me ('+' is
+    not allowed in a resource name): it is the slice a `1g.10gb+me` job needs."""
+    info = node_info(ME_NODE, SETTINGS)
+    assert info is not None
+    assert sorted(m.profile for m in info.mig_instances) == ["1g.10gb"] * 6 + ["1g.10gb+me"]
+
+
+def test_a_media_extension_slice_held_by_a_gpuq_pod_is_in_use() -> None:
+    holder = {
+        "metadata": {"name": "p", "labels": {"gpuq.io/job-id": "j1"}},
+        "spec": {
+            "nodeName": "n1",
+            "containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb.me": "1"}}}],
+        },
+        "status": {"phase": "Running"},
+    }
+    (info,) = inventory([ME_NODE], [holder], SETTINGS)
+    assert [(m.profile, m.external_job) for m in info.mig_instances if m.in_use] == [
+        ("1g.10gb+me", "j1")
+    ]

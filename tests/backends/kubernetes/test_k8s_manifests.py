@@ -53,6 +53,11 @@ SHAPES = [
         request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb", time_limit_s=600),
     ),
     (
+        "MIG inference on a media-extension slice",
+        cfg(),
+        request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb+me"),
+    ),
+    (
         "whole-GPU agent with checkpoints",
         cfg(priority_class_map={"high": "gpuq-high"}),
         request(
@@ -117,13 +122,43 @@ def test_volcano_training_is_one_gang_of_all_replicas(nodes: int) -> None:
     assert spec["minAvailable"] == nodes == sum(t["replicas"] for t in spec["tasks"])
     assert spec["schedulerName"] == "volcano"
     assert spec["queue"] == "team-a"
-    assert spec["maxRetry"] == 2
+    assert spec["maxRetry"] == 3  # two restarts in place: see the next test
     assert set(spec["plugins"]) == {"pytorch", "svc", "env"}
     assert {"event": "PodEvicted", "action": "RestartJob"} in spec["policies"]
     assert {"event": "PodFailed", "action": "RestartJob"} in spec["policies"]
     assert spec["tasks"][0]["name"] == "master"
     assert spec["tasks"][0]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
     assert [t["name"] for t in spec["tasks"]] == (["master", "worker"] if nodes > 1 else ["master"])
+
+
+def _volcano_in_place_restarts(spec: dict[str, Any]) -> int:
+    """How many times real Volcano re-creates a gang whose pods keep failing.
+
+    volcano-sh/volcano pkg/webhooks/admission/jobs/mutate/mutate_job.go, patchDefaultMaxRetry:
+    a maxRetry of 0 (an int32: absent and 0 are the same) becomes 3. pkg/controllers/job/
+    state/running.go (and pending.go): RestartJob -> Restarting with RetryCount++;
+    restarting.go: `if status.RetryCount >= maxRetry` the job is Failed, else the gang is
+    created again. So a gang restarts maxRetry - 1 times."""
+    restarts_on_failure = any(
+        p.get("action") == "RestartJob" and p.get("event") in ("PodFailed", "PodEvicted", "*")
+        for p in spec.get("policies") or []
+    )
+    if not restarts_on_failure:
+        return 0
+    max_retry = spec.get("maxRetry") or 3
+    retry_count = 0
+    restarts = 0
+    while True:  # every run of the gang fails
+        retry_count += 1
+        if retry_count >= max_retry:
+            return restarts
+        restarts += 1
+
+
+@pytest.mark.parametrize("retries_max", [0, 1, 3])
+def test_a_volcano_job_restarts_in_place_as_often_as_its_retries_allow(retries_max: int) -> None:
+    spec = build(request(nodes=2, retries_max=retries_max), cfg()).objects[0]["spec"]
+    assert _volcano_in_place_restarts(spec) == retries_max, spec["maxRetry"]
 
 
 def test_indexed_training_wires_master_addr_and_rank_from_the_completion_index() -> None:
@@ -163,6 +198,17 @@ def test_mig_inference_requests_one_slice_pinned_to_the_chosen_node(
     assert res["limits"] == res["requests"] == {resource: "1"}
     assert pod["nodeSelector"] == {"kubernetes.io/hostname": "h100-01"}
     assert obj["kind"] == "Job" and obj["apiVersion"] == "batch/v1"
+
+
+def test_a_media_extension_mig_job_requests_the_resource_the_device_plugin_advertises() -> None:
+    """NVIDIA's device plugin (internal/rm/rm.go, AddDefaultResourcesToConfig, mixed strategy)
+    advertises `strings.ReplaceAll("mig-"+profile, "+", ".")`: '+' is not allowed in a
+    resource name (validateResourceName: a qualified name, else 422 Invalid)."""
+    job = request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb+me")
+    obj = build(job, cfg(workload="indexed")).objects[0]
+    res = obj["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["limits"] == res["requests"] == {"nvidia.com/mig-1g.10gb.me": "1"}
+    assert semantic_causes(obj) == []
 
 
 def test_a_gang_is_pinned_to_exactly_the_chosen_nodes_one_pod_each() -> None:

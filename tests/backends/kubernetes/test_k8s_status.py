@@ -8,10 +8,12 @@ import pytest
 from k8s_sim import SHAPES, fill
 
 from queue_service.backends.base import RemoteState as R
+from queue_service.backends.kubernetes.manifests import FINALIZER
 from queue_service.backends.kubernetes.status import observe
 
 NOW = 1_750_000_000.0
 CREATED = "2025-06-15T15:06:40Z"  # NOW - 200 s
+LATER = "2025-06-15T15:08:00Z"  # NOW - 120 s
 GRACE = 300.0
 EID = "ns/job/j"
 
@@ -36,9 +38,9 @@ def job(shape: str | None, parallelism: int = 1, **extra: Any) -> dict[str, Any]
     }
 
 
-def vcjob(shape: str, retries: int = 0) -> dict[str, Any]:
+def vcjob(shape: str, retries: int = 0, **extra: Any) -> dict[str, Any]:
     return {
-        "metadata": {"name": "v"},
+        "metadata": {"name": "v", **extra},
         "spec": {},
         "status": fill(SHAPES[shape], time=CREATED, n=2, retries=retries),
     }
@@ -137,6 +139,30 @@ BATCH = [
         "deleted",
         None,
     ),
+    (
+        "being deleted, a pod still in its grace period",
+        job("job_running", 2, deletionTimestamp=CREATED),
+        [pod("pod_running"), pod("pod_succeeded", "j-1-xyz")],
+        R.RUNNING,
+        "stopping: 1 pod not stopped yet",
+        None,
+    ),
+    (
+        "being deleted, failed by the stop while another pod still checkpoints",
+        job("job_failed_backoff", 2, deletionTimestamp=CREATED),
+        [pod("pod_failed_error", exit_code=143, reason="Error"), pod("pod_running", "j-1-xyz")],
+        R.RUNNING,
+        "stopping",
+        None,
+    ),
+    (
+        "being deleted, failed by the stop",
+        job("job_failed_backoff", deletionTimestamp=CREATED),
+        [pod("pod_failed_error", exit_code=143, reason="Error")],
+        R.FAILED,
+        "exit code 143",
+        143,
+    ),
 ]
 
 
@@ -189,8 +215,37 @@ VOLCANO = [
     ),
     ("completed", vcjob("vcjob_completed"), [], R.SUCCEEDED, ""),
     (
+        "being deleted, pods still in their grace period",
+        vcjob("vcjob_running", deletionTimestamp=CREATED),
+        [pod("pod_running"), pod("pod_running", "v-worker-0")],
+        R.RUNNING,
+        "stopping: 2 pods not stopped yet",
+    ),
+    (
+        "being deleted, pods gone",
+        vcjob("vcjob_running", deletionTimestamp=CREATED),
+        [],
+        R.CANCELLED,
+        "",
+    ),
+    (
+        "aborting, a pod still in its grace period",
+        {**vcjob("vcjob_running"), "status": {"state": {"phase": "Aborting"}}},
+        [pod("pod_running")],
+        R.RUNNING,
+        "stopping",
+    ),
+    (
+        "aborted",
+        {**vcjob("vcjob_running"), "status": {"state": {"phase": "Aborted"}}},
+        [],
+        R.CANCELLED,
+        "Aborted",
+    ),
+    (
+        # The failure that used up maxRetry 4 is counted too: three restarts happened.
         "failed after retries",
-        vcjob("vcjob_failed", 3),
+        vcjob("vcjob_failed", 4),
         [pod("pod_failed_error", exit_code=2, reason="Error")],
         R.FAILED,
         "exit code 2 in pod j-0-abcde (Error) (after 3 in-place restarts)",
@@ -215,3 +270,33 @@ def test_volcano_phases_map_to_gpuq_states(
     seen = observe("ns/vcjob/v", "vcjob", obj, pods, now=NOW, image_pull_grace_s=GRACE)
     assert seen.status.state == state
     assert reason in seen.status.reason
+
+
+def test_a_completed_job_held_by_the_finalizer_after_its_ttl_is_still_a_success() -> None:
+    """kubernetes pkg/controller/ttlafterfinished deletes a finished Job (Foreground) once
+    ttlSecondsAfterFinished has passed (0: at once); gpuq's finalizer holds it until a poll
+    reports its end, which is its own."""
+    done = job("job_complete", deletionTimestamp=LATER, finalizers=[FINALIZER])
+    seen = observe(EID, "job", done, [], now=NOW, image_pull_grace_s=GRACE)
+    assert (seen.status.state, seen.status.exit_code) == (R.SUCCEEDED, 0), seen.status
+
+
+def test_a_completed_volcano_job_held_by_the_finalizer_after_its_ttl_is_still_a_success() -> None:
+    done = vcjob("vcjob_completed", deletionTimestamp=LATER, finalizers=[FINALIZER])
+    seen = observe("ns/vcjob/v", "vcjob", done, [], now=NOW, image_pull_grace_s=GRACE)
+    assert (seen.status.state, seen.status.exit_code) == (R.SUCCEEDED, 0), seen.status
+
+
+@pytest.mark.parametrize(
+    ("kind", "shape"),
+    [("job", "job_complete"), ("job", "job_failed_backoff"), ("vcjob", "vcjob_completed")],
+)
+def test_an_end_before_the_deletion_is_its_own_and_one_after_it_was_caused_by_the_stop(
+    kind: str, shape: str
+) -> None:
+    make = job if kind == "job" else vcjob
+    ended_at = CREATED  # the shapes' transition times
+    for deleted, own in ((None, True), (LATER, True), (ended_at, False)):
+        obj = make(shape, **({"deletionTimestamp": deleted} if deleted else {}))
+        seen = observe(f"ns/{kind}/j", kind, obj, [], now=NOW, image_pull_grace_s=GRACE)
+        assert seen.status.state in R.TERMINAL and seen.ended_first is own, (deleted, seen)
