@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from queue_service.jobs.spec import NOTIFY_EVENTS, duration_text
+from queue_service.jobs.spec import NOTIFY_EVENTS, JobSpecSerializer, duration_text
 
 # The form's inputs, in the order they are read.
 TEXT_FIELDS = (
@@ -171,6 +171,61 @@ def spec_to_form(spec: Mapping[str, Any]) -> dict[str, str]:
 
 def spec_to_yaml(spec: Mapping[str, Any]) -> str:
     return yaml.safe_dump(dict(spec), sort_keys=False, allow_unicode=True)
+
+
+# The form's pickers: a value they do not offer now cannot be shown, and would be dropped.
+PICKERS = ("team", "gpu_model", "mig_profile", "priority", "cluster")
+
+
+def form_changes(spec: Mapping[str, Any], offered: Mapping[str, Collection[str]]) -> list[str]:
+    """What a copy (jobs.services.copy_data) would lose or change if sent from the form
+    unchanged: spec fields the form has no input for or cannot hold ("nccl_debug",
+    "retries.on", "env.OPTS"), and picked values not among `offered` now (per PICKERS).
+    Empty: the form holds the copy exactly."""
+    values = spec_to_form(spec)
+    # As a browser posts it: a textarea's line breaks come back as CRLF.
+    posted = {
+        k: re.sub(r"\r\n|\r|\n", "\r\n", v) if k in ("command", "env") else v
+        for k, v in values.items()
+    }
+    back = form_to_spec(posted)
+    changes = [
+        f"{name}: {back.data[name]} is not offered now"
+        for name in PICKERS
+        if back.data.get(name) and back.data[name] not in offered.get(name, ())
+    ]
+    # A list command becomes one shell line that runs the same argv: a different form, not a
+    # change.
+    if isinstance(spec.get("command"), list):
+        spec = {**spec, "command": values["command"]}
+    before, after = _as_stored(spec), _as_stored(back.data)
+    for key in sorted(before.keys() | after.keys()):
+        old, new = before.get(key), after.get(key)
+        if old == new:
+            continue
+        # Named by the original's entries that change (env.OPTS), not by what a cut-up value
+        # would add.
+        subs = [
+            f"{key}.{sub}"
+            for sub in (old if isinstance(old, Mapping) else ())
+            if not isinstance(new, Mapping) or old[sub] != new.get(sub)
+        ]
+        changes += subs or [key]
+    return list(dict.fromkeys(changes))
+
+
+def _as_stored(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` as the API's serializer would store it; a field it refuses now (a priority
+    class since removed, a time limit above a lowered ceiling) by its errors instead."""
+    data, refused = dict(data), {}
+    for _ in range(3):  # a refusal in validate() may hide those of other fields
+        serializer = JobSpecSerializer(data=data)
+        if serializer.is_valid():
+            return {**serializer.validated_data, **refused}
+        for key, errors in serializer.errors.items():
+            refused[key] = [str(e) for e in errors] if isinstance(errors, list) else errors
+            data.pop(key, None)
+    return refused
 
 
 def _text(value: Any) -> str:

@@ -8,13 +8,7 @@ from .views import jobs, pages, teams
 urlpatterns = [
     path("", pages.dashboard, name="dashboard"),
     path("live/dashboard/", pages.dashboard_live, name="dashboard-live"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="frontend/login.html", redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
+    path("login/", pages.SignIn.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("me/", pages.account, name="account"),
     path("me/email/", pages.email_set, name="email-set"),

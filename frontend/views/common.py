@@ -12,27 +12,61 @@ from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
+from django.urls import Resolver404, get_script_prefix, resolve, reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django_htmx.http import HttpResponseClientRedirect
 from rest_framework import exceptions as drf
 
 from queue_service.jobs.models import Job
 from queue_service.tenancy.services import teams_for
 
+# Pages a sign-in may go back to: the others answer only htmx or a form's POST, or are files.
+PAGES = frozenset(
+    {"dashboard", "submit", "queue", "clusters", "teams", "team-admin", "account", "job"}
+)
+
 
 def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
     """login_required, except that a polled fragment whose session ended sends the whole page
-    to the sign-in form (a plain redirect would put the form inside the fragment)."""
+    to the sign-in form (a plain redirect would put the form inside the fragment), and that a
+    form sent without a session comes back to a page, not to its POST-only URL (a 405)."""
     guarded = login_required(view)
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if request.headers.get("HX-Request") and not request.user.is_authenticated:
-            page = urlsplit(request.headers.get("HX-Current-URL", "/"))
-            back = page.path + (f"?{page.query}" if page.query else "")
+        if request.user.is_authenticated or (
+            request.method in ("GET", "HEAD") and not request.headers.get("HX-Request")
+        ):
+            return guarded(request, *args, **kwargs)
+        if request.headers.get("HX-Request"):
+            back = page_of(request.headers.get("HX-Current-URL", "/"))
             return HttpResponseClientRedirect(redirect_to_login(back).url)
-        return guarded(request, *args, **kwargs)
+        # The form's page (a same-origin Referer), else the page of what it changes.
+        referer = request.headers.get("Referer", "")
+        safe = url_has_allowed_host_and_scheme(
+            referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+        )
+        return redirect_to_login(page_of(referer if safe else request.path))
 
     return wrapper
+
+
+def page_of(url: str) -> str:
+    """`url`'s path and query if it is one of PAGES, else the nearest page above its path
+    (/jobs/<id>/update/ -> /jobs/<id>/), else the dashboard."""
+    parts = urlsplit(url)
+    prefix, path = get_script_prefix(), parts.path
+    query = f"?{parts.query}" if parts.query else ""
+    while path.startswith(prefix):
+        try:
+            if resolve("/" + path.removeprefix(prefix)).url_name in PAGES:
+                return path + query
+        except Resolver404:
+            pass
+        if path in (prefix, ""):
+            break
+        path, query = path.rstrip("/").rpartition("/")[0] + "/", ""
+    return reverse("dashboard")
 
 
 @contextmanager

@@ -381,9 +381,14 @@ def submit(request: HttpRequest) -> HttpResponse:
         if source:
             data = job_services.copy_data(context["copied_from"])
             if request.GET.get("array"):  # e.g. an array's tasks that did not succeed
-                data["array"] = request.GET["array"]
+                data["array"] = context["copy_array"] = request.GET["array"]
             context["values"] = forms.spec_to_form(data)
             context["yaml_text"] = forms.spec_to_yaml(data)
+            # A copy the form cannot hold opens as YAML, so that it is not changed unseen;
+            # the Form tab (mode=form) still opens the form, saying what it would change.
+            context["form_changes"] = forms.form_changes(data, _offered(context))
+            if context["form_changes"] and "mode" not in request.GET:
+                context["mode"] = "yaml"
         return render(request, "frontend/submit.html", context)
 
     if mode == "yaml":
@@ -395,6 +400,10 @@ def submit(request: HttpRequest) -> HttpResponse:
             listing, loose = forms.yaml_listing(text, None, {}, (exc.line, str(exc)))
         except ValidationError as exc:
             listing, loose = forms.yaml_listing(text, exc.detail, yaml_field_lines(text), None)
+        except job_services.JobConflict as exc:  # nothing stored; the text stays to resend
+            listing, loose = forms.yaml_listing(text, None, {}, (None, str(exc)))
+            context.update(yaml_listing=listing, yaml_loose=loose)
+            return render(request, "frontend/submit.html", context, status=409)
         else:
             return _submitted(request, job)
         context.update(yaml_listing=listing, yaml_loose=loose)
@@ -413,6 +422,9 @@ def submit(request: HttpRequest) -> HttpResponse:
     except ValidationError as exc:
         context["errors"] = forms.form_errors(exc.detail)
         return render(request, "frontend/submit.html", context, status=400)
+    except job_services.JobConflict as exc:  # nothing stored; the form stays filled in
+        context["errors"] = {forms.NON_FIELD: [str(exc)]}
+        return render(request, "frontend/submit.html", context, status=409)
     return _submitted(request, job)
 
 
@@ -436,9 +448,21 @@ def _submit(request: HttpRequest, data: dict[str, Any], copy_of: Job | None) -> 
     token = request.POST.get("form_token", "")[:40]
     key = None
     if token:
-        digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:32]
-        key = f"ui-{token}-{digest}"
+        text = json.dumps(_jsonable(data), sort_keys=True, default=str)
+        key = f"ui-{token}-{hashlib.sha256(text.encode()).hexdigest()[:32]}"
     return job_services.submit_job(request.user, data, idempotency_key=key, copy_of=copy_of).job
+
+
+def _jsonable(value: Any) -> Any:
+    """Pasted YAML may hold what JSON cannot (a number key beside text keys, a set, a date):
+    made digestible here, since only the API's validation may refuse it (a 400, not a 500)."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, set | frozenset):  # in an order that is the same in every process
+        return sorted(repr(v) for v in value)
+    return value
 
 
 @signed_in
@@ -465,6 +489,17 @@ def submit_preview(request: HttpRequest) -> HttpResponse:
     except ValidationError as exc:
         context["problems"] = forms.flatten_errors(exc.detail)
     return render(request, "frontend/fragments/preview.html", context)
+
+
+def _offered(context: dict[str, Any]) -> dict[str, list[str]]:
+    """The values the form's pickers offer now (forms.PICKERS)."""
+    return {
+        "team": context["team_slugs"],
+        "gpu_model": context["gpu_models"],
+        "mig_profile": [c.profile for c in context["mig"]],
+        "priority": context["priority_names"],
+        "cluster": context["cluster_names"],
+    }
 
 
 def _submit_context(request: HttpRequest, mode: str) -> dict[str, Any]:

@@ -8,8 +8,10 @@ from collections.abc import Iterable
 from functools import reduce
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.contrib import messages
+from django.contrib.auth.views import LoginView
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -274,7 +276,19 @@ def _maps(request: HttpRequest, clusters: list[Cluster], *, compact: bool) -> li
     return out
 
 
-# --- personal page ---------------------------------------------------------------------------
+# --- sign in and the personal page -----------------------------------------------------------
+
+
+class SignIn(LoginView):
+    """Django's sign-in. A `next` that is the sign-in page itself goes to the dashboard:
+    for someone signed in already, Django raises on that redirection loop (a 500)."""
+
+    template_name = "frontend/login.html"
+    redirect_authenticated_user = True
+
+    def get_redirect_url(self) -> str:
+        url: str = super().get_redirect_url()
+        return "" if urlsplit(url).path == self.request.path else url
 
 
 @signed_in

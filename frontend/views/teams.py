@@ -15,12 +15,14 @@ from rest_framework.exceptions import ValidationError
 
 from frontend import charts
 from frontend.forms import flatten_errors
+from frontend.templatetags.gpuq import gpus
 from queue_service.api.serializers import QuotaSerializer
 from queue_service.clusters.models import Node
 from queue_service.jobs.reports import (
     DEFAULT_DAYS,
     EARLIEST,
     MAX_DAYS,
+    QuotaUsage,
     quota_usage,
     usage_csv,
     usage_report,
@@ -89,10 +91,20 @@ def _period(request: HttpRequest) -> tuple[date, date, str]:
     return first, last, ""
 
 
-def _render(request: HttpRequest, team: Team, status: int = 200, **extra: Any) -> HttpResponse:
+def _render(
+    request: HttpRequest,
+    team: Team,
+    status: int = 200,
+    quota_typed: dict[str, str] | None = None,
+    **extra: Any,
+) -> HttpResponse:
+    """The admin page; after a refused quota, with what was typed in its form."""
     first, last, period_error = _period(request)
     report = usage_report(team, first, last, timezone.now())
     members = list(team.memberships.select_related("user").order_by("user__username"))
+    quotas = quota_usage([team])
+    typed = quota_typed or {}
+    model = typed.get("gpu_model")
     return render(
         request,
         "frontend/team_admin.html",
@@ -100,7 +112,11 @@ def _render(request: HttpRequest, team: Team, status: int = 200, **extra: Any) -
             "team": team,
             "members": members,
             "roles": Membership.Role.values,
-            "quotas": quota_usage([team]),
+            "quotas": [
+                (q, {**_quota_boxes(q), **(typed if model == q.gpu_model else {})}) for q in quotas
+            ],
+            # A refused new quota: its form open again, as typed.
+            "quota_adding": typed if typed and model not in {q.gpu_model for q in quotas} else {},
             "gpu_models": sorted(
                 {Quota.ANY_MODEL, *Node.objects.values_list("gpu_model", flat=True)}
             ),
@@ -115,6 +131,16 @@ def _render(request: HttpRequest, team: Team, status: int = 200, **extra: Any) -
         },
         status=status,
     )
+
+
+def _quota_boxes(q: QuotaUsage) -> dict[str, str]:
+    """A quota's form as drawn: an empty box for no limit."""
+    return {
+        "nominal_gpus": gpus(q.nominal),
+        "borrowing_limit_gpus": "" if q.borrowing_limit is None else gpus(q.borrowing_limit),
+        "lending_limit_gpus": "" if q.lending_limit is None else gpus(q.lending_limit),
+        "max_running_jobs": "" if q.max_running_jobs is None else str(q.max_running_jobs),
+    }
 
 
 @signed_in
@@ -170,8 +196,9 @@ def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
         for k, v in request.POST.items()
         if k in QuotaSerializer.Meta.fields and v.strip()
     }
-    # An emptied optional box means "no limit".
-    for optional in ("lending_limit_gpus", "max_running_jobs"):
+    # An emptied optional box means "no limit", as the page draws one (a team admin is told
+    # by set_quota to give a borrowing limit).
+    for optional in ("borrowing_limit_gpus", "lending_limit_gpus", "max_running_jobs"):
         data.setdefault(optional, None)
     body = QuotaSerializer(data=data)
     model = data.get("gpu_model") or ""
@@ -181,7 +208,10 @@ def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
         with permission_as_403():
             team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
     except ValidationError as exc:
-        return _render(request, team, 400, errors={"quota": flatten_errors(exc.detail)})
+        typed = {k: request.POST[k] for k in QuotaSerializer.Meta.fields if k in request.POST}
+        return _render(
+            request, team, 400, errors={"quota": flatten_errors(exc.detail)}, quota_typed=typed
+        )
     messages.success(request, f"Saved the {model} quota of {team.slug}.")
     return redirect("team-admin", slug=team.slug)
 

@@ -15,6 +15,7 @@ from frontend.forms import (
     NON_FIELD,
     duration_text,
     flatten_errors,
+    form_changes,
     form_errors,
     form_to_spec,
     form_values,
@@ -187,6 +188,72 @@ def test_a_stored_spec_fills_the_form_for_a_copy() -> None:
     assert form_to_spec(values).data["notify"] == stored["notify"]
     assert "notify" not in form_to_spec({**values, "notify": ""}).data
     assert spec_to_form({"command": "true"})["notify"] == ""  # none asked for: none ticked
+
+
+# A job as copy_data gives it: its stored spec, with its team.
+STORED = {
+    "name": "run", "kind": "training", "image": None, "command": ["python", "t.py"],
+    "env": {}, "nodes": 1, "gpus_per_node": 1, "gpu_model": None, "mig_profile": None,
+    "cpus_per_gpu": None, "memory": None, "time_limit": 86400, "priority": "normal",
+    "checkpoint": None, "nccl_debug": False,
+    "retries": {"max": 3, "on": ["node_failure", "preemption"]}, "team": "vision",
+}  # fmt: skip
+# What the form's pickers offer now.
+OFFERED = {
+    "team": ["vision", "language"], "gpu_model": ["SIM-A100"], "mig_profile": ["1g.10gb"],
+    "priority": ["high", "normal", "low"], "cluster": ["local"],
+}  # fmt: skip
+MIG = {"kind": "agent", "gpus_per_node": 0, "mig_profile": "1g.10gb"}
+COPIES = {
+    "the defaults": ({}, []),
+    "all the form's inputs": (
+        {
+            "command": "set -e\nmake",
+            "env": {"A": "1", "B": "x y "},
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "gpu_model": "SIM-A100",
+            "cpus_per_gpu": 8,
+            "memory": 65536,
+            "time_limit": 5400,
+            "priority": "low",
+            "retries": {"max": 0, "on": ["node_failure", "preemption"]},
+            "checkpoint": {"dir": "/ck", "interval": 1800},
+            "cluster": "local",
+            "hold": True,
+            "after": ["6f1c0bd4-0d64-4c38-9f5a-4f0f3a4a0b11"],
+            "array": "7",
+            "notify": ["start", "end"],
+        },
+        [],
+    ),
+    "a MIG slice": (MIG, []),
+    "nccl_debug": ({"gpus_per_node": 2, "nccl_debug": True}, ["nccl_debug"]),
+    "retries on preemption only": ({"retries": {"max": 1, "on": ["preemption"]}}, ["retries.on"]),
+    "an env value over two lines": ({"env": {"K": "v", "OPTS": "--a\nB=c"}}, ["env.OPTS"]),
+    "an env value with a carriage return": ({"env": {"OPTS": "a\rb"}}, ["env.OPTS"]),
+    "a script with CRLF line ends": ({"command": "set -e\r\nmake"}, ["command"]),
+    "a MIG job's gpu model": ({**MIG, "gpu_model": "A100-SXM4-80GB"}, ["gpu_model"]),
+    "a gpu model no node has now": ({"gpu_model": "H100"}, ["gpu_model: H100 is not offered now"]),
+    "a MIG slice no up node has now": (
+        {**MIG, "mig_profile": "2g.20gb"},
+        ["mig_profile: 2g.20gb is not offered now"],
+    ),
+    "a disabled pinned cluster": ({"cluster": "old"}, ["cluster: old is not offered now"]),
+    "a priority class since removed": (
+        {"priority": "urgent"},
+        ["priority: urgent is not offered now"],
+    ),
+    "another team": ({"team": "audio"}, ["team: audio is not offered now"]),
+}
+
+
+@pytest.mark.parametrize(("changed", "expected"), COPIES.values(), ids=COPIES.keys())
+def test_the_form_holds_a_copy_exactly_or_names_what_it_would_change(
+    db: Any, changed: dict[str, Any], expected: list[str]
+) -> None:
+    # A list command becomes one shell line that runs the same argv (below): not a change.
+    assert form_changes({**STORED, **changed}, OFFERED) == expected
 
 
 HOSTILE = st.text(
