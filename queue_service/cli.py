@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import os
 import sys
@@ -96,7 +97,8 @@ class Api:
                 break
             except urllib.error.HTTPError as exc:
                 raise CliError(_http_error(exc)) from None
-            except (urllib.error.URLError, OSError) as exc:
+            # HTTPException: an answer cut short (a proxy dropped it), or no HTTP at all.
+            except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 if pause is None:
                     why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                     raise CliError(f"cannot reach {self.base}: {why}") from None
@@ -116,7 +118,10 @@ def _http_error(exc: urllib.error.HTTPError) -> str:
             f"the server answered {exc.code}, redirecting to {where};"
             " set GPUQ_URL to where it points"
         )
-    raw = exc.read()
+    try:
+        raw = exc.read()
+    except (OSError, http.client.HTTPException):  # the error's body was cut short
+        raw = b""
     try:
         body = json.loads(raw)
     except ValueError:
@@ -388,20 +393,29 @@ def exit_status(jobs: Sequence[Mapping[str, Any]]) -> int:
 
 def follow_job(api: Api, ident: str, interval_s: float, out: IO[str]) -> dict[str, Any]:
     """Write the job's stdout to `out` and its stderr to stderr as they come, until the job
-    has ended and both are read out; return the job as it ended. The end is the job's state,
-    not the logs' eof: a backend sees its process end before gpuq's next sync records it. A
-    new attempt (a requeue after preemption) writes new logs: they are read from the start."""
-    offsets = {"stdout": 0, "stderr": 0}
+    has ended and both are read out; return the job as it ended."""
+    return follow_streams(api, ident, interval_s, {"stdout": out, "stderr": sys.stderr})
+
+
+def follow_streams(
+    api: Api, ident: str, interval_s: float, sinks: Mapping[str, IO[str]]
+) -> dict[str, Any]:
+    """Each stream to its sink as it comes, until the job has ended and they are read out;
+    the job as it ended. The end is the job's state, not the logs' eof: a backend sees its
+    process end before gpuq's next sync records it, an attempt's log ends where a suspend
+    or a requeue stopped it, and a lost job's never does. A new attempt writes new logs:
+    they are read from the start."""
+    offsets = dict.fromkeys(sinks, 0)
     attempts = state = None
     while True:
         job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
         if job["attempts"] != attempts:
-            attempts, offsets = job["attempts"], {"stdout": 0, "stderr": 0}
+            attempts, offsets = job["attempts"], dict.fromkeys(sinks, 0)
         if job["state"] != state and job["state"] == "suspended":
             print(f"gpuq: job {ident} is suspended; following it once resumed", file=sys.stderr)
         state = job["state"]
         read = False
-        for stream, sink in (("stdout", out), ("stderr", sys.stderr)):
+        for stream, sink in sinks.items():
             chunk = api.call(
                 "GET",
                 f"jobs/{ident}/logs/",
@@ -782,7 +796,10 @@ def write_logs(
     api: Api, ident: str, stream: str, follow: bool, interval_s: float, out: IO[str]
 ) -> None:
     """Write the bytes as the job wrote them, from offset 0 until the end of what there is
-    (or, following, until the job ends)."""
+    (or, following, until the job ends, through suspends and requeues)."""
+    if follow:
+        follow_streams(api, ident, interval_s, {stream: out})
+        return
     offset = 0
     while True:
         chunk = api.call(
@@ -795,16 +812,14 @@ def write_logs(
         if chunk["eof"]:
             return
         if not data:
-            if not follow:
-                if chunk["next_offset"] == 0:  # silence would look like an empty log
-                    state = api.call("GET", f"jobs/{ident}/")["state"]
-                    where = " on stderr" if stream == "stderr" else ""
-                    print(
-                        f"gpuq: no output yet{where} (the job is {state}); -f waits for it",
-                        file=sys.stderr,
-                    )
-                return
-            time.sleep(interval_s)
+            if chunk["next_offset"] == 0:  # silence would look like an empty log
+                state = api.call("GET", f"jobs/{ident}/")["state"]
+                where = " on stderr" if stream == "stderr" else ""
+                print(
+                    f"gpuq: no output yet{where} (the job is {state}); -f waits for it",
+                    file=sys.stderr,
+                )
+            return
         offset = chunk["next_offset"]
 
 
@@ -993,7 +1008,7 @@ def main(
 ) -> int:
     top = parser()
     args = top.parse_args(argv)
-    token = args.token or environ.get("GPUQ_TOKEN", "")
+    token = (args.token or environ.get("GPUQ_TOKEN", "")).strip()
     token_file = environ.get("GPUQ_TOKEN_FILE", "")
     if not token and token_file:  # as the service's own secrets: VAR or VAR_FILE
         try:
@@ -1007,6 +1022,8 @@ def main(
             "no API token: set GPUQ_TOKEN (or GPUQ_TOKEN_FILE) or pass --token"
             " (your account page makes one)",
         )
+    if any(not 33 <= ord(c) <= 126 for c in token):  # a header carries printable ASCII only
+        _usage(top, "the API token holds a character a token cannot have (pasted from a document?)")
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
         _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
@@ -1029,6 +1046,9 @@ def main(
     except ValueError as exc:
         _usage(top, str(exc))
     stream = out or sys.stdout
+    if stream is sys.stdout and hasattr(sys.stdout, "reconfigure"):
+        # A job name the terminal's encoding cannot show is escaped, not a crash for all.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         code: int = args.run(api, args, stream, datetime.now(UTC))
         return code
