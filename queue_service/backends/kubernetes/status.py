@@ -11,7 +11,8 @@ Judgement calls (docs/kubernetes.md explains them):
 - a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED;
 - a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
   finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
-  pods still runs or waits (their GPUs are not free yet), then CANCELLED."""
+  pods still runs or waits (their GPUs are not free yet), then CANCELLED; so is a failing
+  batch Job, then FAILED."""
 
 from __future__ import annotations
 
@@ -195,6 +196,11 @@ def batch_job_status(
         )
     failed = conds.get("Failed") or conds.get("FailureTarget")
     if failed is not None:
+        # The controller marks a Job failing (FailureTarget; Failed too before Kubernetes
+        # 1.31, kubernetes#123775), then deletes its other pods: their GPUs are busy until
+        # they are gone, and their exit codes are known only then.
+        if (failing := _stopping(eid, pods, "Failing")) is not None:
+            return failing
         return Observation(
             _failed_job(eid, failed, pods),
             ended_first=_ended_first(job, failed.get("lastTransitionTime")),

@@ -156,6 +156,25 @@ BATCH = [
         None,
     ),
     (
+        "failing: the controller is still deleting the gang's other pods",
+        job("job_failed_backoff", 2),
+        [pod("pod_failed_error", exit_code=3, reason="Error"), pod("pod_running", "j-1-xyz")],
+        R.RUNNING,
+        "stopping: 1 pod not stopped yet",
+        None,
+    ),
+    (
+        "failed: the gang's other pod stopped by the controller",
+        job("job_failed_backoff", 2),
+        [
+            pod("pod_failed_error", exit_code=3, reason="Error"),
+            pod("pod_failed_error", "j-1-xyz", exit_code=143, reason="Error"),
+        ],
+        R.FAILED,
+        "exit code 3 in pod j-0-abcde",
+        3,
+    ),
+    (
         "being deleted, failed by the stop",
         job("job_failed_backoff", deletionTimestamp=CREATED),
         [pod("pod_failed_error", exit_code=143, reason="Error")],
