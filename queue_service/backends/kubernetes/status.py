@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from ..base import JobStatus, RemoteState
+from .manifests import CONTAINER
 
 Obj = Mapping[str, Any]
 
@@ -64,8 +65,11 @@ def _true_conditions(obj: Obj) -> dict[str, Obj]:
 
 
 def _main_status(pod: Obj) -> Obj:
+    """The job's own container's status: the kubelet lists containers by name, so an injected
+    sidecar (istio-proxy, say) may come first."""
     statuses = _get(pod, "status", "containerStatuses") or []
-    return statuses[0] if statuses else {}
+    named = [c for c in statuses if c.get("name") == CONTAINER]
+    return named[0] if named else (statuses[0] if statuses else {})
 
 
 def _disruption(pod: Obj) -> tuple[str, str, str] | None:

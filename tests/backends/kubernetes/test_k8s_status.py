@@ -319,3 +319,18 @@ def test_an_end_before_the_deletion_is_its_own_and_one_after_it_was_caused_by_th
         obj = make(shape, **({"deletionTimestamp": deleted} if deleted else {}))
         seen = observe(f"ns/{kind}/j", kind, obj, [], now=NOW, image_pull_grace_s=GRACE)
         assert seen.status.state in R.TERMINAL and seen.ended_first is own, (deleted, seen)
+
+
+def test_the_jobs_own_container_is_read_when_a_sidecar_is_listed_first() -> None:
+    """The kubelet sorts container statuses by name: an injected istio-proxy that exited 0
+    comes before `main`, which failed with 3."""
+    failed = pod("pod_failed_error", exit_code=3, reason="Error")
+    (main,) = failed["status"]["containerStatuses"]
+    sidecar = {**main, "name": "istio-proxy", "state": {"terminated": {"exitCode": 0}}}
+    failed["status"]["containerStatuses"] = [sidecar, {**main, "name": "main"}]
+
+    seen = observe(
+        EID, "job", job("job_failed_backoff"), [failed], now=NOW, image_pull_grace_s=GRACE
+    )
+
+    assert (seen.status.state, seen.status.exit_code) == (R.FAILED, 3)
