@@ -81,6 +81,17 @@ def env_float_or_off(name: str, default: float) -> float | None:
     return value
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_log_level(name: str, default: str) -> str:
+    """One of logging's level names, in any case (logging.config takes only upper case)."""
+    raw = env(name, default)
+    if raw.strip().upper() not in LOG_LEVELS:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be one of {', '.join(LOG_LEVELS)}")
+    return raw.strip().upper()
+
+
 def env_list(name: str, default: str) -> list[str]:
     return [item.strip() for item in env(name, default).split(",") if item.strip()]
 
@@ -162,6 +173,13 @@ GPUQ_CYCLE_INTERVAL_S = env_float("GPUQ_CYCLE_INTERVAL_S", 5.0, minimum=0.1)
 GPUQ_SYNC_INTERVAL_S = env_float("GPUQ_SYNC_INTERVAL_S", 5.0, minimum=0.1)
 GPUQ_DEFAULT_TIME_LIMIT_S = env_float("GPUQ_DEFAULT_TIME_LIMIT_S", 24 * 3600.0, minimum=60)
 GPUQ_MAX_TIME_LIMIT_S = env_float("GPUQ_MAX_TIME_LIMIT_S", 30 * 24 * 3600.0, minimum=60)
+# Over the maximum, the default would give every job without a time_limit more than it allows.
+if GPUQ_DEFAULT_TIME_LIMIT_S > GPUQ_MAX_TIME_LIMIT_S:
+    raise ImproperlyConfigured(
+        f"GPUQ_DEFAULT_TIME_LIMIT_S={GPUQ_DEFAULT_TIME_LIMIT_S:.15g} exceeds"
+        f" GPUQ_MAX_TIME_LIMIT_S={GPUQ_MAX_TIME_LIMIT_S:.15g}:"
+        " lower the default or raise the maximum"
+    )
 # Tasks in one job array (Slurm's MaxArraySize is 1001): each is a job row, made in one
 # transaction, so the ceiling keeps one submit's insert bounded.
 GPUQ_MAX_ARRAY_TASKS = env_count("GPUQ_MAX_ARRAY_TASKS", 1000, maximum=100_000)
@@ -338,5 +356,5 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env("GPUQ_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env_log_level("GPUQ_LOG_LEVEL", "INFO")},
 }

@@ -6,6 +6,7 @@ Alice and Bob are teammates in `vision` (Alice owns the jobs under test), Charli
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -123,6 +124,18 @@ def local_cluster(db: Any, tmp_path: Any) -> Iterator[Any]:
     _kill_leftovers(tmp_path / "jobs")
 
 
+@pytest.fixture(autouse=True)
+def _no_processes_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Jobs of the local backend that a test leaves running (a cluster of its own in
+    tmp_path) are killed after it, ranks included."""
+    uses_tmp = "tmp_path" in request.fixturenames
+    tmp = request.getfixturevalue("tmp_path") if uses_tmp else None
+    yield
+    if tmp is not None:
+        for workdir in tmp.glob("*jobs"):
+            _kill_leftovers(workdir)
+
+
 def _kill_leftovers(workdir: Any) -> None:
     import signal
     from pathlib import Path
@@ -130,6 +143,12 @@ def _kill_leftovers(workdir: Any) -> None:
     for pid_file in Path(workdir).glob("*/*/supervisor.pid"):
         with contextlib.suppress(ValueError, OSError):
             os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    # The ranks run in process groups of their own: the supervisor's death leaves them.
+    for started in Path(workdir).glob("*/*/started.json"):
+        with contextlib.suppress(ValueError, OSError, KeyError, TypeError):
+            for pid in json.loads(started.read_text())["pids"]:
+                with contextlib.suppress(OSError):
+                    os.killpg(int(pid), signal.SIGKILL)
 
 
 def spec(**overrides: Any) -> dict[str, Any]:

@@ -2,12 +2,14 @@
 
 Settings: `nodes` = [{"name", "gpus", "gpu_model", "pool"?, "mig"?, "mig_layout"?}],
 `workdir` (default GPUQ_LOCAL_WORKDIR/<cluster>). Each attempt of a job gets a directory
-`<workdir>/<job_id>/<attempt>/` holding request.json, the supervisor's pid, stdout/stderr and
-result.json; the directory is the job's identity, which makes submit idempotent and lets a
+`<workdir>/<job_id>/<attempt>/` holding request.json, the supervisor's pid, stdout/stderr,
+result.json and `work/`, the ranks' working directory (so a job's own files are never taken for
+gpuq's); the directory is the job's identity, which makes submit idempotent and lets a
 restarted worker re-attach (or find the job lost)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -31,9 +33,13 @@ from .base import (
     SubmitResult,
     job_env,
 )
+from .local_runner import group_members
 
 DEFAULT_WORKDIR = Path("var/local-jobs")
+RUNNER = "queue_service.backends.local_runner"
 STREAMS = ("stdout", "stderr")
+# What local_runner writes in result.json.
+VERDICTS = RemoteState.TERMINAL - {RemoteState.PREEMPTED, RemoteState.NODE_FAILURE}
 
 
 class LocalBackend:
@@ -144,7 +150,7 @@ class LocalBackend:
         try:
             # The supervisor claims supervisor.pid with O_EXCL: a repeated launch exits at once.
             subprocess.run(
-                [sys.executable, "-m", "queue_service.backends.local_runner", str(job_dir)],
+                [sys.executable, "-m", RUNNER, str(job_dir)],
                 check=True,
                 timeout=30,
                 cwd=_repo_root(),
@@ -164,39 +170,37 @@ class LocalBackend:
             job_dir = self._dir(external_id)
         except BackendError:
             return JobStatus(external_id, RemoteState.LOST, reason="unknown job id")
-        result = job_dir / "result.json"
-        if result.exists():
-            data = json.loads(result.read_text())
-            return JobStatus(
-                external_id,
-                data["state"],
-                exit_code=data.get("exit_code"),
-                reason=data.get("reason", ""),
-                native_state=data["state"],
-            )
+        verdict = _verdict(external_id, job_dir)
+        if verdict is not None:
+            return verdict
         pid = _read_pid(job_dir / "supervisor.pid")
-        if pid is not None and _alive(pid):
+        if pid is not None and _alive(pid, job_dir):
             if (job_dir / "started.json").exists():
                 return JobStatus(external_id, RemoteState.RUNNING, native_state="running")
             return JobStatus(external_id, RemoteState.QUEUED, native_state="starting")
         request = job_dir / "request.json"
         if pid is None and request.exists() and time.time() - request.stat().st_mtime < 60:
             return JobStatus(external_id, RemoteState.QUEUED, native_state="launching")
-        if result.exists():  # it finished between the two looks
-            return self._status(external_id)
-        return JobStatus(
-            external_id,
-            RemoteState.LOST,
-            reason="the job's supervisor is gone (machine restarted?)",
-        )
+        verdict = _verdict(external_id, job_dir)  # it finished between the two looks
+        if verdict is not None:
+            return verdict
+        _kill_ranks(job_dir)  # unsupervised, they would hold GPUs the queue hands out again
+        if (job_dir / "result.json").exists():
+            reason = "the job's supervisor is gone and result.json is not its verdict"
+        else:
+            reason = "the job's supervisor is gone (machine restarted?)"
+        return JobStatus(external_id, RemoteState.LOST, reason=reason)
 
     def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
         job_dir = self._dir(external_id)
-        if (job_dir / "result.json").exists():
+        if _verdict(external_id, job_dir) is not None:
             return False  # it ended on its own
-        (job_dir / "cancel.json").write_text(json.dumps({"grace_s": grace_s}))
+        # Whole or not at all: the supervisor may read it at any moment.
+        tmp = job_dir / f"cancel.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps({"grace_s": grace_s}))
+        os.replace(tmp, job_dir / "cancel.json")
         pid = _read_pid(job_dir / "supervisor.pid")
-        if pid is not None and _alive(pid):
+        if pid is not None and _alive(pid, job_dir):
             os.kill(pid, signal.SIGTERM)
         return True
 
@@ -207,7 +211,7 @@ class LocalBackend:
             raise BackendError(f"stream must be one of {STREAMS}", permanent=True)
         job_dir = self._dir(external_id)
         path = job_dir / stream
-        finished = (job_dir / "result.json").exists()
+        finished = _verdict(external_id, job_dir) is not None
         if not path.exists():
             return LogChunk(b"", offset, eof=finished)
         with path.open("rb") as f:
@@ -219,6 +223,22 @@ class LocalBackend:
         return LogChunk(data, offset + len(data), eof=finished and at_end)
 
 
+def _verdict(external_id: str, job_dir: Path) -> JobStatus | None:
+    """The supervisor's result.json, or None while there is none. Jobs run as the same user
+    and could write that file: what is not a verdict is no verdict, never an exception."""
+    try:
+        data = json.loads((job_dir / "result.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("state") not in VERDICTS:
+        return None
+    exit_code, reason = data.get("exit_code"), data.get("reason", "")
+    if not (exit_code is None or type(exit_code) is int) or not isinstance(reason, str):
+        return None
+    state = str(data["state"])
+    return JobStatus(external_id, state, exit_code=exit_code, reason=reason, native_state=state)
+
+
 def _read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -226,19 +246,42 @@ def _read_pid(path: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    """Alive and still our supervisor (a recycled pid would be some other program)."""
+def _alive(pid: int, job_dir: Path) -> bool:
+    """Alive and still the supervisor of this job (a recycled pid would be another program,
+    or another job's supervisor)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    if b"local_runner" not in cmdline:
+    if argv[-2:] != [os.fsencode(job_dir), b""] or RUNNER.encode() not in argv:
         return False
     try:
         status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
         return False
     return status != "Z"
+
+
+def _kill_ranks(job_dir: Path) -> None:
+    """SIGKILL the process groups of a job whose supervisor is gone: those started.json
+    names that still hold a process working in the job's directory (a group id alone
+    may by now be another program's)."""
+    try:
+        pgids = [int(p) for p in json.loads((job_dir / "started.json").read_text())["pids"]]
+    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        return
+    for pgid in pgids:
+        if pgid > 1 and any(_works_in(pid, job_dir) for pid in group_members(pgid)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+
+
+def _works_in(pid: int, job_dir: Path) -> bool:
+    try:
+        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return False
+    return cwd == job_dir or job_dir in cwd.parents
 
 
 def _repo_root() -> Path:

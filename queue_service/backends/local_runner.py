@@ -2,8 +2,10 @@
 
 It detaches (double fork, new session) so a worker restart does not kill it, starts one
 process per allocated node (rank), and writes result.json when the job ends: exit code,
-timeout, cancellation (SIGTERM to the supervisor), or the first failing rank stopping the
-gang. Each rank runs in its own process group so the whole tree is signalled."""
+timeout, cancellation (SIGTERM to the supervisor, or cancel.json found at start), or the first
+failing rank stopping the gang. Each rank runs in its own process group, in DIR/work (DIR holds
+gpuq's own files), so the whole tree is signalled: whatever a rank leaves in its group when it
+exits gets TERM, then KILL after the grace, before the verdict is written."""
 
 from __future__ import annotations
 
@@ -19,12 +21,46 @@ from pathlib import Path
 from typing import Any
 
 POLL_S = 0.1
+KILL_WAIT_S = 5.0  # after SIGKILL: a process stuck in the kernel (D state) cannot be waited for
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
+
+
+def cancel_grace(job_dir: Path, default: float) -> float:
+    """The grace a cancel asked for; anything else found there (jobs run as the same user and
+    can write it) keeps the default."""
+    try:
+        grace = json.loads((job_dir / "cancel.json").read_text())["grace_s"]
+        grace = float(grace)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, RecursionError):
+        return default
+    return grace if 0 <= grace < float("inf") else default
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of a process group that still run (zombies waiting for init to reap
+    them are left out: they hold nothing)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass  # someone else's process in it: still look
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
+            members.append(int(entry.name))
+    return members
 
 
 def free_port() -> int:
@@ -67,20 +103,27 @@ def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
-def supervise(job_dir: Path) -> int:
+def supervise(
+    job_dir: Path, stopping: dict[str, Any], procs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Runs the ranks (appended to `procs`) to the end and writes the verdict. `stopping`
+    is filled by the SIGTERM handler main() installs before anyone can know our pid."""
     req = json.loads((job_dir / "request.json").read_text())
-    stopping: dict[str, Any] = {}
-
-    def on_term(signum: int, _frame: object) -> None:
+    if (job_dir / "cancel.json").exists():  # cancelled before our pid could be signalled
         stopping.setdefault("why", "cancelled")
         stopping.setdefault("at", time.monotonic())
-
-    signal.signal(signal.SIGTERM, on_term)
+    if stopping:
+        write_json(
+            job_dir / "result.json",
+            {"state": "cancelled", "exit_code": None, "reason": "cancelled before it started"},
+        )
+        return
     command = req["command"]
     argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     port = free_port()
-    procs: list[subprocess.Popen[bytes]] = []
+    work = job_dir / "work"
     try:
+        work.mkdir(exist_ok=True)
         for rank in range(len(req["placement"])):
             suffix = "" if rank == 0 else f".rank{rank}"
             with (
@@ -94,7 +137,7 @@ def supervise(job_dir: Path) -> int:
                         stdout=out,
                         stderr=err,
                         stdin=subprocess.DEVNULL,
-                        cwd=job_dir,
+                        cwd=work,
                         start_new_session=True,
                     )
                 )
@@ -105,42 +148,52 @@ def supervise(job_dir: Path) -> int:
             job_dir / "result.json",
             {"state": "failed", "exit_code": 127, "reason": f"could not start: {exc.strerror}"},
         )
-        return 0
+        return
     write_json(job_dir / "started.json", {"pids": [p.pid for p in procs], "at": time.time()})
     started = time.monotonic()
     limit = req.get("time_limit_s")
     grace = float(req.get("grace_s", 10))
     failed: int | None = None
-    signalled = False
+    ended_at: float | None = None  # when no leader was left
+    term_at: float | None = None
+    kill_at: float | None = None
     while True:
-        running = [p.poll() is None for p in procs]  # poll() every rank, every turn
-        if not any(running):
-            break
+        leaders = [p.poll() is None for p in procs]  # poll() every rank, every turn
         now = time.monotonic()
-        if limit and now - started > limit:
-            stopping.setdefault("why", "timeout")
-            stopping.setdefault("at", now)
-        codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
-        if codes and failed is None:
-            failed = codes[0]  # one rank failed: the gang stops
-            stopping.setdefault("why", "failed")
-            stopping.setdefault("at", now)
-        if stopping and not signalled:
-            cancel = job_dir / "cancel.json"
-            if cancel.exists():
-                grace = float(json.loads(cancel.read_text()).get("grace_s", grace))
+        if any(leaders):
+            if limit and now - started > limit:
+                stopping.setdefault("why", "timeout")
+                stopping.setdefault("at", now)
+            codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            if codes and failed is None:
+                failed = codes[0]  # one rank failed: the gang stops
+                stopping.setdefault("why", "failed")
+                stopping.setdefault("at", now)
+        else:
+            if ended_at is None:
+                ended_at = now
+            if not any(group_members(p.pid) for p in procs):
+                break
+            if kill_at is not None and now - kill_at > KILL_WAIT_S:
+                break
+        if term_at is None and (stopping or ended_at is not None):
+            if stopping:
+                grace = cancel_grace(job_dir, grace)
             for p in procs:
                 signal_group(p, signal.SIGTERM)
-            signalled = True
-        if stopping and now - stopping["at"] > grace:
-            for p in procs:
+            term_at = now
+        if term_at is not None and now - term_at > grace:
+            for p in procs:  # again each turn: a fork may have raced the first
                 signal_group(p, signal.SIGKILL)
+            kill_at = kill_at or now
         time.sleep(POLL_S)
+    assert ended_at is not None  # the loop ends only once no leader is left
     codes = [p.returncode for p in procs]
     exit_code = failed if failed is not None else next((c for c in codes if c != 0), 0)
     if exit_code < 0:
         exit_code = 128 - exit_code  # killed by signal N -> 128 + N, as shells report it
-    why = stopping.get("why")
+    # A stop that came once every leader had ended on its own does not change that end.
+    why = stopping.get("why") if stopping.get("at", float("inf")) <= ended_at else None
     if why in ("cancelled", "timeout"):
         state, reason = (
             why,
@@ -151,7 +204,6 @@ def supervise(job_dir: Path) -> int:
     else:
         state, reason = "failed", f"exit code {exit_code}"
     write_json(job_dir / "result.json", {"state": state, "exit_code": exit_code, "reason": reason})
-    return 0
 
 
 def main() -> int:
@@ -164,19 +216,32 @@ def main() -> int:
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
+    stopping: dict[str, Any] = {}
+
+    def on_term(signum: int, _frame: object) -> None:
+        stopping.setdefault("why", "cancelled")
+        stopping.setdefault("at", time.monotonic())
+
+    # Before the pid is written: a cancel that finds the pid is caught; one that does not
+    # wrote cancel.json first, and supervise() reads it after this.
+    signal.signal(signal.SIGTERM, on_term)
     try:
         fd = os.open(job_dir / "supervisor.pid", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         os._exit(0)  # another supervisor already runs this attempt
     os.write(fd, str(os.getpid()).encode())
     os.close(fd)
+    procs: list[subprocess.Popen[bytes]] = []
     try:
-        supervise(job_dir)
-    except Exception as exc:  # a supervisor crash must still leave a verdict
-        write_json(
-            job_dir / "result.json",
-            {"state": "lost", "exit_code": None, "reason": f"supervisor crashed: {exc!r}"},
-        )
+        supervise(job_dir, stopping, procs)
+    except Exception as exc:  # a crash must leave no rank unsupervised, and a verdict
+        for p in procs:
+            signal_group(p, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            write_json(
+                job_dir / "result.json",
+                {"state": "lost", "exit_code": None, "reason": f"supervisor crashed: {exc!r}"},
+            )
     os._exit(0)
 
 

@@ -1,13 +1,15 @@
-"""The local backend runs real processes: exit codes, cancel, time limits, gangs, logs, and a
-worker restart that finds its jobs again (or lost)."""
+"""The local backend runs real processes: exit codes, cancel, time limits, gangs, logs, a
+worker restart that finds its jobs again (or lost), and no process of a job outliving it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,23 @@ _ids = iter(range(10**6))
 
 
 @pytest.fixture
-def backend(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(_config(tmp_path))
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    yield LocalBackend(_config(tmp_path))
+    kill_everything_under(tmp_path)
+
+
+def kill_everything_under(workdir: Path) -> None:
+    """Whatever a test left running there: supervisors (named by their job's directory),
+    ranks and what they started (working in it), with their process groups."""
+    marker = os.fsencode(workdir) + b"/"
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(entry.name)
+            cwd = Path(os.readlink(entry / "cwd"))
+            if workdir in cwd.parents or marker in (entry / "cmdline").read_bytes():
+                if os.getpgid(pid) != os.getpgrp():
+                    os.killpg(os.getpgid(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
 
 
 def _config(tmp_path: Path) -> ClusterConfig:
@@ -38,7 +55,7 @@ def _config(tmp_path: Path) -> ClusterConfig:
         name="lab",
         kind="local",
         settings={
-            "workdir": str(tmp_path),
+            "workdir": str(tmp_path / "jobs dir ü"),  # a space and a non-ASCII letter on the way
             "grace_s": 1,
             "nodes": [
                 {"name": "n1", "gpus": 4, "gpu_model": "SIM"},
@@ -84,8 +101,50 @@ def finished(s: JobStatus) -> bool:
     return s.state in RemoteState.TERMINAL
 
 
+def running(s: JobStatus) -> bool:
+    return s.state == RemoteState.RUNNING
+
+
 def read_all(backend: LocalBackend, eid: str, stream: str = "stdout") -> str:
     return backend.logs(eid, 0, 1 << 20, stream).data.decode()
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)
+    return not alive(pid)
+
+
+def printed_pid(backend: LocalBackend, eid: str, timeout: float = 10) -> int:
+    """The pid a job printed on its first line of output."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        first = backend.logs(eid).data.split(b"\n", 1)
+        if len(first) == 2:
+            return int(first[0])
+        time.sleep(0.05)
+    raise AssertionError(f"{eid} printed no pid")
+
+
+def processes_working_in(directory: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            cwd = Path(os.readlink(entry / "cwd"))
+            if (cwd == directory or directory in cwd.parents) and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
 
 
 def test_a_successful_command_succeeds_with_its_output(backend: LocalBackend) -> None:
@@ -200,7 +259,7 @@ def test_an_offset_at_or_past_the_end_reads_nothing(backend: LocalBackend, offse
 
 
 def test_a_repeated_submit_adopts_the_first_and_runs_once(backend: LocalBackend) -> None:
-    req = request(["/bin/sh", "-c", "echo run >> ../runs.txt"])
+    req = request(["/bin/sh", "-c", "echo run >> ../../runs.txt"])  # from <attempt>/work
     first = backend.submit(req)
     again = backend.submit(req)
     assert (first.adopted, again.adopted, first.external_id) == (False, True, again.external_id)
@@ -249,3 +308,215 @@ def test_the_registry_builds_one_backend_per_cluster_lazily(tmp_path: Path) -> N
     assert get_backend(config) is get_backend(config)
     with pytest.raises(BackendError, match="unknown cluster kind"):
         get_backend(ClusterConfig(id=9, name="x", kind="mainframe"))
+
+
+# --- no process of a job outlives it ---------------------------------------------------------
+
+
+def test_a_finished_job_leaves_no_process_of_its_own_running(backend: LocalBackend) -> None:
+    # A background process the rank started stays in the rank's process group: the job's GPUs
+    # go to the next job, so it goes too (on Slurm and Kubernetes the step's cgroup or the
+    # container ends with the job).
+    eid = backend.submit(request(["/bin/sh", "-c", "sleep 30 & echo $!; exit 0"])).external_id
+    status = wait_for(backend, eid, finished)
+    assert (status.state, status.exit_code) == (RemoteState.SUCCEEDED, 0)
+    assert not alive(printed_pid(backend, eid)), "a process of the finished job still runs"
+
+
+@pytest.mark.parametrize("how", ["cancel", "timeout"])
+def test_a_process_of_the_job_that_ignores_sigterm_is_killed_after_the_grace(
+    backend: LocalBackend, how: str
+) -> None:
+    # The rank's leader exits on TERM; a child of it ignores TERM: the leader's exit does not
+    # end the grace the KILL comes after.
+    script = "(trap '' TERM; exec sleep 30) & echo $!; trap 'exit 143' TERM; echo up; wait"
+    kw: dict[str, Any] = {"time_limit_s": 1} if how == "timeout" else {}
+    eid = backend.submit(request(["/bin/sh", "-c", script], **kw)).external_id
+    child = printed_pid(backend, eid)
+    if how == "cancel":
+        wait_for(backend, eid, running)
+        assert backend.cancel(eid, grace_s=0.5) is True
+    status = wait_for(backend, eid, finished)
+    assert status.state == (RemoteState.CANCELLED if how == "cancel" else RemoteState.TIMEOUT)
+    # grace 0.5 s (cancel) or 1 s (the cluster's, for a timeout): by the verdict, nothing left.
+    assert not alive(child), "a process that ignored SIGTERM outlived the grace"
+
+
+def test_the_ranks_of_a_job_whose_supervisor_died_do_not_run_on(backend: LocalBackend) -> None:
+    # The supervisor is killed (OOM killer, kill -9): the job is lost and its GPUs freed, so
+    # its rank must not run on unsupervised, without its time limit.
+    eid = backend.submit(request(["sleep", "30"], time_limit_s=60)).external_id
+    wait_for(backend, eid, running)
+    job_dir = backend._dir(eid)
+    rank = json.loads((job_dir / "started.json").read_text())["pids"][0]
+    os.kill(int((job_dir / "supervisor.pid").read_text()), signal.SIGKILL)
+    assert wait_for(backend, eid, finished).state == RemoteState.LOST
+    assert gone_within(rank, 3), "the rank of a job reported lost still runs"
+
+
+def test_a_supervisor_that_crashes_kills_the_ranks_it_started(backend: LocalBackend) -> None:
+    # Here it cannot write started.json (a directory is in the way, as a full disk would
+    # refuse it) once the rank runs: the verdict says so, and no process of the job is left.
+    req = request(["sleep", "30"])
+    job_dir = backend._dir(f"{req.job_id}/{req.attempt}")
+    (job_dir / "started.json").mkdir(parents=True)
+    eid = backend.submit(req).external_id
+    status = wait_for(backend, eid, finished)
+    assert status.state == RemoteState.LOST
+    assert "supervisor crashed" in status.reason
+    assert processes_working_in(job_dir) == []
+
+
+def test_a_half_written_cancel_file_neither_crashes_the_supervisor_nor_leaves_ranks_running(
+    backend: LocalBackend,
+) -> None:
+    # Read as the time limit stops the job, an empty cancel.json (what an interrupted write
+    # would leave) keeps the cluster's grace: the job times out as it should.
+    eid = backend.submit(request(["sleep", "30"], time_limit_s=1)).external_id
+    job_dir = backend._dir(eid)
+    (job_dir / "cancel.json").write_text("")
+    wait_for(backend, eid, running)
+    rank = json.loads((job_dir / "started.json").read_text())["pids"][0]
+    status = wait_for(backend, eid, finished)
+    assert status.state == RemoteState.TIMEOUT, status.reason
+    assert not alive(rank)
+
+
+# --- the job's working directory is its own, gpuq's files are beside it ---------------------
+
+
+def test_a_job_that_writes_result_json_in_its_working_directory_is_followed_as_usual(
+    backend: LocalBackend,
+) -> None:
+    # A job saving its metrics as ./result.json is not taken for the supervisor's verdict,
+    # and its file is kept: the ranks run in work/ of the attempt's directory.
+    script = """echo "$PWD"; printf '{"loss": 0.1}' > result.json; sleep 1"""
+    eid = backend.submit(request(["/bin/sh", "-c", script])).external_id
+    status = wait_for(backend, eid, finished)  # polled every 50 ms meanwhile
+    assert (status.state, status.exit_code) == (RemoteState.SUCCEEDED, 0)
+    cwd = Path(read_all(backend, eid).splitlines()[0])
+    assert cwd == backend._dir(eid) / "work"
+    assert (cwd / "result.json").read_text() == '{"loss": 0.1}'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "",
+        "not json",
+        "[1]",
+        '{"loss": 0.1}',
+        '{"state": "exploded"}',
+        '{"state": "failed", "exit_code": "3"}',
+    ],
+)
+def test_a_result_json_that_is_no_verdict_is_not_taken_for_one(
+    backend: LocalBackend, content: str
+) -> None:
+    # Jobs run as the same user and can still write gpuq's result.json (../result.json):
+    # while the supervisor runs, the job is followed as usual, and its verdict replaces it.
+    eid = backend.submit(request(["sleep", "30"])).external_id
+    wait_for(backend, eid, running)
+    (backend._dir(eid) / "result.json").write_text(content)
+    assert backend.poll([eid])[eid].state == RemoteState.RUNNING
+    assert backend.logs(eid).eof is False
+    assert backend.cancel(eid, grace_s=0.5) is True, "a running job taken for ended"
+    assert wait_for(backend, eid, finished).state == RemoteState.CANCELLED
+
+
+def test_a_job_whose_supervisor_is_gone_leaving_no_verdict_of_its_own_is_lost_saying_why(
+    backend: LocalBackend,
+) -> None:
+    eid = backend.submit(request(["sleep", "30"])).external_id
+    wait_for(backend, eid, running)
+    job_dir = backend._dir(eid)
+    (job_dir / "result.json").write_text('{"state": 7}')
+    os.kill(int((job_dir / "supervisor.pid").read_text()), signal.SIGKILL)
+    status = wait_for(backend, eid, finished)
+    assert status.state == RemoteState.LOST
+    assert "result.json is not its verdict" in status.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_jobs_result_json_does_not_stop_the_embedded_loop_for_every_team(
+    people: dict[str, Any], local_cluster: Any
+) -> None:
+    # The same, seen from the service: a poll that raised would fail sync_cluster and
+    # run_once every round, following, scheduling and dispatching nothing of any team.
+    from queue_service.jobs.dispatch import run_once
+    from queue_service.jobs.models import Job
+    from queue_service.jobs.services import submit_job
+    from tests.conftest import spec
+
+    submit_job(  # alice's job: writes result.json, then runs 10 s
+        people["alice"],
+        spec(command=["/bin/sh", "-c", """printf '{"loss": 0.1}' > result.json; sleep 10"""]),
+    )
+    other = submit_job(people["charlie"], spec(command=["sleep", "1"])).job
+    errors: list[BaseException] = []
+    deadline = time.monotonic() + 8  # charlie's job ends after 1 s; alice's runs 10 s
+    try:
+        while time.monotonic() < deadline and not other.is_terminal:
+            try:
+                run_once()
+            except Exception as exc:  # what gpuq_worker logs before its next round
+                errors.append(exc)
+            other.refresh_from_db()
+            time.sleep(0.2)
+    finally:
+        kill_everything_under(Path(local_cluster.settings["workdir"]))
+    assert other.state == Job.State.SUCCEEDED, (
+        f"charlie's job is {other.state!r} 8 s on: {len(errors)} rounds failed, e.g. {errors[:1]!r}"
+    )
+    assert not errors
+
+
+# --- a supervisor is known by its job's directory, not by its pid alone --------------------
+
+
+def test_a_recycled_pid_of_another_jobs_supervisor_neither_revives_nor_cancels_it(
+    backend: LocalBackend,
+) -> None:
+    # After a reboot (or a pid wrap) a dead job's supervisor.pid may name the supervisor of
+    # another job.
+    dead = backend.submit(request(["sleep", "30"])).external_id
+    other = backend.submit(request(["sleep", "30"])).external_id
+    wait_for(backend, dead, running)
+    wait_for(backend, other, running)
+    dead_dir, other_dir = backend._dir(dead), backend._dir(other)
+    os.kill(int((dead_dir / "supervisor.pid").read_text()), signal.SIGKILL)
+    for pid in json.loads((dead_dir / "started.json").read_text())["pids"]:
+        os.killpg(pid, signal.SIGKILL)
+    assert wait_for(backend, dead, finished).state == RemoteState.LOST
+    # The kernel hands the dead supervisor's pid to the other job's supervisor.
+    (dead_dir / "supervisor.pid").write_text((other_dir / "supervisor.pid").read_text())
+    assert backend.poll([dead])[dead].state == RemoteState.LOST, "a dead job looks alive"
+    backend.cancel(dead, grace_s=0.5)  # a user cancels the job that looks alive
+    time.sleep(1.5)
+    assert backend.poll([other])[other].state == RemoteState.RUNNING, (
+        "cancelling one job stopped another"
+    )
+
+
+def test_a_cancel_before_the_supervisor_wrote_its_pid_still_stops_the_job(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # submit() returns once the launcher's first fork exits; the supervisor writes its pid
+    # after that. A cancel in between (a job cancelled while dispatching is stopped as soon
+    # as submit names it) finds no pid to signal: the supervisor reads cancel.json instead.
+    # Made certain here by holding the launch back until the cancel is made.
+    launches: list[tuple[Any, dict[str, Any]]] = []
+    real_run = subprocess.run
+
+    def held(argv: Any, **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        launches.append((argv, kw))
+        return subprocess.CompletedProcess(argv, 0, b"", b"")
+
+    monkeypatch.setattr(subprocess, "run", held)  # what local.py launches the supervisor with
+    eid = backend.submit(request(["sleep", "30"])).external_id
+    monkeypatch.undo()
+    assert backend.cancel(eid, grace_s=0.5) is True
+    argv, kw = launches[0]
+    real_run(argv, **kw)  # the supervisor gets there now
+    status = wait_for(backend, eid, finished, timeout=8)
+    assert status.state == RemoteState.CANCELLED

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -310,3 +312,74 @@ def test_a_from_address_that_is_not_one_address_names_the_variable(value: str) -
 @pytest.mark.parametrize("value", ["gpuq@example.org", "gpuq <gpuq@example.org>"])
 def test_a_from_address_may_carry_a_name(value: str) -> None:
     assert email_address("GPUQ_EMAIL_FROM", value) == value
+
+
+def _check(**extra: str) -> subprocess.CompletedProcess[str]:
+    """`manage.py check` with only these GPUQ_ settings (none of the test run's own)."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("GPUQ_", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"))
+    }
+    environ.update(SECRET_KEY="test-only", **extra)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_default_time_limit_over_the_maximum_stops_the_service_naming_both() -> None:
+    # A maximum of 1 h alone would leave every job that gives no time_limit the default 24 h.
+    result = _check(GPUQ_MAX_TIME_LIMIT_S="3600")
+    assert result.returncode != 0
+    assert "GPUQ_DEFAULT_TIME_LIMIT_S=86400 exceeds GPUQ_MAX_TIME_LIMIT_S=3600" in result.stderr
+    result = _check(GPUQ_MAX_TIME_LIMIT_S="3600", GPUQ_DEFAULT_TIME_LIMIT_S="3600")
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("level", ["LOUD", "", "20"])
+def test_a_bad_log_level_stops_the_service_naming_the_variable(level: str) -> None:
+    result = _check(GPUQ_LOG_LEVEL=level)
+    assert result.returncode != 0
+    assert f"GPUQ_LOG_LEVEL={level!r} must be one of DEBUG, INFO, WARNING" in result.stderr
+
+
+@pytest.mark.parametrize("level", ["debug", "Warning"])
+def test_log_levels_are_taken_in_any_case(level: str) -> None:
+    result = _check(GPUQ_LOG_LEVEL=level)
+    assert result.returncode == 0, result.stderr[-400:]
+
+
+@pytest.mark.parametrize("earlier_run", [False, True])
+def test_run_embedded_keeps_its_secret_key_and_var_to_their_owner(
+    tmp_path: Path, earlier_run: bool
+) -> None:
+    # The key signs session cookies: whoever reads it can sign in as the staff user. Made
+    # under the usual umask 022, and also when an earlier run left them readable.
+    (tmp_path / "deploy").mkdir()
+    shutil.copy(REPO / "deploy" / "run-embedded", tmp_path / "deploy" / "run-embedded")
+    stub = tmp_path / ".venv" / "bin" / "python"  # migrate, gpuq_demo, gpuq_worker, runserver
+    stub.parent.mkdir(parents=True)
+    stub.write_text("#!/bin/sh\nexit 0\n")
+    stub.chmod(0o755)
+    if earlier_run:
+        (tmp_path / "var").mkdir(mode=0o755)
+        (tmp_path / "var" / "secret_key").write_text("an-earlier-key\n")
+        (tmp_path / "var" / "secret_key").chmod(0o644)
+    subprocess.run(
+        ["bash", "-c", 'umask 022; exec bash "$0"', str(tmp_path / "deploy" / "run-embedded")],
+        cwd=tmp_path,
+        env={**os.environ, "DATABASE_URL": "sqlite:///var/x.sqlite3"},
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    for path, mode in ((tmp_path / "var", 0o700), (tmp_path / "var" / "secret_key", 0o600)):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, (
+            f"{path.name} is {oct(path.stat().st_mode)}"
+        )
+    assert (tmp_path / "var" / "secret_key").read_text().strip()
