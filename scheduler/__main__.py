@@ -65,9 +65,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    spec = generate.Spec(
-        args.jobs, args.seed, args.teams, args.nodes, args.gpus_per_node, args.load
-    )
+    try:
+        spec = generate.Spec(
+            args.jobs, args.seed, args.teams, args.nodes, args.gpus_per_node, args.load
+        )
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     Path(args.cluster_out).write_text(json.dumps(generate.cluster(spec), indent=2) + "\n")
     rows = generate.jobs(spec)
     Path(args.workload_out).write_text(

@@ -5,6 +5,11 @@ multi-node gangs; durations are log-normal (a heavy tail of multi-day runs); use
 time limits well above the run time; arrivals are Poisson with bursts (one team submitting a
 sweep of identical jobs at once). Teams submit at equal rates, and the arrival rate is set
 so that the offered load is `load` times the cluster (above 1: saturated).
+
+The shape table is written for nodes of 8 GPUs; `shapes()` fits it to the cluster generated
+(a whole node is `gpus_per_node` GPUs, a gang spans at most `nodes` nodes), so that every
+job can run. On 8-GPU nodes and at least 4 of them the table is used as it is: the same seed
+writes the same files as before that fitting (docs/BENCHMARKS.md records runs on them).
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ COLUMNS = (
     "checkpoint_s",
 )
 
-# (nodes, gpus per node, weight)
+# (nodes, gpus per node, weight), for nodes of WHOLE_NODE GPUs: see shapes()
+WHOLE_NODE = 8
 SHAPES: tuple[tuple[int, int, float], ...] = (
     (1, 1, 0.62),
     (1, 2, 0.14),
@@ -53,6 +59,25 @@ class Spec:
     gpus_per_node: int = 8
     load: float = 1.3
 
+    def __post_init__(self) -> None:
+        for name in ("teams", "nodes", "gpus_per_node"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.jobs < 0:
+            raise ValueError(f"jobs must be at least 0, got {self.jobs}")
+        if not (self.load > 0 and math.isfinite(self.load)):
+            raise ValueError(f"load must be a positive number, got {self.load}")
+
+
+def shapes(spec: Spec) -> tuple[tuple[int, int, float], ...]:
+    """SHAPES fitted to the generated cluster, one row for each, with the same weights: a
+    whole node (WHOLE_NODE GPUs in the table) takes `gpus_per_node`, a smaller share at most
+    that, and a gang at most `nodes` nodes."""
+    g = spec.gpus_per_node
+    return tuple(
+        (min(n, spec.nodes), g if gpus == WHOLE_NODE else min(gpus, g), w) for n, gpus, w in SHAPES
+    )
+
 
 def _pick(rng: random.Random, table: tuple[tuple[Any, ...], ...]) -> tuple[Any, ...]:
     x = rng.random() * sum(row[-1] for row in table)
@@ -63,10 +88,10 @@ def _pick(rng: random.Random, table: tuple[tuple[Any, ...], ...]) -> tuple[Any, 
     return table[-1]
 
 
-def _mean_gpu_seconds() -> float:
+def _mean_gpu_seconds(table: tuple[tuple[int, int, float], ...]) -> float:
     mean_duration = MEDIAN_DURATION_S * math.exp(DURATION_SIGMA**2 / 2)
-    total = sum(w for *_, w in SHAPES)
-    return mean_duration * sum(n * g * w for n, g, w in SHAPES) / total
+    total = sum(w for *_, w in table)
+    return mean_duration * sum(n * g * w for n, g, w in table) / total
 
 
 def cluster(spec: Spec) -> dict[str, Any]:
@@ -91,16 +116,17 @@ def cluster(spec: Spec) -> dict[str, Any]:
 def jobs(spec: Spec) -> list[dict[str, str]]:
     rng = random.Random(spec.seed)
     total = spec.nodes * spec.gpus_per_node
+    table = shapes(spec)
     # Bursts add jobs; scale the gap so the offered load still comes out at spec.load.
     per_arrival = 1 + BURST_PROBABILITY * (sum(BURST_SIZE) / 2 - 1)
-    mean_gap = _mean_gpu_seconds() * per_arrival / (spec.load * total)
+    mean_gap = _mean_gpu_seconds(table) * per_arrival / (spec.load * total)
     rows: list[dict[str, str]] = []
     t = 0.0
     while len(rows) < spec.jobs:
         t += rng.expovariate(1.0 / mean_gap)
         team = f"team{rng.randrange(spec.teams) + 1:02d}"
         count = rng.randint(*BURST_SIZE) if rng.random() < BURST_PROBABILITY else 1
-        nodes, gpus, _ = _pick(rng, SHAPES)
+        nodes, gpus, _ = _pick(rng, table)
         priority = _pick(rng, PRIORITIES)[0]
         if priority == "high" and nodes * gpus > total // spec.teams:
             priority = "normal"  # non-preemptible work runs within nominal quota: keep it possible

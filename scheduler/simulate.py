@@ -7,6 +7,13 @@ relayouts (applied at once, then schedule() is called again at the same instant)
 that reaches its time limit ends there, as a backend would stop it. The wall clock is
 injected (`timer`) so that this module stays pure; it only measures decide_ms. An optional
 `observe(snapshot, decisions, now)` sees every call, for diagnostics (bench/sim_idle.py).
+
+A job ends the simulation in one of the two states of the spec: `completed`, or
+`never_started` when it did not complete. The spec has no state for a job that ran, was
+preempted and was never started again before the events ran out (a scheduler that leaves
+such a job waiting for ever): it is counted, and written, as `never_started` (no start,
+end or placement in JOBS_OUT; its runs stay in RUNS.csv), so that JOBS_OUT agrees with the
+report and `completed + never_started == jobs`.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 from .engine import running_gpus, schedule
@@ -81,6 +89,11 @@ class JobOutcome:
     end: float | None = None
     preemptions: int = 0
     placement: Placement | None = None
+
+    @property
+    def state(self) -> str:
+        """`completed` or `never_started` (JOBS_OUT's `state`; the report counts the same)."""
+        return "completed" if self.end is not None else "never_started"
 
 
 @dataclass
@@ -398,7 +411,7 @@ def _report(
     return {
         "jobs": len(jobs),
         "completed": len(completed),
-        "never_started": sum(1 for o in outcomes.values() if o.first_start is None),
+        "never_started": sum(1 for o in outcomes.values() if o.state == "never_started"),
         "makespan_s": round(makespan, 3),
         "gpu_utilization": round(useful / (total_gpus * makespan), 4)
         if total_gpus and makespan > 0
@@ -429,21 +442,28 @@ RUNS_COLUMNS = ("job_id", "team", "run", "start_s", "end_s", "ended_by", "placem
 
 
 def _num(v: float | None) -> str:
-    return "" if v is None else f"{v:g}" if abs(v) < 1e15 else repr(v)
+    """A time as a plain decimal that reads back as the same float: the shortest digits
+    that round-trip (repr's), never an exponent, no trailing zeros (1234567.5, 10, 0.00001)."""
+    if v is None:
+        return ""
+    text = format(Decimal(repr(v + 0.0)), "f")  # + 0.0: -0.0 is written 0
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def jobs_rows(result: Result) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     for o in result.jobs:
         r = o.job.request
-        state = "completed" if o.end is not None else "never_started"
-        p = o.placement
+        state = o.state
+        # A never_started row has no start, end or placement, even for a job that ran and
+        # was preempted without starting again (see the module's docstring).
+        p = o.placement if state == "completed" else None
         rows.append(
             (
                 r.id,
                 r.team,
                 _num(r.submit_time),
-                _num(o.last_start),
+                _num(o.last_start if state == "completed" else None),
                 _num(o.end),
                 state,
                 str(o.preemptions),

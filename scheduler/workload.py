@@ -11,7 +11,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,9 +38,9 @@ class SimJob:
     checkpoint_s: float | None = None
 
 
-def _line_of(text: str, needle: str) -> int:
-    """The line where a JSON value first appears (1 when it cannot be found)."""
-    at = text.find(needle)
+def _line_of(text: str, needle: str, start: int = 0) -> int:
+    """The line where a JSON value first appears from `start` (1 when it cannot be found)."""
+    at = text.find(needle, max(start, 0))
     return text.count("\n", 0, at) + 1 if at >= 0 else 1
 
 
@@ -48,9 +49,21 @@ class _JsonReader:
         self.text = text
         self.source = source
 
-    def fail(self, path: str, message: str, near: str = "") -> InputError:
-        line = _line_of(self.text, near) if near else 1
+    def fail(self, path: str, message: str, near: str = "", start: int = 0) -> InputError:
+        line = _line_of(self.text, near, start) if near else 1
         return InputError(f"{self.source}: line {line}, field {path}: {message}")
+
+    def duplicate(self, path: str, message: str, near: str, section: str) -> InputError:
+        """The error for the second of two entries named `near` in the list `section`."""
+        first = self.text.find(near, self.text.find(f'"{section}"'))
+        return self.fail(path, message, near, first + 1 if first >= 0 else 0)
+
+    def list_of(self, data: dict[str, Any], key: str, what: str) -> list[Any]:
+        """`data[key]`, which must be a list when present (absent: empty)."""
+        value = data.get(key, [])
+        if not isinstance(value, list):
+            raise self.fail(key, f"expected a list of {what}, got {value!r}", f'"{key}"')
+        return value
 
     def number(
         self, obj: dict[str, Any], key: str, path: str, near: str, *, minimum: float = 0
@@ -71,6 +84,8 @@ def parse_cluster(text: str, source: str) -> Cluster:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{source}: line {e.lineno}, field -: invalid JSON ({e.msg})") from e
+    except (ValueError, RecursionError) as e:  # an integer too long to convert, deep nesting
+        raise InputError(f"{source}: line 1, field -: invalid JSON ({e})") from None
     r = _JsonReader(text, source)
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise r.fail("nodes", "expected an object with a list of nodes")
@@ -83,7 +98,7 @@ def parse_cluster(text: str, source: str) -> Cluster:
         name = raw["name"]
         near = f'"{name}"'
         if name in seen:
-            raise r.fail(f"{path}.name", f"duplicate node {name!r}", near)
+            raise r.duplicate(f"{path}.name", f"duplicate node {name!r}", near, "nodes")
         seen.add(name)
         model = raw.get("gpu_model")
         if not isinstance(model, str) or not model:
@@ -101,11 +116,15 @@ def parse_cluster(text: str, source: str) -> Cluster:
             raise r.fail(f"{path}.mig", f"{model} has no MIG profile table", near)
         nodes.append(Node(name, model, gpus, pool, is_mig))
     teams: list[Team] = []
-    for i, raw in enumerate(data.get("teams", [])):
+    team_names: set[str] = set()
+    for i, raw in enumerate(r.list_of(data, "teams", "teams")):
         path = f"teams[{i}]"
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
             raise r.fail(f"{path}.name", "expected a non-empty string", '"teams"')
         near = f'"{raw["name"]}"'
+        if raw["name"] in team_names:
+            raise r.duplicate(f"{path}.name", f"duplicate team {raw['name']!r}", near, "teams")
+        team_names.add(raw["name"])
         weight = r.number(raw, "weight", path, near) if "weight" in raw else 1.0
         quotas = []
         quota = raw.get("quota", {})
@@ -134,12 +153,14 @@ def parse_cluster(text: str, source: str) -> Cluster:
     classes = DEFAULT_PRIORITY_CLASSES
     if "priority_classes" in data:
         parsed = []
-        for i, raw in enumerate(data["priority_classes"]):
+        class_names: set[str] = set()
+        for i, raw in enumerate(r.list_of(data, "priority_classes", "priority classes")):
             path = f"priority_classes[{i}]"
             ok = (
                 isinstance(raw, dict)
                 and isinstance(raw.get("name"), str)
                 and isinstance(raw.get("value"), int)
+                and not isinstance(raw.get("value"), bool)
                 and isinstance(raw.get("preemptible", True), bool)
             )
             if not ok:
@@ -148,12 +169,24 @@ def parse_cluster(text: str, source: str) -> Cluster:
                     "expected {name: str, value: int, preemptible: bool}",
                     '"priority_classes"',
                 )
+            if raw["name"] in class_names:
+                raise r.duplicate(
+                    f"{path}.name",
+                    f"duplicate priority class {raw['name']!r}",
+                    f'"{raw["name"]}"',
+                    "priority_classes",
+                )
+            class_names.add(raw["name"])
             parsed.append(PriorityClass(raw["name"], raw["value"], raw.get("preemptible", True)))
         classes = tuple(parsed)
     return Cluster(tuple(nodes), tuple(teams), classes)
 
 
 _REQUIRED = ("job_id", "team", "submit_s", "duration_s")
+# ASCII only: str.isdigit() and float() also take other scripts' digits ("²" passes
+# isdigit() and then fails int()), and float() takes "1_000".
+_INTEGER = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def default_time_limit(duration_s: float) -> float:
@@ -183,10 +216,9 @@ class _CsvRow:
         raw = self.text(field)
         if not raw:
             return default
-        try:
-            v = float(raw)
-        except ValueError:
-            raise self.fail(field, f"expected a number, got {raw!r}") from None
+        if not _NUMBER.fullmatch(raw):
+            raise self.fail(field, f"expected a number, got {raw!r}")
+        v = float(raw)
         if not math.isfinite(v) or v < minimum:
             raise self.fail(field, f"expected a number >= {minimum:g}, got {raw!r}")
         return v
@@ -200,21 +232,39 @@ class _CsvRow:
         raw = self.text(field)
         if not raw:
             return default
-        if not raw.isdigit() or int(raw) < minimum:
+        try:
+            value = int(raw) if _INTEGER.fullmatch(raw) else None
+        except ValueError:  # more digits than int() converts
+            value = None
+        if value is None or value < minimum:
             raise self.fail(field, f"expected an integer >= {minimum}, got {raw!r}")
-        return int(raw)
+        return value
+
+
+def _csv_rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, str | None]]:
+    """The reader's rows; what the csv module refuses (a field over its size limit) is an
+    InputError naming the line."""
+    try:
+        yield from reader
+    except csv.Error as e:
+        raise InputError(
+            f"{source}: line {reader.reader.line_num}, field -: invalid CSV ({e})"
+        ) from None
 
 
 def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> list[SimJob]:
     reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except csv.Error as e:
+        raise InputError(f"{source}: line 1, field -: invalid CSV ({e})") from None
     for col in _REQUIRED:
         if col not in header:
             raise InputError(f"{source}: line 1, field {col}: required column is missing")
     names = {c.name for c in classes}
     jobs: list[SimJob] = []
     seen: set[str] = set()
-    for raw in reader:
+    for raw in _csv_rows(reader, source):
         row = _CsvRow(raw, reader.line_num, source)
         job_id = row.required("job_id")
         if job_id in seen:

@@ -19,6 +19,7 @@ from scheduler import mig
 from scheduler.simulate import (
     JOBS_OUT_COLUMNS,
     RUNS_COLUMNS,
+    JobOutcome,
     Result,
     jobs_rows,
     runs_rows,
@@ -359,3 +360,215 @@ def test_generate_is_deterministic_per_seed(tmp_path: Path) -> None:
     assert one_gpu > len(rows) / 2  # mostly 1-GPU jobs
     assert any(int(r["nodes"]) > 1 for r in rows)  # some gangs
     assert len({r["team"] for r in rows}) == 4
+
+
+# -- the files it writes, and the report they agree with ------------------------------------
+
+ONE_NODE = (
+    '{"nodes": [{"name": "n1", "gpu_model": "A100-SXM4-80GB", "gpus": 8}],\n'
+    ' "teams": [{"name": "a", "quota": {"*": {"nominal": 8}}}]}\n'
+)
+ONE_JOB = "job_id,team,submit_s,duration_s\nj1,a,0,10\n"
+
+
+def simulate_files(
+    tmp_path: Path, cluster: str, jobs: str, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`simulate` on cluster.json and jobs.csv written with these texts in tmp_path."""
+    (tmp_path / "cluster.json").write_text(cluster)
+    (tmp_path / "jobs.csv").write_text(jobs)
+    return python3(
+        "simulate",
+        "--cluster",
+        str(tmp_path / "cluster.json"),
+        "--workload",
+        str(tmp_path / "jobs.csv"),
+        *extra,
+    )
+
+
+def test_jobs_out_and_runs_times_are_exact_decimals(tmp_path: Path) -> None:
+    # A 100,000-job workload runs for weeks of simulated time: seconds above 1e6 must not
+    # be rounded to 6 significant digits ("1.23457e+06"), or runs on one GPU seem to overlap.
+    out = simulate_files(
+        tmp_path,
+        ONE_NODE,
+        "job_id,team,submit_s,duration_s\nj1,a,1234567.5,10\nj2,a,0.1,20000000.25\n",
+        "--jobs-out",
+        str(tmp_path / "out.csv"),
+        "--runs-out",
+        str(tmp_path / "runs.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    rows = {r["job_id"]: r for r in csv.DictReader(io.StringIO((tmp_path / "out.csv").read_text()))}
+    times = ("submit_s", "start_s", "end_s")
+    assert [rows["j1"][k] for k in times] == ["1234567.5", "1234567.5", "1234577.5"]
+    assert [rows["j2"][k] for k in times] == ["0.1", "0.1", "20000000.35"]
+    runs = list(csv.DictReader(io.StringIO((tmp_path / "runs.csv").read_text())))
+    assert [(r["job_id"], r["start_s"], r["end_s"]) for r in runs] == [
+        ("j2", "0.1", "20000000.35"),
+        ("j1", "1234567.5", "1234577.5"),
+    ]
+
+
+def test_jobs_out_states_agree_with_the_report_and_add_up_to_the_jobs(tmp_path: Path) -> None:
+    # b1 borrows a's idle quota and is reclaimed by a1; it never runs again while a's
+    # unsatisfiable 3-node job keeps a's nominal from being lent. Whatever the scheduler then
+    # does, JOBS_OUT uses the spec's two states, agrees with the report's counts, and a row
+    # that says never_started has no start.
+    cluster = (
+        '{"nodes": [{"name": "n1", "gpu_model": "A100-SXM4-80GB", "gpus": 8}],\n'
+        ' "teams": [{"name": "a", "quota": {"*": {"nominal": 6}}},\n'
+        ' {"name": "b", "quota": {"*": {"nominal": 2, "borrowing_limit": null}}}]}\n'
+    )
+    jobs = (
+        "job_id,team,submit_s,duration_s,nodes,gpus_per_node\n"
+        "b1,b,0,1000,1,8\na1,a,100,500,1,1\nag,a,100,500,3,2\n"
+    )
+    out = simulate_files(
+        tmp_path,
+        cluster,
+        jobs,
+        "--out",
+        str(tmp_path / "r.json"),
+        "--jobs-out",
+        str(tmp_path / "out.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    report = json.loads((tmp_path / "r.json").read_text())["policies"]["gpuq"]
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out.csv").read_text())))
+    assert {row["state"] for row in rows} <= {"completed", "never_started"}
+    for row in rows:
+        assert not (row["state"] == "never_started" and row["start_s"]), row
+    never = sum(1 for row in rows if row["state"] == "never_started")
+    done = sum(1 for row in rows if row["state"] == "completed")
+    assert (done, never) == (report["completed"], report["never_started"])
+    assert report["completed"] + report["never_started"] == report["jobs"]
+
+
+def test_a_job_preempted_and_never_restarted_is_written_never_started_without_a_start() -> None:
+    # The spec's states are completed and never_started, and the report's counts add up to
+    # the jobs: a job that ran but did not complete is not completed. Its runs (RUNS.csv)
+    # and its preemptions still tell that it ran.
+    (sim,) = parse_jobs(
+        "job_id,team,submit_s,duration_s\nj1,a,12.5,10\n", "j.csv", workload()[0].priority_classes
+    )
+    ran = JobOutcome(sim, first_start=20.0, last_start=20.0, end=None, preemptions=1)
+    (row,) = jobs_rows(Result("gpuq", {}, [ran], []))
+    assert dict(zip(JOBS_OUT_COLUMNS, row, strict=True)) == {
+        "job_id": "j1",
+        "team": "a",
+        "submit_s": "12.5",
+        "start_s": "",
+        "end_s": "",
+        "state": "never_started",
+        "preemptions": "1",
+        "nodes_used": "",
+        "placement": "",
+    }
+
+
+# -- bad input exits 2 with one line naming the file, line and field ------------------------
+
+
+@pytest.mark.parametrize(
+    ("cluster", "message"),
+    [
+        ('{"nodes": [], "teams": null}', "cluster.json: line 1, field teams"),
+        ('{"nodes": [], "teams": 3}', "cluster.json: line 1, field teams"),
+        (
+            '{"nodes": [],\n "priority_classes": null}',
+            "cluster.json: line 2, field priority_classes",
+        ),
+        ('{"nodes": [], "priority_classes": 3}', "cluster.json: line 1, field priority_classes"),
+        (
+            '{"nodes": [],\n "teams": [{"name": "a", "quota": {"*": {"nominal": 1}}},\n'
+            ' {"name": "a", "quota": {"*": {"nominal": 8}}}]}',
+            "cluster.json: line 3, field teams[1].name",
+        ),
+        (
+            '{"nodes": [{"name": "n1", "gpu_model": "A100", "gpus": 8},\n'
+            '{"name": "n1", "gpu_model": "A100", "gpus": 8}]}',
+            "cluster.json: line 2, field nodes[1].name",
+        ),
+        (
+            '{"nodes": [], "priority_classes": [{"name": "normal", "value": 1},\n'
+            ' {"name": "normal", "value": 2}]}',
+            "cluster.json: line 2, field priority_classes[1].name",
+        ),
+        (
+            '{"nodes": [], "priority_classes": [{"name": "normal", "value": true}]}',
+            "cluster.json: line 1, field priority_classes[0]",
+        ),
+        ('{"nodes": [{"gpus": 1' + "0" * 5000 + "}]}", "cluster.json: line 1, field -"),
+        ("[" * 100_000 + "]" * 100_000, "cluster.json: line 1, field -"),
+    ],
+    ids=[
+        "teams-null",
+        "teams-number",
+        "classes-null",
+        "classes-number",
+        "duplicate-team",
+        "duplicate-node",
+        "duplicate-class",
+        "class-value-bool",
+        "integer-too-long",
+        "nested-too-deep",
+    ],
+)
+def test_malformed_cluster_exits_2_naming_the_field(
+    tmp_path: Path, cluster: str, message: str
+) -> None:
+    out = simulate_files(tmp_path, cluster, ONE_JOB)
+    assert out.returncode == 2, out.stderr[-300:]
+    line = out.stderr.strip()
+    assert "\n" not in line and message in line
+
+
+@pytest.mark.parametrize(
+    "digit", ["\u00b2", "\u0661", "\uff11"], ids=["superscript", "arabic", "fullwidth"]
+)
+def test_a_non_ascii_digit_in_an_integer_column_exits_2(tmp_path: Path, digit: str) -> None:
+    # "\u00b2".isdigit() is True and int() of it raises; int("\u0661") is 1. The spec's
+    # integers are ASCII digits.
+    out = simulate_files(
+        tmp_path, ONE_NODE, f"job_id,team,submit_s,duration_s,nodes\nj1,a,0,10,{digit}\n"
+    )
+    assert out.returncode == 2, out.stderr[-300:]
+    line = out.stderr.strip()
+    assert "\n" not in line and "jobs.csv: line 2, field nodes" in line
+
+
+@pytest.mark.parametrize("value", ["\u0661\u0662", "1_000", "0x10", "nan"])
+def test_a_number_column_takes_ascii_decimal_notation_only(tmp_path: Path, value: str) -> None:
+    # float() takes "\u0661\u0662" and "1_000"; neither is a number of the file format.
+    out = simulate_files(tmp_path, ONE_NODE, f"job_id,team,submit_s,duration_s\nj1,a,{value},10\n")
+    assert out.returncode == 2, out.stderr[-300:]
+    line = out.stderr.strip()
+    assert "\n" not in line and "jobs.csv: line 2, field submit_s" in line
+
+
+def test_numbers_in_decimal_and_exponent_notation_are_read(tmp_path: Path) -> None:
+    out = simulate_files(
+        tmp_path,
+        ONE_NODE,
+        "job_id,team,submit_s,duration_s,nodes,gpus_per_node\n"
+        "j1,a,1e3,+10.,1,0008\nj2,a,.5,2.5E1,01,1\n",
+        "--jobs-out",
+        str(tmp_path / "out.csv"),
+    )
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "out.csv").read_text())))
+    assert [(r["job_id"], r["submit_s"], r["end_s"]) for r in rows] == [
+        ("j1", "1000", "1010"),
+        ("j2", "0.5", "25.5"),
+    ]
+
+
+def test_a_csv_field_over_the_csv_modules_limit_exits_2(tmp_path: Path) -> None:
+    out = simulate_files(
+        tmp_path, ONE_NODE, f"job_id,team,submit_s,duration_s\nj1,a,0,10\nj2,a,0,{'1' * 200_000}\n"
+    )
+    assert out.returncode == 2, out.stderr[-300:]
+    line = out.stderr.strip()
+    assert "\n" not in line and "jobs.csv: line 3, field -" in line
