@@ -18,6 +18,7 @@ from .preempt import Candidate, Plan, Preemptor
 from .preempt import plan as plan_preemption
 from .quota import Demand, Ledger
 from .types import (
+    ANY_MODEL,
     Decisions,
     JobRequest,
     MigRelayout,
@@ -168,8 +169,11 @@ class _Cycle:
         # team's own order.
         self.first_tier = 0
         self._events: list[Release] | None = None
+        # Per whole-GPU shape that failed: when its nodes could first hold it (shape_floor).
+        self._floors: dict[tuple[object, ...], float | None] = {}
         self._ends: list[float | None] | None = None
         self._horizon: dict[str, float] | None = None
+        self.never: list[bool] = []  # per kind: no node of the cluster as it is can hold it
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -235,10 +239,11 @@ class _Cycle:
         for k in kind_of:
             kind_count[k] += 1
         ready = self.ready_times(kinds, kind_demand) if policy.quotas else [None] * len(kinds)
+        self.never = [t == math.inf for t in ready]
         wanted: list[Demand] = [
             (r.team, r.gpu_model, d, c, t)
             for r, d, c, t in zip(kinds, kind_demand, kind_count, ready, strict=True)
-            if d is not None
+            if d is not None and t != math.inf
         ]
         self.ledger = Ledger(
             s.teams,
@@ -251,7 +256,7 @@ class _Cycle:
             # What the queue wants only decides what quota is lent: nothing when quotas are off.
             wanted if policy.quotas else (),
             policy.quotas,
-            float(self.total_capacity),
+            self.capacity,
             self.running_ends() if policy.quotas else (),
         )
         ids = [r.id for r in reqs]
@@ -400,17 +405,26 @@ class _Cycle:
         keys: list[Hashable] = [
             self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in kinds
         ]
-        return Room(left, keys, [d or 0.0 for d in kind_demand])
+        # A job that can never run takes none of its team's nominal from the jobs behind it.
+        demands = [0.0 if no else d or 0.0 for d, no in zip(kind_demand, self.never, strict=True)]
+        return Room(left, keys, demands)
 
     def ready_times(
         self, kinds: Sequence[JobRequest], kind_demand: Sequence[float | None]
     ) -> list[float | None]:
         """Per kind, when its shape first fits on nodes if it does not now (None: it fits
-        now, or no known release makes it fit). Worked out once per shape, not per kind."""
+        now, or no known release makes it fit; inf: no node of the cluster as it is can ever
+        hold it, so it wants no quota). Worked out once per shape, not per kind."""
         by_shape: dict[tuple[object, ...], float | None] = {}
         result: list[float | None] = []
         for r, d in zip(kinds, kind_demand, strict=True):
-            if d is None or r.mig_profile or r.gpus_per_node == 0:
+            if d is not None and r.mig_profile:
+                mig_shape = (r.mig_profile, r.gpu_model, r.pool, r.cluster)
+                if mig_shape not in by_shape:
+                    by_shape[mig_shape] = None if self.mig_offered(r) else math.inf
+                result.append(by_shape[mig_shape])
+                continue
+            if d is None or r.gpus_per_node == 0:
                 result.append(None)
                 continue
             shape = (r.gpu_model, r.pool, r.cluster, r.nodes, r.gpus_per_node)
@@ -419,10 +433,36 @@ class _Cycle:
                 g, n = r.gpus_per_node, r.nodes
                 if best_fit(self.index, groups, g, n, {}) is not None:
                     by_shape[shape] = None
+                elif max((grp.max_fitting_nodes(g) for grp in groups), default=0) < n:
+                    by_shape[shape] = math.inf  # as try_whole finds it unsatisfiable
                 else:
                     by_shape[shape] = earliest_start(self.index, groups, g, n, self.events())
             result.append(by_shape[shape])
         return result
+
+    def mig_offered(self, r: JobRequest) -> bool:
+        """Does an up MIG GPU r may use offer its profile, by its table or an instance it
+        has? (A model spelled otherwise but with the same table counts: when unsure, yes.)"""
+        profile = r.mig_profile or ""
+        table = mig.geometry(r.gpu_model, self.mig_tables) if r.gpu_model else None
+        tables: dict[str, mig.ModelTable | None] = {}
+        for n in self.s.nodes:
+            if n.state != "up" or not (n.mig or n.mig_gpus):
+                continue
+            if r.pool not in (None, n.pool) or r.cluster not in (None, n.cluster):
+                continue
+            if n.gpu_model not in tables:
+                tables[n.gpu_model] = mig.geometry(n.gpu_model, self.mig_tables)
+            own = tables[n.gpu_model]
+            if r.gpu_model not in (None, ANY_MODEL, n.gpu_model) and (
+                table is None or own != table
+            ):
+                continue
+            if own is not None and own.profile(profile) is not None:
+                return True
+            if any(i.profile == profile for g in n.mig_gpus for i in g.mig_instances):
+                return True
+        return False
 
     def capacity_wait(
         self,
@@ -455,10 +495,29 @@ class _Cycle:
             estimate = None if f is None else f.start(gpus, r.time_limit_s)
         else:
             estimate = self.estimate(models, gpus, r.time_limit_s)
+        # The estimate pools a model's GPUs; it cannot be before nodes could hold the shape,
+        # and with no known release that makes them, there is none.
+        if estimate is not None and r.gpus_per_node and not r.mig_profile:
+            floor = self.shape_floor(r)
+            estimate = None if floor is None else max(estimate, floor)
         held = self.reserved_for.get(r.id)
         if held is not None:
             estimate = held.start
         self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
+
+    def shape_floor(self, r: JobRequest) -> float | None:
+        """The earliest time r's shape fits on nodes as the cycle has left them and known
+        releases free them (now if it fits now; None if none does). Once per shape: a later
+        job of the shape sees fewer free GPUs, so this stays a lower bound for it."""
+        shape = (r.gpu_model, r.pool, r.cluster, r.nodes, r.gpus_per_node)
+        if shape not in self._floors:
+            groups = self.groups(r.gpu_model, r)
+            g, n = r.gpus_per_node, r.nodes
+            if best_fit(self.index, groups, g, n, {}) is not None:
+                self._floors[shape] = self.now
+            else:
+                self._floors[shape] = earliest_start(self.index, groups, g, n, self.events())
+        return self._floors[shape]
 
     # -- whole GPUs --------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ victims. A job already in its grace period is a free victim: its GPUs are coming
 anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
-class, most recently started) until the job fits; the cheapest nodes win: those whose worst
+class, most recently started) until the job fits, then any the job fits without is spared
+(a minimal set); the cheapest nodes win: those whose worst
 victim is borrowed rather than guaranteed, then those whose victims have run the fewest
 GPU-seconds (the work a preemption may throw away: a gang that started an hour ago costs
 more than a 1-GPU job that started a minute ago, though each is one victim).
@@ -127,8 +128,6 @@ def plan(
                 continue
             have = len(st.free)
             taken: list[tuple[Candidate, str]] = []
-            worst = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other)
-            lost = 0.0  # GPU-seconds the new victims have run: the work at risk
             for c in cands:
                 if c.id in claimed:
                     continue
@@ -151,13 +150,25 @@ def plan(
                         taken.append((c, "priority"))
                     else:
                         continue
-                    lost += c.size * max(1.0, now - c.start)
-                    worst = max(worst, 1 if c.borrowed else 2)
                 have += c.gpus[name]
                 if have >= g:
                     break
-            if have >= g:
-                costs.append(((worst, lost, g - len(st.free)), name, tuple(taken)))
+            if have < g:
+                continue
+            # Taken in preference order, an early small victim may prove unneeded once a
+            # larger one is taken: spare, latest taken first, each the job fits without.
+            for i in range(len(taken) - 1, -1, -1):
+                c, kind = taken[i]
+                if kind != "leaving" and have - c.gpus[name] >= g:
+                    have -= c.gpus[name]
+                    del taken[i]
+            worst = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other)
+            lost = 0.0  # GPU-seconds the new victims have run: the work at risk
+            for c, kind in taken:
+                if kind != "leaving":
+                    lost += c.size * max(1.0, now - c.start)
+                    worst = max(worst, 1 if c.borrowed else 2)
+            costs.append(((worst, lost, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))

@@ -4,15 +4,18 @@ A team's quota for a model is its Quota for that exact model, else its "*" quota
 counted in GPUs (a MIG slice as its GPU fraction). Up to `nominal` is guaranteed. Above it a
 team borrows, up to `borrowing_limit`, from the other teams' idle nominal quota, where idle
 means neither used nor wanted by the owner's own pending jobs, so nothing is lent only to be
-reclaimed a moment later. Wanted is what the owner could start on its nominal now. A job
+reclaimed a moment later. Wanted is what the owner could start on its nominal now; a job that
+can never run on the cluster as it is (the engine leaves it out) wants nothing. A job
 that fits its nominal only once the owner's own running jobs end, or that fits its nominal
 but not on any nodes until running jobs end (both from time limits), wants the nominal from
 then: until then it is lent, but only to jobs whose time limit ends first, so by the limits
 the loan is back before the owner can use it (if running jobs end early, the owner reclaims
 as from any borrower).
-`lending_limit` caps what an owner lends. Idle quota of an exact model is lent for that
-model; idle "*" quota for any model. Capacity that is nobody's nominal quota is lent like
-idle "*" quota, so quotas that do not add up to the cluster waste nothing.
+`lending_limit` caps what an owner lends; a team never borrows its own idle quota (it is
+its nominal already). Idle quota of an exact model is lent for that model; idle "*" quota
+for any model, whatever model the borrower's quota is written for. Capacity of a model that
+is nobody's nominal quota (beyond its own quotas', and in all beyond the "*" quotas') is lent
+for that model, so quotas that do not add up to the cluster waste nothing.
 
 Non-preemptible jobs of a team together stay within its nominal quota; the part of a team's
 usage above nominal is then always held by preemptible jobs, which another team reclaiming
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .reasons import gpus_text
@@ -42,6 +45,9 @@ class Account:
     # by preemptible jobs and another team's guarantee can always be reclaimed.
     fixed: float = 0.0
     running_jobs: int = 0
+    # Idle nominal this account lends: for good (in Ledger.pool), or until `loan.at`.
+    lent: float = 0.0
+    loan: Loan | None = None
 
     @property
     def borrowed(self) -> float:
@@ -50,6 +56,26 @@ class Account:
     def limit_text(self) -> str:
         bl = self.quota.borrowing_limit
         return "unlimited" if bl is None else gpus_text(bl)
+
+
+@dataclass(slots=True)
+class Loan:
+    """Idle nominal of `team` lent only to jobs that end by `at`; `amount` is what is left
+    (below zero: borrowers hold more than its owner now leaves idle, which it reclaims)."""
+
+    at: float
+    amount: float
+    team: str
+
+
+@dataclass(slots=True)
+class _Use:
+    """A team's running jobs on one GPU model."""
+
+    used: float = 0.0
+    fixed: float = 0.0
+    jobs: int = 0
+    held: list[tuple[float | None, float]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -70,30 +96,46 @@ class Ledger:
         running: Iterable[tuple[RunningJob, float, bool]],
         wanted: Iterable[Demand],
         enabled: bool,
-        capacity: float = 0.0,
+        capacity: Mapping[str, float] | None = None,
         ends: Sequence[float | None] = (),
     ) -> None:
-        """`running` is (job, GPUs, preemptible); `capacity` the cluster's GPUs; `ends`, when
-        given, when each running job ends for planning (None: unknown), in `running` order."""
+        """`running` is (job, GPUs, preemptible); `capacity` the cluster's GPUs per model;
+        `ends`, when given, when each running job ends for planning (None: unknown), in
+        `running` order."""
         self.enabled = enabled
         self.accounts: dict[tuple[str, str], Account] = {}
         for team in teams:
             for q in team.quotas:
                 self.accounts[(team.name, q.gpu_model)] = Account(q)
         self._key_cache: dict[tuple[str, str], tuple[str, str] | None] = {}
-        key, cached = self.key, self._key_cache
-        self._held: dict[tuple[str, str], list[tuple[float | None, float]]] = {}
+        # Usage per (team, model) first, then per account: one lookup per running job (the hot
+        # path), and a "*" account's usage stays known per model.
+        uses: dict[tuple[str, str], _Use] = {}
         for i, (job, gpus, preemptible) in enumerate(running):
             team_model = (job.request.team, job.gpu_model)
-            # key(), with its cache read inline: this runs for every running job.
-            k = cached[team_model] if team_model in cached else key(*team_model)
-            if k is not None:
-                acc = self.accounts[k]
-                acc.used += gpus
-                acc.fixed += 0.0 if preemptible else gpus
-                acc.running_jobs += 1
-                if ends:
-                    self._held.setdefault(k, []).append((ends[i], gpus))
+            u = uses.get(team_model)
+            if u is None:
+                u = uses[team_model] = _Use()
+            u.used += gpus
+            if not preemptible:
+                u.fixed += gpus
+            u.jobs += 1
+            if ends:
+                u.held.append((ends[i], gpus))
+        self._held: dict[tuple[str, str], list[tuple[float | None, float]]] = {}
+        on_models: dict[tuple[str, str], list[tuple[str, float]]] = {}
+        for team_model, u in uses.items():
+            k = self.key(*team_model)
+            if k is None:
+                continue
+            acc = self.accounts[k]
+            acc.used += u.used
+            acc.fixed += u.fixed
+            acc.running_jobs += u.jobs
+            if u.held:
+                self._held.setdefault(k, []).extend(u.held)
+            if k[1] == ANY_MODEL:
+                on_models.setdefault(k, []).append((team_model[1], u.used))
         # What each owner's queue wants: demand that fits in what is left of its nominal now
         # (fits), and the smallest demand that does not yet fit but will once the owner's own
         # jobs end (blocked). Jobs larger than the nominal need to borrow anyway: if they held
@@ -124,18 +166,28 @@ class Ledger:
                     fits[k] = fits.get(k, 0.0) + gpus * count
                 elif ready < later.get(k, math.inf):
                     later[k] = ready
-        # Lending pools by quota model ("*" lends to any model), net of current borrowing.
-        # Idle nominal whose owner has a blocked job is lent only until that job could start
-        # on the owner's nominal (`until`, from the owner's running jobs' ends; not at all
-        # when one of them has no end), or until a job waiting for nodes could start, if
-        # sooner: by the limits the loan is back before the owner needs it, and the nominal
-        # does not sit idle meanwhile.
-        nominal_total = sum(acc.quota.nominal for acc in self.accounts.values())
-        self.pool: dict[str, float] = {ANY_MODEL: max(0.0, capacity - nominal_total)}
-        self.until: dict[str, list[list[float]]] = {}
+        # Lending pools by quota model ("*" lends for any model): what accounts lend for good
+        # (`given`) less what is borrowed of it (`pool`), and who borrowed it (`drawn`, so no
+        # team borrows its own). Idle nominal whose owner has a blocked job is lent only until
+        # that job could start on the owner's nominal (`until`, from the owner's running
+        # jobs' ends; not at all when one of them has no end), or until a job waiting for
+        # nodes could start, if sooner: by the limits the loan is back before the owner needs
+        # it, and the nominal does not sit idle meanwhile.
+        self.pool: dict[str, float] = {}
+        self.given: dict[str, float] = {}
+        self.drawn: dict[tuple[str, str], float] = {}
+        self.until: dict[str, list[Loan]] = {}
+        # Per model, capacity beyond that model's own quotas; of it in all, beyond the "*"
+        # quotas too (they may take theirs on any model): lent for that model only.
+        exact: dict[str, float] = {}
+        star = 0.0
         for k, acc in self.accounts.items():
             model = k[1]
             q = acc.quota
+            if model == ANY_MODEL:
+                star += q.nominal
+            else:
+                exact[model] = exact.get(model, 0.0) + q.nominal
             room = q.nominal - acc.used
             want = min(max(0.0, room), fits.get(k, 0.0))
             idle = max(0.0, room - want)
@@ -143,24 +195,44 @@ class Ledger:
                 idle = min(idle, q.lending_limit)
             need = blocked.get(k)
             if (need is None and k not in later) or idle <= 1e-9:
+                acc.lent = idle
                 self.pool[model] = self.pool.get(model, 0.0) + idle
+                self.given[model] = self.given.get(model, 0.0) + idle
                 continue
             at: float | None = later.get(k, math.inf)
             if need is not None:
                 on_nominal = _fits_at(self._held.get(k, []), acc.used, q.nominal - want - need)
                 at = None if on_nominal is None else min(on_nominal, later.get(k, math.inf))
             if at is not None:
-                self.until.setdefault(model, []).append([at, idle])
+                acc.lent = idle
+                acc.loan = Loan(at, idle, k[0])
+                self.until.setdefault(model, []).append(acc.loan)
         for lst in self.until.values():
-            lst.sort()
-        for (_, model), acc in sorted(self.accounts.items()):
-            if acc.borrowed > 0:
-                self._draw(model, acc.borrowed, None)
+            lst.sort(key=_loan_order)
+        self.unowned = {
+            m: max(0.0, gpus - exact.get(m, 0.0)) for m, gpus in (capacity or {}).items()
+        }
+        self.unowned_total = max(0.0, sum(self.unowned.values()) - star)
+        for k, acc in sorted(self.accounts.items()):
+            borrowed = acc.borrowed
+            if borrowed <= 0:
+                continue
+            if k[1] != ANY_MODEL:
+                self._draw(k[0], k[1], borrowed, None)
+                continue
+            # Which GPUs of a "*" account are the borrowed ones is not known: each model's
+            # usage borrows its share.
+            models = sorted(on_models.get(k, ()))
+            if len(models) == 1:
+                self._draw(k[0], models[0][0], borrowed, None)
+                continue
+            for model, used in models:
+                self._draw(k[0], model, borrowed * used / acc.used, None)
 
     def key(self, team: str, model: str) -> tuple[str, str] | None:
         k = (team, model)
         try:
-            return self._key_cache[k]  # the hot path (every running job): one lookup
+            return self._key_cache[k]  # the engine asks per job: one lookup
         except KeyError:
             pass
         if k in self.accounts:
@@ -175,54 +247,100 @@ class Ledger:
         k = self.key(team, model)
         return None if k is None else self.accounts[k]
 
-    def lendable(self, model: str, ends: float | None = None) -> float:
-        """Idle nominal that may be lent for `model` to a job ending at `ends` (None: not
-        known to end, so only quota idle for good)."""
-        total = max(0.0, self.pool.get(model, 0.0))
-        models = (model,) if model == ANY_MODEL else (model, ANY_MODEL)
-        if model != ANY_MODEL:
-            total += max(0.0, self.pool.get(ANY_MODEL, 0.0))
-        if ends is not None:
-            for m in models:
-                for until, amount in self.until.get(m, ()):
-                    if ends <= until:
-                        total += amount
+    def _pooled(self, m: str, team: str, left: float) -> float:
+        """What `team` may borrow of the `left` > 0 idle nominal lent for good under quota
+        model `m`: within it, and within what the other teams lend less what it borrowed
+        already (then some assignment of every loan to a lender of another team exists)."""
+        k = (team, m)
+        others = self.given[m] - self.drawn.get(k, 0.0)
+        own = self.accounts.get(k)
+        if own is not None and own.loan is None:
+            others -= own.lent
+        return left if left < others else (others if others > 0.0 else 0.0)
+
+    def lendable(self, model: str, ends: float | None = None, team: str | None = None) -> float:
+        """What may be lent for a job on GPU model `model` ending at `ends` (None: not known
+        to end, so only quota idle for good): other teams' idle nominal (not `team`'s own)
+        and capacity of that model that is nobody's quota."""
+        total = 0.0
+        if self.unowned_total > 0.0:
+            total = min(self.unowned.get(model, 0.0), self.unowned_total)
+        # Checked for every job that would borrow: written out, without calls it can skip.
+        pool, until = self.pool, self.until
+        for m in (model,) if model == ANY_MODEL else (model, ANY_MODEL):
+            left = pool.get(m, 0.0)
+            if left > 1e-12:
+                total += left if team is None else self._pooled(m, team, left)
+            if ends is not None and m in until:
+                for loan in until[m]:
+                    if ends <= loan.at and loan.amount > 0.0 and loan.team != team:
+                        total += loan.amount
         return total
 
     def lent_until(self, models: Iterable[str]) -> float | None:
         """The latest time to which some quota for these models is lent, if any."""
         found = [
-            until
+            loan.at
             for m in {*models, ANY_MODEL}
-            for until, amount in self.until.get(m, ())
-            if amount > 1e-9
+            for loan in self.until.get(m, ())
+            if loan.amount > 1e-9
         ]
         return max(found, default=None)
 
-    def _draw(self, model: str, amount: float, ends: float | None) -> None:
-        """Take a loan from the pools: quota idle for good first, then quota lent until a
-        time, the soonest that outlasts `ends` first (None: an existing loan of unknown end,
-        taken from the latest, which leaves new loans the least)."""
-        for m in (model,) if model == ANY_MODEL else (model, ANY_MODEL):
-            own = max(0.0, self.pool.get(m, 0.0))
-            take = min(own, amount)
-            self.pool[m] = self.pool.get(m, 0.0) - take
+    def _draw(self, team: str, model: str, amount: float, ends: float | None) -> None:
+        """`team` borrows for a job on `model`: from quota idle for good first (the model's,
+        then capacity nobody owns, then "*"), then from quota lent until a time, the soonest
+        that outlasts `ends` first (None: an existing loan of unknown end, taken from the
+        latest, which leaves new loans the least)."""
+        left = self.pool.get(model, 0.0)
+        take = min(self._pooled(model, team, left), amount) if left > 1e-12 else 0.0
+        if take > 0.0:
+            self.pool[model] -= take
+            self.drawn[(team, model)] = self.drawn.get((team, model), 0.0) + take
             amount -= take
+        if amount > 1e-12 and model in self.unowned:
+            take = min(self.unowned[model], self.unowned_total, amount)
+            if take > 0.0:
+                self.unowned[model] -= take
+                self.unowned_total -= take
+                amount -= take
+        left = self.pool.get(ANY_MODEL, 0.0)
+        if amount > 1e-12 and model != ANY_MODEL and left > 1e-12:
+            take = min(self._pooled(ANY_MODEL, team, left), amount)
+            if take > 0.0:
+                self.pool[ANY_MODEL] -= take
+                key = (team, ANY_MODEL)
+                self.drawn[key] = self.drawn.get(key, 0.0) + take
+                amount -= take
         if amount <= 1e-12:
             return
         for m in (model,) if model == ANY_MODEL else (model, ANY_MODEL):
             lst = self.until.get(m, [])
-            for entry in lst if ends is not None else reversed(lst):
-                if ends is not None and ends > entry[0]:
+            for loan in lst if ends is not None else reversed(lst):
+                if (ends is not None and ends > loan.at) or loan.team == team:
                     continue
-                take = min(entry[1], amount)
-                entry[1] -= take
+                take = min(max(0.0, loan.amount), amount)
+                loan.amount -= take
                 amount -= take
                 if amount <= 1e-12:
                     return
         # More is lent than is idle (an owner's demand grew): the excess is reclaimable.
         if model != ANY_MODEL:
             self.pool[ANY_MODEL] = self.pool.get(ANY_MODEL, 0.0) - amount
+
+    def _take_back(self, acc: Account) -> None:
+        """The owner uses nominal it lends: what is lent shrinks to what is left idle (what
+        borrowers already hold beyond that is reclaimable)."""
+        back = acc.lent - max(0.0, acc.quota.nominal - acc.used)
+        if back <= 1e-12:
+            return
+        acc.lent -= back
+        if acc.loan is not None:
+            acc.loan.amount -= back
+        else:
+            m = acc.quota.gpu_model
+            self.pool[m] -= back
+            self.given[m] -= back
 
     def check(
         self, team: str, model: str, gpus: float, preemptible: bool, ends: float | None = None
@@ -272,7 +390,8 @@ class Ledger:
         after = acc.used + gpus
         if after <= q.nominal + 1e-9:
             return OK_NOMINAL
-        lendable = self.lendable(q.gpu_model, ends)
+        # By the job's model: a "*" quota borrows another team's idle quota for that model too.
+        lendable = self.lendable(model, ends, team)
         limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
         new_borrow = after - q.nominal
         over_limit = new_borrow > limit + 1e-9
@@ -301,7 +420,7 @@ class Ledger:
                 ),
             )
         # Quota lent until a time that this job would outlast: say so, it is visible idle.
-        shorter = self.lendable(q.gpu_model, -math.inf) - lendable
+        shorter = self.lendable(model, -math.inf, team) - lendable
         more = ""
         if shorter > 1e-9:
             more = f"; {gpus_text(shorter)} more are lent only to jobs that end sooner"
@@ -329,8 +448,10 @@ class Ledger:
         acc.used += gpus
         acc.fixed += 0.0 if preemptible else gpus
         acc.running_jobs += 1
+        if acc.lent > 0.0:
+            self._take_back(acc)
         if acc.borrowed > before:
-            self._draw(acc.quota.gpu_model, acc.borrowed - before, ends)
+            self._draw(team, model, acc.borrowed - before, ends)
 
     def headroom(self, team: str, model: str) -> float:
         """The most GPUs the team could hold on this quota now, borrowing what it may."""
@@ -339,7 +460,7 @@ class Ledger:
             return 0.0
         q = acc.quota
         limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
-        return q.nominal + min(limit, acc.borrowed + self.lendable(q.gpu_model))
+        return q.nominal + min(limit, acc.borrowed + self.lendable(model, None, team))
 
     def fixed_room(self, team: str, model: str) -> float:
         """Nominal quota left for non-preemptible work."""
@@ -361,6 +482,10 @@ class Ledger:
 
     def borrowed_by_team(self) -> Mapping[tuple[str, str], float]:
         return {k: a.borrowed for k, a in self.accounts.items() if a.borrowed > 0}
+
+
+def _loan_order(loan: Loan) -> tuple[float, float, str]:
+    return (loan.at, loan.amount, loan.team)
 
 
 def _fits_at(held: list[tuple[float | None, float]], used: float, target: float) -> float | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .builders import BACKFILL, FIFO, NOW, decide, job, nodes, running, snap, started, waits
+from .builders import BACKFILL, FIFO, NOW, decide, job, nodes, running, snap, started, team, waits
 
 # Two nodes; n1 is free until its job ends at NOW+1000, n2 has 4 GPUs busy until NOW+3000.
 BUSY = [
@@ -71,3 +71,29 @@ def test_positions_are_1_based_in_scheduling_order() -> None:
     d = decide(snap(nodes(1), [], [job(f"j{i}", submit=i) for i in range(4)], busy), BACKFILL)
     assert [(w.job_id, w.position) for w in d.waits] == [("j0", 1), ("j1", 2), ("j2", 3), ("j3", 4)]
     assert waits(d)["j3"].reason.message.startswith("3 job(s) ahead need 3 GPUs")
+
+
+def test_no_estimate_of_now_for_a_job_whose_shape_no_node_can_hold_now() -> None:
+    # 2 nodes with 4 free GPUs each; their other GPUs run jobs without a time limit. An
+    # 8-GPU job cannot start now and no known release lets it: its estimate must not be
+    # "now" (it is told "the best now is 0 nodes" in the same Wait).
+    run = [
+        running("r1", {"n1": range(4)}, limit=None),
+        running("r2", {"n2": range(4)}, limit=None),
+    ]
+    d = decide(snap(nodes(2), [team("a", 16)], [job("p", gpus=8)], run))
+    w = waits(d)["p"]
+    assert w.reason.code == "no_capacity"
+    assert w.estimated_start is None
+
+
+def test_an_estimate_is_not_before_a_node_can_hold_the_job() -> None:
+    # Strict FIFO, no reservation: n1 frees 4 GPUs at NOW + 1000, n2 at NOW + 2000. An
+    # 8-GPU single-node job can start at NOW + 1000 at the earliest, not NOW.
+    run = [
+        running("r1", {"n1": range(4)}, started=NOW - 600, limit=1600.0),
+        running("r2", {"n2": range(4)}, started=NOW - 600, limit=2600.0),
+    ]
+    d = decide(snap(nodes(2), [], [job("p", gpus=8)], run), FIFO)
+    w = waits(d)["p"]
+    assert w.estimated_start == NOW + 1000

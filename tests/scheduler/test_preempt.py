@@ -140,6 +140,22 @@ def test_victims_are_borrowed_first_then_lowest_class_then_most_recent() -> None
     assert [p.job_id for p in d.preemptions] == ["b-normal3"]
 
 
+def test_a_victim_the_job_fits_without_is_spared() -> None:
+    """The minimal victim set: the most recent low job (1 GPU) comes first in preference
+    order, but once the 7-GPU one is taken the high job fits without it."""
+    s = snap(
+        nodes(1),
+        [team("a", 16)],
+        [job("p", gpus=7, priority="high")],
+        [
+            running("A", {"n1": [0]}, started=NOW - 60, priority="low"),
+            running("B", {"n1": range(1, 8)}, started=NOW - 600, priority="low"),
+        ],
+    )
+    d = decide(s, Policy(preemption_loss_ratio=None))
+    assert [p.job_id for p in d.preemptions] == ["B"]
+
+
 @pytest.mark.parametrize(("age_s", "preempted"), [(100.0, False), (4000.0, True)])
 def test_min_runtime_protects_from_priority_preemption(age_s: float, preempted: bool) -> None:
     busy = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -245,3 +246,35 @@ def test_non_preemptible_jobs_are_never_victims_and_victims_are_running(
         assert victim.preempting_since is None
         assert p.message.startswith(f"preempted by job {p.by_job_id}: ")
     assert len({p.job_id for p in d.preemptions}) == len(d.preemptions)
+
+
+@FAST
+@given(snapshots(), st.lists(st.booleans(), min_size=3, max_size=3))
+def test_on_a_cluster_of_one_model_a_star_quota_is_that_models_quota(
+    s: Snapshot, rewrite: list[bool]
+) -> None:
+    # Only A100 nodes: "*" and A100 quotas cover the same GPUs, so whichever teams write
+    # which changes no decision (pending jobs asking for H100 can never run). Borrowing has
+    # no limit, so that what is lent and borrowed shows in the decisions.
+    s = replace(
+        s,
+        nodes=tuple(replace(n, gpu_model=A100) for n in s.nodes),
+        running=tuple(replace(j, gpu_model=A100) for j in s.running),
+        teams=tuple(
+            replace(t, quotas=tuple(replace(q, borrowing_limit=None) for q in t.quotas))
+            for t in s.teams
+        ),
+    )
+    other = {"*": A100, A100: "*"}
+    teams = tuple(
+        replace(t, quotas=tuple(replace(q, gpu_model=other[q.gpu_model]) for q in t.quotas))
+        if again
+        else t
+        for t, again in zip(s.teams, rewrite, strict=False)
+    )
+    first, second = schedule(s, Policy(), NOW), schedule(replace(s, teams=teams), Policy(), NOW)
+    assert (first.starts, first.preemptions) == (second.starts, second.preemptions)
+    # Positions aside: a job that can never run (for H100) may sort in either quota tier.
+    assert sorted((w.job_id, w.reason.code, w.estimated_start) for w in first.waits) == sorted(
+        (w.job_id, w.reason.code, w.estimated_start) for w in second.waits
+    )

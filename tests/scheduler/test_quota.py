@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.types import Decisions, PendingJob, Policy, PriorityClass, Quota, Team
 
-from .builders import A100, H100, NOW, decide, job, nodes, running, snap, team, waits
+from .builders import A100, H100, NOW, decide, job, mig_node, nodes, running, snap, team, waits
 
 
 def test_team_runs_up_to_its_nominal_quota() -> None:
@@ -212,3 +212,122 @@ def test_owner_job_that_fits_its_nominal_now_keeps_it_from_loans() -> None:
     )
     started = sorted(x.job_id for x in d.starts)
     assert started == ["a-small", "b-short0", "b-short1", "b-short2"]
+
+
+# -- what may be lent, and to whom -------------------------------------------------------
+
+
+def test_a_star_quota_borrows_another_teams_idle_quota_of_the_jobs_model() -> None:
+    # a's 8 A100 GPUs of nominal are idle and unwanted; b's "*" quota (nominal 0, unlimited
+    # borrowing) borrows them for an A100 job, as a quota written for A100 would.
+    s = snap(
+        nodes(1),
+        [team("a", 8, model=A100), team("b", 0, borrow=None)],
+        [job("p", team="b", gpus=4, model=A100)],
+    )
+    d = decide(s)
+    assert [(x.job_id, x.borrowed) for x in d.starts] == [("p", True)]
+
+
+def test_capacity_nobody_owns_is_lent_though_a_quota_is_for_a_model_without_up_nodes() -> None:
+    # Nobody's quota covers the 8 A100 GPUs; c's 8 H100 of nominal have no up node. The
+    # A100 capacity is still nobody's, and lent.
+    cluster = nodes(1) + nodes(1, model=H100, prefix="h", state="down")
+    s = snap(
+        cluster,
+        [team("a", 0, borrow=None, model=A100), team("c", 8, model=H100)],
+        [job("p", team="a", gpus=4)],
+    )
+    assert [x.job_id for x in decide(s).starts] == ["p"]
+
+
+def test_capacity_nobody_owns_is_lent_for_its_own_model_only() -> None:
+    # The H100 node is nobody's quota; the A100 node is a's, whose queue wants all of it. b
+    # ("*", nominal 0) may borrow H100 capacity for an H100 job, but not for an A100 job.
+    cluster = nodes(1) + nodes(1, model=H100, prefix="h")
+    run = [running(f"r{i}", {"n1": [i]}, team="a") for i in range(4)]
+    pending = [
+        job("a-more", team="a", gpus=4, submit=NOW - 300),
+        job("b-a100", team="b", gpus=4, model=A100),
+        job("b-h100", team="b", gpus=4, model=H100),
+    ]
+    teams = [team("a", 8, model=A100), team("b", 0, borrow=None)]
+    d = decide(snap(cluster, teams, pending, run))
+    assert sorted(x.job_id for x in d.starts) == ["a-more", "b-h100"]
+    reason = waits(d)["b-a100"].reason
+    assert reason.code == "quota_exhausted", reason.message
+    assert dict(reason.details)["lendable"] == 0
+
+
+def test_a_team_does_not_borrow_its_own_idle_nominal() -> None:
+    # a uses its 6; b (nominal 2, unlimited borrowing) runs nothing. Nobody else has idle
+    # quota and all capacity is someone's: b holds at most its own 2 GPUs, so its 4- and
+    # 8-GPU jobs wait for quota (none lendable), not for capacity.
+    run = [running(f"r{i}", {"n1": [i]}, team="a") for i in range(6)]
+    teams = [team("a", 6), team("b", 2, borrow=None)]
+    for gpus in (4, 8):
+        d = decide(snap(nodes(1), teams, [job("b-big", team="b", gpus=gpus)], run))
+        reason = waits(d)["b-big"].reason
+        assert reason.code == "quota_exhausted", reason.message
+        assert dict(reason.details)["lendable"] == 0, reason.message
+
+
+def test_a_team_starting_on_its_idle_nominal_takes_it_back_from_what_is_lent() -> None:
+    # a's 8-GPU job uses a's idle 4 and borrows 4 of the 8 GPUs nobody owns; b (running its
+    # nominal 4) may then borrow the other 4, not a's 4 again.
+    run = [running(f"r{i}", {"n2": [i]}, team="b") for i in range(4)]
+    teams = [team("a", 4, borrow=None), team("b", 4, borrow=None)]
+    pending = [
+        job("a-big", team="a", gpus=8, submit=NOW - 300),
+        job("b1", team="b", gpus=4, submit=NOW - 200),
+        job("b2", team="b", gpus=4, submit=NOW - 100),
+    ]
+    d = decide(snap(nodes(2), teams, pending, run))
+    assert sorted(x.job_id for x in d.starts) == ["a-big", "b1"]
+    reason = waits(d)["b2"].reason
+    assert reason.code == "quota_exhausted", reason.message
+    assert dict(reason.details)["lendable"] == 0
+
+
+@pytest.mark.parametrize(
+    ("never", "says"),
+    [
+        ([job("ag", team="a", gpus=2, nodes=3, submit=1)], "unsatisfiable"),  # 1 node has GPUs
+        ([job("ag", team="a", gpus=6, model=H100, submit=1)], "unsatisfiable"),  # no H100
+        # A100-40GB's profile: no MIG GPU (an A100 80GB) offers it; 14 x 3/7 = 6 GPUs.
+        (
+            [job(f"ag{i}", team="a", mig="3g.20gb", model=A100, submit=1) for i in range(14)],
+            "mig_unavailable",
+        ),
+    ],
+    ids=["more-nodes-than-exist", "absent-model", "mig-profile-not-offered"],
+)
+def test_a_job_that_can_never_run_wants_none_of_its_teams_nominal(
+    never: list[PendingJob], says: str
+) -> None:
+    # a's only pending jobs can never run on the cluster as it is: a's 6 idle GPUs are lent,
+    # and b (nominal 2, unlimited borrowing) borrows them for its 8-GPU job.
+    cluster = (*nodes(1), mig_node("m1"))
+    s = snap(
+        cluster,
+        [team("a", 6), team("b", 2, borrow=None)],
+        [*never, job("bj", team="b", gpus=8, submit=2)],
+    )
+    d = decide(s)
+    assert [x.job_id for x in d.starts] == ["bj"], waits(d)["bj"].reason.message
+    assert {waits(d)[p.request.id].reason.code for p in never} == {says}
+
+
+def test_a_job_that_can_never_run_takes_no_nominal_from_its_teams_jobs_behind_it() -> None:
+    # One GPU is free; a (3 of 4 used) and b (4 of 8) each have a 1-GPU job within nominal,
+    # and a, using less, goes first. a's earlier H100 job (no H100 here) would fill a's
+    # nominal in the team's own order and push a1 behind b's job.
+    run = [running(f"a{i}", {"n1": [i]}, team="a") for i in range(3)]
+    run += [running(f"b{i}", {"n1": [3 + i]}, team="b") for i in range(4)]
+    pending = [
+        job("a-h100", team="a", model=H100, submit=NOW - 300),
+        job("a1", team="a", model=A100, submit=NOW - 200),
+        job("b1", team="b", submit=NOW - 100),
+    ]
+    d = decide(snap(nodes(1), [team("a", 4), team("b", 8)], pending, run))
+    assert [x.job_id for x in d.starts] == ["a1"]
