@@ -774,9 +774,10 @@ def test_a_redirect_is_reported_not_followed(gpuq: Gpuq, job_file: Any) -> None:
 
 
 @contextlib.contextmanager
-def losing_proxy(upstream: str) -> Iterator[str]:
+def losing_proxy(upstream: str, *, cut_short: bool = False) -> Iterator[str]:
     """A proxy in front of the live server that loses the answer to the first POST: the
-    request reaches the server, the connection then drops without a reply."""
+    request reaches the server, the connection then drops without a reply (cut_short: after
+    the status, the headers and half the body, as a proxy timing out mid-answer does)."""
     lost: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -789,17 +790,19 @@ def losing_proxy(upstream: str) -> Iterator[str]:
             target.request(self.command, self.path, body=body or None, headers=headers)
             answer = target.getresponse()
             data = answer.read()
-            if self.command == "POST" and not lost:
+            losing = self.command == "POST" and not lost
+            if losing:
                 lost.append(self.path)
                 self.close_connection = True  # the answer is lost on the way back
-                return
+                if not cut_short:
+                    return
             self.send_response(answer.status)
             for k, v in answer.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                     self.send_header(k, v)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            self.wfile.write(data[: len(data) // 2] if losing else data)
 
         do_GET = do_POST = forward
 

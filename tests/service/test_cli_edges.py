@@ -7,7 +7,6 @@ UTF-8 each get a message and an exit status, never a traceback."""
 from __future__ import annotations
 
 import contextlib
-import http.client
 import io
 import json
 import os
@@ -18,9 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,15 @@ from queue_service.jobs.models import Job
 from queue_service.jobs.services import resume_job, submit_job, suspend_job
 from queue_service.tenancy.services import create_token
 from tests.conftest import spec
-from tests.service.test_cli import Gpuq, Run, gpuq, job_file, serving, submitted_id  # noqa: F401
+from tests.service.test_cli import (  # noqa: F401
+    Gpuq,
+    Run,
+    gpuq,
+    job_file,
+    losing_proxy,
+    serving,
+    submitted_id,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -172,51 +177,11 @@ def test_logs_follow_of_a_job_that_is_lost_ends_when_the_job_does(
 # -- an answer cut short, or a server that does not speak HTTP -----------------------------
 
 
-@contextlib.contextmanager
-def truncating_proxy(upstream: str) -> Iterator[tuple[str, list[str]]]:
-    """A proxy in front of the live server that cuts the first POST's answer short: the
-    status and headers arrive, then half the body, then the connection drops (as a proxy
-    or a load balancer timing out mid-answer does)."""
-    cut: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def forward(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            target = http.client.HTTPConnection(urllib.parse.urlsplit(upstream).netloc, timeout=30)
-            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-            target.request(self.command, self.path, body=body or None, headers=headers)
-            answer = target.getresponse()
-            data = answer.read()
-            self.send_response(answer.status)
-            for k, v in answer.getheaders():
-                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
-                    self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if self.command == "POST" and not cut:
-                cut.append(self.path)
-                self.wfile.write(data[: len(data) // 2])
-                self.close_connection = True
-                return
-            self.wfile.write(data)
-
-        do_GET = do_POST = forward
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    with serving(Handler) as url:
-        yield url, cut
-
-
 def test_a_submit_whose_answer_is_cut_short_is_reported_or_sent_again_not_a_traceback(
     gpuq: Gpuq, job_file: Any, live_server: Any
 ) -> None:
-    with truncating_proxy(live_server.url) as (url, cut):
+    with losing_proxy(live_server.url, cut_short=True) as url:  # it checks the POST was cut
         result = calm(gpuq, "alice", "submit", job_file("name: once\ncommand: [x]\n"), url=url)
-    assert cut == ["/api/v1/jobs/"]
     # The POST carries an Idempotency-Key: sent again, it returns the job the first one made.
     assert result.code == 0, result.err
     assert result.out.split() == [str(Job.objects.get().pk), "once", "pending"]
