@@ -193,8 +193,8 @@ class LocalBackend:
 
     def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:
         job_dir = self._dir(external_id)
-        if _verdict(external_id, job_dir) is not None:
-            return False  # it ended on its own
+        if _verdict(external_id, job_dir) is not None or not job_dir.is_dir():
+            return False  # it ended on its own, or its directory is gone: poll says lost
         # Whole or not at all: the supervisor may read it at any moment.
         tmp = job_dir / f"cancel.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"grace_s": grace_s}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -185,6 +186,18 @@ def test_cancel_of_a_job_that_already_ended_says_so_and_changes_nothing(
     assert backend.cancel(eid, grace_s=5) is False
     status = backend.poll([eid])[eid]
     assert (status.state, status.exit_code) == (RemoteState.SUCCEEDED, 0)
+
+
+def test_cancel_of_a_job_whose_directory_is_gone_stops_nothing_and_poll_says_lost(
+    backend: LocalBackend,
+) -> None:
+    eid = backend.submit(request(["/bin/echo", "done"])).external_id
+    wait_for(backend, eid, finished)
+    shutil.rmtree(backend.workdir / eid)  # an operator cleaned the work directory
+
+    assert backend.cancel(eid, grace_s=5) is False
+
+    assert backend.poll([eid])[eid].state == RemoteState.LOST
 
 
 def test_cancel_kills_a_job_that_ignores_sigterm_after_the_grace(backend: LocalBackend) -> None:
