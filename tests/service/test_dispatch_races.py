@@ -55,6 +55,14 @@ def create_stored_but_unanswered(sim: Any) -> None:
     sim.api.inject(Fault("status", code=503, method="POST", path_contains="/jobs", times=2))
 
 
+def dispatching(job: Job, cluster: Any) -> Job:
+    """The job as a worker holds it while it submits: admitted to the cluster, then moved to
+    dispatching (dispatch_job's first step), with what dispatch_request reads."""
+    Job.objects.filter(pk=job.pk).update(state=S.ADMITTED, cluster=cluster)
+    job = Job.objects.select_related("cluster", "team", "user", "priority_class").get(pk=job.pk)
+    return transition(job, S.DISPATCHING, code="dispatching", attempts=1)
+
+
 def test_a_create_stored_but_unanswered_leaves_the_job_dispatching_and_a_cancel_stops_it(
     k8s: Any, people: Any
 ) -> None:
@@ -107,9 +115,7 @@ def test_a_cancel_during_a_submit_the_cluster_refuses_ends_the_job_cancelled(
 ) -> None:
     with k8s as (cluster, sim):
         job = submit_job(people["alice"], spec(name="refused", cluster=cluster.name)).job
-        Job.objects.filter(pk=job.pk).update(state=S.ADMITTED, cluster=cluster)
-        job = Job.objects.select_related("cluster", "team", "user", "priority_class").get(pk=job.pk)
-        transition(job, S.DISPATCHING, code="dispatching", attempts=1)  # a worker's submit...
+        job = dispatching(job, cluster)  # a worker submits...
         cancel_job(people["alice"], Job.objects.get(pk=job.pk))  # ...and the owner, meanwhile
         sim.api.inject(Fault("status", code=403, method="POST", path_contains="/jobs"))
 
@@ -125,9 +131,7 @@ def test_a_cancel_after_a_worker_died_mid_dispatch_stops_what_it_had_created(
 ) -> None:
     with k8s as (cluster, sim):
         job = submit_job(people["alice"], spec(name="orphan", cluster=cluster.name)).job
-        Job.objects.filter(pk=job.pk).update(state=S.ADMITTED, cluster=cluster)
-        job = Job.objects.select_related("cluster", "team", "user", "priority_class").get(pk=job.pk)
-        transition(job, S.DISPATCHING, code="dispatching", attempts=1)
+        job = dispatching(job, cluster)
         backend_for(cluster).submit(dispatch_request(job))  # then the worker died
         cancel_job(people["alice"], Job.objects.get(pk=job.pk))
         stale = timezone.now() - timedelta(hours=1)

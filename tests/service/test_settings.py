@@ -179,23 +179,31 @@ def test_the_policy_settings_default_to_the_schedulers_own_defaults() -> None:
     assert result.stdout.strip() == "True"
 
 
-def _deploy_check(**extra: str) -> subprocess.CompletedProcess[str]:
-    # As a deployment's: none of the test run's own settings (the browser tests allow async
-    # unsafe calls, which the deploy check rightly refuses).
+def _check(
+    *args: str, django_key: str = "test-only", **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`manage.py check ARGS` with only these GPUQ_ settings: none of the test run's own (the
+    browser tests allow async unsafe calls, which the deploy check rightly refuses)."""
     environ = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("GPUQ_", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"))
     }
-    environ.update(SECRET_KEY="x" * 60 + "-a-long-random-production-key", **extra)
+    environ.update(SECRET_KEY=django_key, **extra)
     return subprocess.run(
-        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        [sys.executable, "manage.py", "check", *args],
         cwd=REPO,
         env=environ,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def _deploy_check(**extra: str) -> subprocess.CompletedProcess[str]:
+    """As a deployment's check, with a production-grade key."""
+    key = "x" * 60 + "-a-long-random-production-key"
+    return _check("--deploy", "--fail-level", "WARNING", django_key=key, **extra)
 
 
 def test_behind_tls_the_deploy_check_is_clean() -> None:
@@ -312,24 +320,6 @@ def test_a_from_address_that_is_not_one_address_names_the_variable(value: str) -
 @pytest.mark.parametrize("value", ["gpuq@example.org", "gpuq <gpuq@example.org>"])
 def test_a_from_address_may_carry_a_name(value: str) -> None:
     assert email_address("GPUQ_EMAIL_FROM", value) == value
-
-
-def _check(**extra: str) -> subprocess.CompletedProcess[str]:
-    """`manage.py check` with only these GPUQ_ settings (none of the test run's own)."""
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GPUQ_", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"))
-    }
-    environ.update(SECRET_KEY="test-only", **extra)
-    return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def test_a_default_time_limit_over_the_maximum_stops_the_service_naming_both() -> None:
