@@ -76,6 +76,26 @@ def parse_known_hosts(text: str) -> paramiko.HostKeys:
     return keys
 
 
+class _Watchdog:
+    """Closes a channel that outlives its timeout. paramiko waits for the server's reply to
+    an exec or subsystem request with no timeout at all (`Channel._wait_for_event`); closing
+    the channel is the public way to wake that wait, which then raises SSHException."""
+
+    def __init__(self, channel: paramiko.Channel, timeout_s: float) -> None:
+        self.fired = False
+        self._channel = channel
+        self._timer = threading.Timer(timeout_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        self._channel.close()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
 class SSHConnection:
     def __init__(
         self,
@@ -224,6 +244,7 @@ class SSHConnection:
         self.calls += 1
         channel = self._open_channel()
         deadline = time.monotonic() + timeout
+        watchdog = _Watchdog(channel, timeout)
         try:
             channel.settimeout(timeout)
             channel.exec_command(command)
@@ -242,9 +263,12 @@ class SSHConnection:
         except TimeoutError:
             raise BackendError(f"{what} on {self.where} timed out after {timeout:g}s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            if watchdog.fired:
+                raise BackendError(f"{what} on {self.where} timed out after {timeout:g}s") from None
             self.close()
             raise BackendError(f"{what} on {self.where} failed: {exc}") from None
         finally:
+            watchdog.cancel()
             channel.close()
 
     def _open_channel(self) -> paramiko.Channel:
@@ -276,8 +300,18 @@ class SSHConnection:
         """The connection's SFTP session (callers hold _sftp_lock: SFTP is request/response)."""
         transport = self._transport()
         if self._sftp is None:
-            self._sftp = paramiko.SFTPClient.from_transport(transport)
-        assert self._sftp is not None
+            opened = transport.open_session(timeout=self.connect_timeout_s)
+            watchdog = _Watchdog(opened, self.command_timeout_s)
+            try:
+                opened.invoke_subsystem("sftp")
+            except (paramiko.SSHException, EOFError):
+                opened.close()
+                if watchdog.fired:
+                    raise TimeoutError from None
+                raise
+            finally:
+                watchdog.cancel()
+            self._sftp = paramiko.SFTPClient(opened)
         channel = self._sftp.get_channel()
         assert channel is not None
         channel.settimeout(self.command_timeout_s)
@@ -285,10 +319,9 @@ class SSHConnection:
 
     def _sftp_do(self, what: str, operation: Callable[[paramiko.SFTPClient], T]) -> T:
         with self._sftp_lock:
-            sftp = self._sftp_client()
             self.calls += 1
             try:
-                return operation(sftp)
+                return operation(self._sftp_client())
             except TimeoutError:
                 self.close()
                 raise BackendError(f"{what} on {self.where} timed out") from None

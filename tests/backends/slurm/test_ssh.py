@@ -4,12 +4,17 @@ exception that leaves a job dispatching with no word (docs/slurm.md)."""
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import paramiko
 import pytest
 
 from queue_service.backends.base import BackendError
-from queue_service.backends.slurm.ssh import parse_known_hosts
+from queue_service.backends.slurm.ssh import SSHConnection, parse_known_hosts
 
 GOOD = (
     "[127.0.0.1]:2222 ssh-ed25519 "
@@ -74,3 +79,82 @@ def test_a_job_for_a_cluster_with_a_damaged_host_key_fails_with_why(people: Any)
     job.refresh_from_db()
     assert job.state == Job.State.FAILED
     assert job.reason["message"] == "known_hosts line 1 is not a host key"
+
+
+class _Stalling(paramiko.ServerInterface):
+    """An sshd that lets the client in and open a channel, then never answers its request
+    (a login node under heavy load, or a hung PAM session hook)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def get_allowed_auths(self, username: str) -> str:
+        return "publickey"
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        return paramiko.AUTH_SUCCESSFUL
+
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        return paramiko.OPEN_SUCCEEDED
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        self.release.wait(30)
+        return False
+
+    def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
+        self.release.wait(30)
+        return False
+
+
+@pytest.fixture
+def stalling_sshd() -> Iterator[SSHConnection]:
+    release = threading.Event()
+    host_key = paramiko.RSAKey.generate(2048)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    transports: list[paramiko.Transport] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            transport = paramiko.Transport(sock)
+            transport.add_server_key(host_key)
+            transport.start_server(server=_Stalling(release))
+            transports.append(transport)
+
+    threading.Thread(target=serve, daemon=True).start()
+    known = paramiko.HostKeys()
+    known.add(f"[127.0.0.1]:{port}", host_key.get_name(), host_key)
+    connection = SSHConnection(
+        host="127.0.0.1",
+        port=port,
+        user="slurm",
+        key=paramiko.RSAKey.generate(2048),
+        known_hosts=known,
+        command_timeout_s=1.0,
+    )
+    yield connection
+    release.set()
+    connection.close()
+    listener.close()
+    for transport in transports:
+        transport.close()
+
+
+def test_a_command_the_login_node_never_answers_times_out(stalling_sshd: SSHConnection) -> None:
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="timed out after 1s"):
+        stalling_sshd.run("squeue --me")
+    assert time.monotonic() - started < 10
+
+
+def test_a_file_read_the_login_node_never_answers_times_out(stalling_sshd: SSHConnection) -> None:
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="timed out"):
+        stalling_sshd.read_file("/tmp/job.out", 0, 100)
+    assert time.monotonic() - started < 10
