@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import http.client
 import json
 import os
@@ -31,18 +32,25 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import IO, Any, NoReturn
+from typing import IO, Any, NoReturn, TypeVar
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 LOG_CHUNK = 1_048_576  # the API's largest log read
 PAGE_MAX = 500  # the API's largest page of jobs
+T = TypeVar("T")
+FOLLOW_PATIENCE_S = 600.0  # how long `-f` waits out a service or cluster that does not answer
 ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "lost"})
 
 
 class CliError(Exception):
-    """What the user is told on stderr before exit status 1."""
+    """What the user is told on stderr before exit status 1. Transient: the service or its
+    cluster did not answer (a 503 or 504, or no connection), so a later try may succeed."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -96,12 +104,12 @@ class Api:
                     self.last_headers = response.headers
                 break
             except urllib.error.HTTPError as exc:
-                raise CliError(_http_error(exc)) from None
+                raise CliError(_http_error(exc), transient=exc.code in (503, 504)) from None
             # HTTPException: an answer cut short (a proxy dropped it), or no HTTP at all.
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 if pause is None:
                     why = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-                    raise CliError(f"cannot reach {self.base}: {why}") from None
+                    raise CliError(f"cannot reach {self.base}: {why}", transient=True) from None
                 time.sleep(pause)
         try:
             return json.loads(data) if data else None
@@ -360,10 +368,42 @@ def _submitted(api: Api, job: dict[str, Any], args: argparse.Namespace, out: IO[
     return exit_status(ended)
 
 
+class Patience:
+    """While following a job, a transient failure (the service restarting, or its cluster
+    not answering a log read) is waited out, with pauses growing from the poll interval to
+    30 s, for up to FOLLOW_PATIENCE_S in a row; the job runs on meanwhile. A user is told
+    once per outage, on stderr, so the output stays the job's own."""
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.failing_since: float | None = None
+
+    def __call__(self, call: Callable[[], T]) -> T:
+        pause = max(self.interval_s, 0.1)
+        while True:
+            try:
+                result = call()
+            except CliError as exc:
+                now = time.monotonic()
+                if not exc.transient:
+                    raise
+                if self.failing_since is None:
+                    self.failing_since = now
+                    print(f"gpuq: {exc}; still following, trying again", file=sys.stderr)
+                elif now - self.failing_since >= FOLLOW_PATIENCE_S:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 30.0)
+                continue
+            self.failing_since = None
+            return result
+
+
 def wait_array(api: Api, ident: str, interval_s: float) -> list[dict[str, Any]]:
     """The array's tasks once every one has ended, by index."""
+    patiently = Patience(interval_s)
     while True:
-        tasks, _ = list_jobs(api, {"array": ident}, None)
+        tasks, _ = patiently(lambda: list_jobs(api, {"array": ident}, None))
         if all(task["state"] in ENDED for task in tasks):
             return sorted(tasks, key=lambda task: int(task["array"]["index"]))
         time.sleep(interval_s)
@@ -407,8 +447,9 @@ def follow_streams(
     they are read from the start."""
     offsets = dict.fromkeys(sinks, 0)
     attempts = state = None
+    patiently = Patience(interval_s)
     while True:
-        job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
+        job: dict[str, Any] = patiently(lambda: api.call("GET", f"jobs/{ident}/"))
         if job["attempts"] != attempts:
             attempts, offsets = job["attempts"], dict.fromkeys(sinks, 0)
         if job["state"] != state and job["state"] == "suspended":
@@ -416,10 +457,13 @@ def follow_streams(
         state = job["state"]
         read = False
         for stream, sink in sinks.items():
-            chunk = api.call(
-                "GET",
-                f"jobs/{ident}/logs/",
-                query={"offset": offsets[stream], "limit": LOG_CHUNK, "stream": stream},
+            query: dict[str, str | int] = {
+                "offset": offsets[stream],
+                "limit": LOG_CHUNK,
+                "stream": stream,
+            }
+            chunk = patiently(
+                functools.partial(api.call, "GET", f"jobs/{ident}/logs/", query=query)
             )
             data = base64.b64decode(chunk["data_base64"])
             _write(data, sink)

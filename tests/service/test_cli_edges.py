@@ -7,6 +7,7 @@ UTF-8 each get a message and an exit status, never a traceback."""
 from __future__ import annotations
 
 import contextlib
+import http.client
 import io
 import json
 import os
@@ -17,7 +18,9 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -280,3 +283,83 @@ def test_ls_on_a_stdout_that_is_not_utf8_shows_every_job_instead_of_a_traceback(
     assert listed.returncode == 0, listed.stderr.decode()[-400:]
     ids = [line.split()[0] for line in listed.stdout.decode("latin-1").splitlines()[1:]]
     assert ids == [str(chinese.pk), str(plain.pk)]
+
+
+# -- `-f` waits out a service or cluster that does not answer for a while ------------------
+
+
+@contextlib.contextmanager
+def failing_log_reads(
+    upstream: str, failing: range, status: int, body: bytes
+) -> Iterator[tuple[str, list[int]]]:
+    """A proxy in front of the live server that answers the log reads numbered in `failing`
+    (from 0) with `status` itself: the cluster not answering a read (gpuq's 503), or a
+    gateway whose upstream is restarting (504)."""
+    reads: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            if "/logs/" in self.path:
+                reads.append(len(reads))
+                if reads[-1] in failing:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+            target = http.client.HTTPConnection(urllib.parse.urlsplit(upstream).netloc, timeout=30)
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            target.request("GET", self.path, headers=headers)
+            answer = target.getresponse()
+            data = answer.read()
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.getheader("Content-Type", ""))
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    with serving(Handler) as url:
+        yield url, reads
+
+
+CLUSTER_SILENT = b'{"detail": "the cluster did not answer: SSH to login:22 timed out after 60s"}'
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        pytest.param(503, CLUSTER_SILENT, id="503-the-cluster-did-not-answer"),
+        pytest.param(504, b"<html>Gateway Timeout</html>", id="504-from-a-gateway"),
+    ],
+)
+def test_logs_follow_waits_out_a_log_read_that_fails_for_a_while(
+    gpuq: Gpuq, job_file: Any, job_loop: Any, live_server: Any, status: int, body: bytes
+) -> None:
+    job_id = submitted_id(
+        gpuq("alice", "submit", job_file('name: steady\ncommand: "echo one; sleep 3; echo two"\n'))
+    )
+    with failing_log_reads(live_server.url, range(1, 5), status, body) as (url, reads):
+        result = calm(gpuq, "alice", "logs", "-f", "--interval", "0.2", job_id, url=url)
+    assert len(reads) > 5, "the job ended before the failing reads were over"
+    assert (result.code, result.out) == (0, "one\ntwo\n"), result.err
+    # Said once for the outage, on stderr: stdout stays the job's own output.
+    assert result.err.count("still following") == 1, result.err
+
+
+def test_logs_follow_gives_up_on_a_cluster_that_stays_silent(
+    gpuq: Gpuq, job_file: Any, job_loop: Any, live_server: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr("queue_service.cli.FOLLOW_PATIENCE_S", 1.0)
+    job_id = submitted_id(gpuq("alice", "submit", job_file('name: long\ncommand: "sleep 30"\n')))
+    with failing_log_reads(live_server.url, range(10**6), 503, CLUSTER_SILENT) as (url, _):
+        started = time.monotonic()
+        result = calm(gpuq, "alice", "logs", "-f", "--interval", "0.2", job_id, url=url)
+    assert result.code == 1
+    assert "the cluster did not answer" in result.err.splitlines()[-1]
+    assert time.monotonic() - started < 10
