@@ -42,9 +42,17 @@ from .common import permission_as_403, signed_in, visible_job
 STREAMS = ("stdout", "stderr")
 LOG_FRAGMENT = "frontend/fragments/job_log.html"
 DOWNLOAD_CHUNK = 1024 * 1024
+DOWNLOAD_CUT = (
+    "\n[gpuq: download incomplete: the cluster did not return the log after byte {offset}:"
+    " {error}]\n"
+)
 ARRAY_LIST_LIMIT = 100  # tasks listed on a task's page: a 1000-task array stays a short page
 # While a job waits, its priority and time limit may change (jobs.services.update_job).
 UPDATABLE_STATES = (Job.State.PENDING, Job.State.SUSPENDED)
+# /submit/?from=<task>&again=unsucceeded: a copy as an array of the tasks that did not succeed.
+AGAIN_UNSUCCEEDED = "unsucceeded"
+# The timeline's latest events (a long dispatch retry logs thousands; each poll draws them).
+TIMELINE_SHOWN = 50
 NOTIFICATIONS_SHOWN = 10  # the job's latest emails (notify), newest last
 
 
@@ -105,12 +113,11 @@ def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         tasks.order_by("array_index").only("id", "name", "array_index", "state")[:ARRAY_LIST_LIMIT]
     )
     total = sum(counts.values())
-    # The indices to run again, for "Resubmit those that did not succeed".
-    unsucceeded = Job.TERMINAL - {Job.State.SUCCEEDED}
-    again = list(tasks.filter(state__in=unsucceeded).values_list("array_index", flat=True))
+    again = _unsucceeded(request, job)
     return {
-        # The array's limit holds for the rerun as for the first run.
-        "array_again": index_ranges(again, max_chars=0)
+        # Shown cut as squeue cuts it: the link asks the submit page to list them all. The
+        # array's limit holds for the rerun as for the first run.
+        "array_again": index_ranges(again)
         + (f"%{job.array.max_running}" if again and job.array.max_running else ""),
         "array_again_count": len(again),
         "array": job.array,
@@ -119,6 +126,26 @@ def _array_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "array_more": total - len(listed),
         "array_finished": all(s in Job.TERMINAL for s in counts),
     }
+
+
+def _unsucceeded(request: HttpRequest, job: Job) -> list[int]:
+    """The indices of the tasks of `job`'s array that ended otherwise than succeeded."""
+    ended = Job.TERMINAL - {Job.State.SUCCEEDED}
+    tasks = Job.objects.for_user(request.user).filter(array_id=job.array_id, state__in=ended)
+    return list(tasks.order_by("array_index").values_list("array_index", flat=True))
+
+
+def _again_array(request: HttpRequest, job: Job) -> str | None:
+    """For "Resubmit the N that did not succeed": those indices as an array, under the array's
+    own limit; computed here, since a URL listing a stepped 1000-task array's indices is
+    longer than the production server takes (gunicorn's request line: 4094 bytes)."""
+    if job.array_id is None:
+        return None
+    again = _unsucceeded(request, job)
+    if not again:
+        return None
+    limit = job.array.max_running
+    return index_ranges(again, max_chars=0) + (f"%{limit}" if limit else "")
 
 
 def _stream(request: HttpRequest) -> str:
@@ -146,11 +173,15 @@ def _live_context(
     if notify:  # one query, and only for a job that asked for email
         latest = job.notifications.order_by("-created_at", "-id")[:NOTIFICATIONS_SHOWN]
         notifications = list(latest)[::-1]
+    # The latest events, oldest first: a count only when there are more than are shown.
+    latest = list(job.events.order_by("-at", "-id")[: TIMELINE_SHOWN + 1])
+    earlier = job.events.count() - TIMELINE_SHOWN if len(latest) > TIMELINE_SHOWN else 0
     return {
         # The jobs (or arrays) it runs after, with their state where this viewer may see them.
         "after": [(a, visible.get(uuid.UUID(a)), arrays.get(a)) for a in after],
         "job": job,
-        "events": list(job.events.all()),
+        "events": latest[:TIMELINE_SHOWN][::-1],
+        "events_earlier": earlier,
         # Whom it emails (the owner's address: only the job's team sees this page).
         "notify": notify,
         "notifications": notifications,
@@ -211,29 +242,53 @@ def _time_limit_help() -> str:
 @signed_in
 @require_GET
 def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    """The next piece of a log from a byte offset; the response carries the poller that asks
-    for the piece after it (at once while catching up, else every few seconds until the end)."""
+    """The next piece of a log from a byte offset into an attempt's output; the response
+    carries the poller that asks for the piece after it (at once while catching up, else every
+    few seconds until the end)."""
     job = visible_job(request.user, pk)
     stream = _stream(request)
+    offset = _number(request.GET.get("offset"), 0, MAX_LOG_OFFSET) or 0
+    # Which attempt the offset is into: absent on the page's first ask (then the current one).
+    carried = _number(request.GET.get("attempt"), 0, 2**31)
+    context: dict[str, Any] = {
+        "job": job,
+        "stream": stream,
+        "offset": offset,
+        "attempt": job.attempts if carried is None else carried,
+        "eof": False,
+    }
+    attempt, start, new_attempt = context["attempt"], offset, False
+    # A requeue or resume runs a new attempt with an output of its own, once the cluster has
+    # named it (until then there is nothing to read, and the place in the last one is kept).
+    if attempt != job.attempts and job.external_id:
+        attempt, start, new_attempt = job.attempts, 0, attempt > 0
     try:
-        offset = min(max(int(request.GET.get("offset", "0")), 0), MAX_LOG_OFFSET)
-    except ValueError:
-        offset = 0
-    context: dict[str, Any] = {"job": job, "stream": stream, "offset": offset, "eof": False}
-    try:
-        chunk = read_logs(job, offset=offset, limit=CHUNK, stream=stream)
+        chunk = read_logs(job, offset=start, limit=CHUNK, stream=stream)
     except BackendError as exc:  # the cluster did not answer: say so, and ask again later
         return render(request, LOG_FRAGMENT, {**context, "error": exc.message})
-    # A finished job with nothing more to read is at its end, whatever the backend says.
-    end = chunk.eof or (job.is_terminal and not chunk.data)
-    piece = decode_chunk(chunk.data, offset, final=end)
+    piece = decode_chunk(chunk.data, start, final=chunk.eof)
+    # A finished job is at its end, whatever the backend says, once a read gives no whole
+    # character more: what is left (a character cut by a killed write) is all there will be.
+    end = chunk.eof or (job.is_terminal and piece.next_offset == start)
+    if end and not chunk.eof:
+        piece = decode_chunk(chunk.data, start, final=True)
     context.update(
         text=piece.text,
         offset=piece.next_offset,
+        attempt=attempt,
+        new_attempt=new_attempt,
         eof=end,
         catching_up=len(chunk.data) >= CHUNK,
     )
     return render(request, LOG_FRAGMENT, context)
+
+
+def _number(text: str | None, low: int, high: int) -> int | None:
+    """A query parameter as a whole number clamped to [low, high]; None if absent or not one."""
+    try:
+        return min(max(int(text or ""), low), high)
+    except ValueError:
+        return None
 
 
 @signed_in
@@ -257,7 +312,14 @@ def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | Stre
             yield chunk.data
             if chunk.eof:
                 return
-            chunk = read_logs(job, offset=chunk.next_offset, limit=DOWNLOAD_CHUNK, stream=stream)
+            try:
+                chunk = read_logs(
+                    job, offset=chunk.next_offset, limit=DOWNLOAD_CHUNK, stream=stream
+                )
+            except BackendError as exc:
+                # The answer has begun (200): the file itself says that it is cut short.
+                yield DOWNLOAD_CUT.format(offset=chunk.next_offset, error=exc.message).encode()
+                return
 
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.display_name).strip("-.")[:60] or "job"
     response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
@@ -380,7 +442,12 @@ def submit(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         if source:
             data = job_services.copy_data(context["copied_from"])
-            if request.GET.get("array"):  # e.g. an array's tasks that did not succeed
+            if request.GET.get("again") == AGAIN_UNSUCCEEDED:
+                array = _again_array(request, context["copied_from"])
+                if array is not None:
+                    data["array"] = context["copy_array"] = array
+                    context["copy_again"] = AGAIN_UNSUCCEEDED
+            elif request.GET.get("array"):  # indices asked for by hand
                 data["array"] = context["copy_array"] = request.GET["array"]
             context["values"] = forms.spec_to_form(data)
             context["yaml_text"] = forms.spec_to_yaml(data)

@@ -140,21 +140,29 @@ def _dashboard_jobs(request: HttpRequest) -> dict[str, Any]:
     jobs = _jobs(request)
     # Suspended jobs wait too (for their owner): after the queue ("pending" < "suspended"),
     # and after the arrays' held tasks.
+    waiting_qs = jobs.filter(NOT_HELD, state__in=[S.PENDING, S.SUSPENDED])
     waiting = list(
-        jobs.filter(NOT_HELD, state__in=[S.PENDING, S.SUSPENDED]).order_by(
-            "state", F("queue_position").asc(nulls_last=True), "submitted_at"
-        )[:DASHBOARD_LIMIT]
+        waiting_qs.order_by("state", F("queue_position").asc(nulls_last=True), "submitted_at")[
+            :DASHBOARD_LIMIT
+        ]
     )
     held, held_total, _ = _held_tasks(jobs, DASHBOARD_LIMIT)
     queued = sum(1 for job in waiting if job.state == S.PENDING)
+    running_qs = jobs.filter(state__in=RUNNING_STATES)
+    running = list(running_qs.order_by("-admitted_at")[:DASHBOARD_LIMIT])
     return {
-        "running": list(
-            jobs.filter(state__in=RUNNING_STATES).order_by("-admitted_at")[:DASHBOARD_LIMIT]
-        ),
+        "running": running,
+        "running_count": _count(running, running_qs),
         "pending": [*waiting[:queued], *held, *waiting[queued:]],
-        "pending_count": len(waiting) + held_total,
+        "pending_count": _count(waiting, waiting_qs) + held_total,
         "recent": list(jobs.filter(state__in=Job.TERMINAL).order_by("-finished_at")[:8]),
     }
+
+
+def _count(shown: list[Job], qs: QuerySet[Job]) -> int:
+    """How many jobs `qs` holds, of which `shown` are the first rows: a query only when the
+    rows were cut at the card's limit."""
+    return len(shown) if len(shown) < DASHBOARD_LIMIT else qs.count()
 
 
 # --- queue -----------------------------------------------------------------------------------

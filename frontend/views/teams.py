@@ -15,7 +15,6 @@ from rest_framework.exceptions import ValidationError
 
 from frontend import charts
 from frontend.forms import flatten_errors
-from frontend.templatetags.gpuq import gpus
 from queue_service.api.serializers import QuotaSerializer
 from queue_service.clusters.models import Node
 from queue_service.jobs.reports import (
@@ -136,11 +135,19 @@ def _render(
 def _quota_boxes(q: QuotaUsage) -> dict[str, str]:
     """A quota's form as drawn: an empty box for no limit."""
     return {
-        "nominal_gpus": gpus(q.nominal),
-        "borrowing_limit_gpus": "" if q.borrowing_limit is None else gpus(q.borrowing_limit),
-        "lending_limit_gpus": "" if q.lending_limit is None else gpus(q.lending_limit),
+        "nominal_gpus": _amount(q.nominal),
+        "borrowing_limit_gpus": "" if q.borrowing_limit is None else _amount(q.borrowing_limit),
+        "lending_limit_gpus": "" if q.lending_limit is None else _amount(q.lending_limit),
         "max_running_jobs": "" if q.max_running_jobs is None else str(q.max_running_jobs),
     }
+
+
+def _amount(value: float) -> str:
+    """A GPU amount for an input box: the shortest text that reads back as the same float, so
+    a form saved unchanged stores what it showed (the `gpus` filter's two decimals would turn
+    one MIG slice, 1/7, into 0.14)."""
+    text = repr(float(value))
+    return text.removesuffix(".0")
 
 
 @signed_in
