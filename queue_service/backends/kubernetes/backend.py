@@ -2,8 +2,9 @@
 
 Every call has a timeout (request_timeout_s). Transient failures (429 honouring Retry-After,
 5xx, dropped or refused connections, timeouts) are retried `max_retries` times with backoff,
-then raised as BackendError(permanent=False); 400/401/403/404/422 are permanent and carry the
-API server's own message (with the 422 causes)."""
+then raised as BackendError(permanent=False); 400/401/403/404/413/422 and etcd's "request is
+too large" (a 500) are permanent and carry the API server's own message (with the 422
+causes)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ Obj = dict[str, Any]
 VolcanoJob = create_namespaced_resource("batch.volcano.sh", "v1alpha1", "Job", "jobs")
 RESOURCES: dict[str, Any] = {"vcjob": VolcanoJob, "job": Job}
 TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
+# etcd refuses an object over --max-request-bytes and the API server answers 500
+# (kubernetes#112152): retrying cannot help.
+TOO_LARGE = "etcdserver: request is too large"
 MIG_LAYOUT_STATES = ("pending", "rebooting", "success", "failed")
 RELEASE_TRIES = 3
 
@@ -132,7 +136,7 @@ class KubernetesBackend:
                 code = exc.status.code or exc.response.status_code
                 if code in passthrough:
                     raise
-                if code not in TRANSIENT_CODES:
+                if code not in TRANSIENT_CODES or TOO_LARGE in (exc.status.message or ""):
                     raise BackendError(f"{what}: {_api_message(exc)}", permanent=True) from None
                 last = f"HTTP {code}: {_api_message(exc)}"
                 delay = _retry_after(exc.response) or delay
@@ -170,8 +174,28 @@ class KubernetesBackend:
         }
         for obj in owned:
             child = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
-            self._create(child)
+            try:
+                self._create(child)
+            except BackendError as exc:
+                if not exc.permanent:
+                    raise
+                # A job reported failed without an external id is never polled or stopped:
+                # its workload must not run on.
+                raise self._discard(plan.ref, created, exc) from None
         return SubmitResult(plan.ref.external_id, adopted=adopted)
+
+    def _discard(self, ref: ObjectRef, workload: Obj, cause: BackendError) -> BackendError:
+        """Delete a workload whose submit failed for good, with gpuq's finalizer, so it goes
+        at once. Best effort: `cause` is what the caller reports, naming a failed cleanup."""
+        try:
+            self._delete(ref, grace_s=0)
+            self._release(ref, workload)
+        except BackendError as exc:
+            return BackendError(
+                f"{cause}; deleting {ref.external_id} also failed ({exc}): delete it by hand",
+                permanent=True,
+            )
+        return cause
 
     def _create(self, obj: Obj) -> tuple[Obj, bool]:
         """Create, or adopt what an earlier interrupted call created (409 AlreadyExists)."""

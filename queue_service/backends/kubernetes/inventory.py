@@ -16,7 +16,7 @@ from typing import Any
 
 from ..base import MigInstanceInfo, NodeInfo
 from .config import K8sSettings
-from .manifests import GPU_RESOURCE, JOB_ID_LABEL, mig_profile
+from .manifests import GPU_RESOURCE, JOB_ID_LABEL, MIG_RESOURCE, mig_profile
 
 Obj = Mapping[str, Any]
 
@@ -28,6 +28,7 @@ MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "gpuq.io/")
 _PROFILE = re.compile(r"^(\d)g\.(\d+)gb(\+me)?$")
 _SINGLE_PRODUCT = re.compile(r"^(?P<model>.+)-MIG-(?P<profile>\dg\.\d+gb(\+me)?)$")
+_MODEL_MEMORY = re.compile(r"(\d+)GB")
 
 
 @dataclass(frozen=True)
@@ -198,7 +199,42 @@ def _ready(node: Obj) -> tuple[bool, str]:
     return False, "no Ready condition reported"
 
 
-def _state(node: Obj, labels: Mapping[str, str]) -> tuple[str, str]:
+def _repelling_taint(node: Obj) -> str:
+    """The first taint that keeps gpuq's pods off the node, as `key=value:effect`. They
+    tolerate only GPU resource taints with NoSchedule (manifests._gpu_tolerations);
+    PreferNoSchedule does not keep a pod away."""
+    for taint in node.get("spec", {}).get("taints") or []:
+        key, effect = taint.get("key", ""), taint.get("effect", "")
+        if effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if effect == "NoSchedule" and (key == GPU_RESOURCE or key.startswith(MIG_RESOURCE)):
+            continue
+        value = taint.get("value")
+        return f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+    return ""
+
+
+def _relayout_requested(
+    labels: Mapping[str, str],
+    mig_counts: Mapping[str, int],
+    gpus: int,
+    settings: K8sSettings,
+) -> bool:
+    """Whether the node still offers MIG devices its requested `nvidia.com/mig.config` does
+    not have (or none it wants): the MIG manager has not answered yet, or the device plugin
+    lags behind it. Fewer devices than the layout is not a relayout (an unhealthy slice)."""
+    layout = settings.mig_configs.get(labels.get(MIG_CONFIG_LABEL, ""))
+    if layout is None:
+        return False
+    wanted: dict[str, int] = {}
+    for profiles in [layout[0]] * gpus if len(layout) == 1 else layout:
+        for p in profiles:
+            wanted[p] = wanted.get(p, 0) + 1
+    offered = {p: n for p, n in mig_counts.items() if n}
+    return any(n > wanted.get(p, 0) for p, n in offered.items()) or bool(wanted and not offered)
+
+
+def _state(node: Obj, labels: Mapping[str, str], relayout: bool, withdrawn: str) -> tuple[str, str]:
     ready, why = _ready(node)
     if not ready:
         return "down", why
@@ -210,11 +246,23 @@ def _state(node: Obj, labels: Mapping[str, str]) -> tuple[str, str]:
         return "drain", f"MIG reconfiguration to {config!r} {mig_state}"
     if mig_state == "failed":
         return "drain", f"MIG reconfiguration to {config!r} failed"
+    if relayout:
+        return "drain", f"MIG reconfiguration to {config!r} requested, not applied yet"
+    taint = _repelling_taint(node)
+    if taint:
+        return "drain", f"tainted {taint}"
+    if withdrawn:
+        return "drain", withdrawn
     return "up", ""
 
 
+# _usage's profile for an nvidia.com/gpu limit: a whole GPU, or a slice of a node running the
+# device plugin's `single` strategy.
+WHOLE_GPU = ""
+
+
 def _usage(pods: Sequence[Obj]) -> dict[str, list[tuple[str, str]]]:
-    """node -> [(mig profile, gpuq job id)] for gpuq pods holding a MIG device there."""
+    """node -> [(mig profile or WHOLE_GPU, gpuq job id)] for gpuq pods holding GPUs there."""
     used: dict[str, list[tuple[str, str]]] = {}
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
         node = pod.get("spec", {}).get("nodeName")
@@ -224,7 +272,7 @@ def _usage(pods: Sequence[Obj]) -> dict[str, list[tuple[str, str]]]:
         for c in pod.get("spec", {}).get("containers") or []:
             limits = (c.get("resources") or {}).get("limits") or {}
             for key, value in limits.items():
-                profile = mig_profile(key)
+                profile = WHOLE_GPU if key == GPU_RESOURCE else mig_profile(key)
                 if profile is not None:
                     used.setdefault(node, []).extend([(profile, job)] * parse_quantity_int(value))
     return used
@@ -244,6 +292,37 @@ def _mark_used(
     return tuple(out)
 
 
+def _model_memory_gb(model: str) -> float | None:
+    """A GPU's memory from its product name (`A100-SXM4-40GB`, `H100-80GB-HBM3`)."""
+    m = _MODEL_MEMORY.search(model)
+    return float(m[1]) if m else None
+
+
+def _physical_gpus(
+    devices: int,
+    profile: str,
+    geometry: _Geometry,
+    per_gpu: Sequence[Sequence[str]] | None,
+    gpu_memory_gb: float | None,
+) -> int:
+    """GPUs behind `devices` identical MIG devices (the `single` strategy): the node's
+    catalogue layout when it names them, else as many as fit on one GPU. Rounded up, so a
+    GPU with a withdrawn (unhealthy) device still counts."""
+    if per_gpu and len(per_gpu) > 1:
+        return len(per_gpu)
+    per = per_gpu[0].count(profile) if per_gpu else 0
+    if not per:
+        shape = _shape(profile, geometry, [profile], gpu_memory_gb)
+        if shape is None:
+            return max(devices, 1)
+        card = _Gpu(geometry)
+        # One set of media engines per GPU: a +me profile fits once.
+        limit = 1 if profile.endswith("+me") else geometry.compute_slices
+        while per < limit and card.place(*shape) is not None:
+            per += 1
+    return max(-(-devices // max(per, 1)), 1)
+
+
 def node_info(
     node: Obj, settings: K8sSettings, used: Sequence[tuple[str, str]] = ()
 ) -> NodeInfo | None:
@@ -252,32 +331,53 @@ def node_info(
     allocatable: Mapping[str, Any] = node.get("status", {}).get("allocatable") or {}
     product = labels.get(PRODUCT_LABEL, "")
     whole = parse_quantity_int(allocatable.get(GPU_RESOURCE, 0))
+    counted = parse_quantity_int(labels.get(COUNT_LABEL, 0))
     mig_counts = {
         profile: parse_quantity_int(value)
         for key, value in allocatable.items()
         if (profile := mig_profile(key)) is not None and parse_quantity_int(value) > 0
     }
+    per_gpu = settings.mig_configs.get(labels.get(MIG_CONFIG_LABEL, ""))
+    withdrawn = ""
     single = _SINGLE_PRODUCT.match(product)
-    if single:  # device plugin "single" strategy: every nvidia.com/gpu is one slice
+    if single:
+        # Device plugin/GFD `single` strategy: every nvidia.com/gpu is one slice, and GFD
+        # overrides gpu.count and gpu.memory with the MIG devices' count and memory
+        # (k8s-device-plugin docs/gpu-feature-discovery/README.md).
         product = single["model"]
+        geometry = A30 if "A30" in product else SEVEN_SLICE
+        memory_gb = _model_memory_gb(product)
         mig_counts = {single["profile"]: whole}
+        gpus = _physical_gpus(max(counted, whole), single["profile"], geometry, per_gpu, memory_gb)
+        used = [(single["profile"] if p == WHOLE_GPU else p, j) for p, j in used]
         whole = 0
+    else:
+        geometry = A30 if "A30" in product else SEVEN_SLICE
+        memory_mb = parse_quantity_int(labels.get(MEMORY_LABEL, 0))
+        memory_gb = memory_mb / 1024 if memory_mb else _model_memory_gb(product)
+        gpus = counted or whole or (1 if mig_counts else 0)
+        if not mig_counts and counted > whole:
+            # The device plugin withdraws unhealthy GPUs and kube-scheduler places by what it
+            # offers; GFD counts them all.
+            if whole:
+                gpus = whole
+            else:
+                withdrawn = f"the device plugin offers none of its {counted} GPUs"
     if not whole and not mig_counts and not product:
         return None
-    gpus = parse_quantity_int(labels.get(COUNT_LABEL, 0)) or whole or (1 if mig_counts else 0)
     model = settings.gpu_model_map.get(product) or product.removeprefix("NVIDIA-") or "unknown"
     instances: tuple[MigInstanceInfo, ...] = ()
     if mig_counts:
-        memory_mb = parse_quantity_int(labels.get(MEMORY_LABEL, 0))
         instances = canonical_layout(
             gpus,
             mig_counts,
-            geometry=A30 if "A30" in product else SEVEN_SLICE,
-            per_gpu=settings.mig_configs.get(labels.get(MIG_CONFIG_LABEL, "")),
-            gpu_memory_gb=memory_mb / 1024 if memory_mb else None,
+            geometry=geometry,
+            per_gpu=per_gpu,
+            gpu_memory_gb=memory_gb,
         )
         instances = _mark_used(instances, used)
-    state, reason = _state(node, labels)
+    relayout = _relayout_requested(labels, mig_counts, gpus, settings)
+    state, reason = _state(node, labels, relayout, withdrawn)
     kept = {
         k: v
         for k, v in labels.items()

@@ -12,6 +12,7 @@ is doubled because the kubelet expands `$(VAR)` in command, args and env values.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,9 @@ CONTAINER = "main"
 # Pod names add "-worker-<i>" (Volcano) or "-<i>-<5 chars>" (Indexed Job) and must stay <= 63.
 NAME_MAX = 47
 KINDS = {"vcjob": (VOLCANO_API, "Job"), "job": ("batch/v1", "Job")}
+# etcd stores at most 1.5 MiB per object and the API server answers a bigger write with a 500
+# that looks transient (kubernetes#112152); controllers add status and managedFields later.
+MAX_OBJECT_BYTES = 1024 * 1024
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
@@ -197,6 +201,21 @@ def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
     return out
 
 
+def _gpu_tolerations(resources: dict[str, Any]) -> list[dict[str, str]]:
+    """What the ExtendedResourceToleration admission plugin adds when enabled (it is off by
+    default): a node tainted `<resource>:NoSchedule` is reserved for pods requesting that
+    resource. A MIG pod tolerates nvidia.com/gpu too: GKE-style pools taint every GPU node
+    with it whatever its MIG layout. inventory.py counts on these tolerations."""
+    limits = resources.get("limits", {})
+    mig = {k for k in limits if k.startswith(MIG_RESOURCE)}
+    if GPU_RESOURCE not in limits and not mig:
+        return []
+    return [
+        {"key": k, "operator": "Exists", "effect": "NoSchedule"}
+        for k in sorted({GPU_RESOURCE} | mig)
+    ]
+
+
 def _labels(job: DispatchRequest, role: str | None = None) -> dict[str, str]:
     labels = {
         JOB_ID_LABEL: label_value(job.job_id),
@@ -272,6 +291,7 @@ def _pod_spec(
     resources = _resources(job, settings)
     if resources:
         container["resources"] = resources
+    tolerations = _gpu_tolerations(resources)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # Service links would flood the environment and could shadow the job's variables.
@@ -280,6 +300,8 @@ def _pod_spec(
         **_pinning(job),
         **fields,
     }
+    if tolerations:
+        spec["tolerations"] = tolerations
     if job.checkpoint_dir:
         spec["terminationGracePeriodSeconds"] = settings.checkpoint_grace_s
     priority_class = settings.priority_class_map.get(job.priority)
@@ -408,7 +430,24 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
     }
 
 
+def _check_size(plan: Plan) -> Plan:
+    for obj in plan.objects:
+        size = len(json.dumps(obj, separators=(",", ":")).encode())
+        if size > MAX_OBJECT_BYTES:
+            raise ManifestError(
+                f"the {obj['kind']} for this job would be {size} bytes of JSON; Kubernetes "
+                f"cannot store an object that large (gpuq's limit is {MAX_OBJECT_BYTES} bytes, "
+                "etcd's about 1.5 MiB): make the command and environment smaller, e.g. pass "
+                "large values in a file"
+            )
+    return plan
+
+
 def build(job: DispatchRequest, settings: K8sSettings) -> Plan:
+    return _check_size(_build(job, settings))
+
+
+def _build(job: DispatchRequest, settings: K8sSettings) -> Plan:
     if job.nodes < 1:
         raise ManifestError("a job needs at least one node")
     if job.mig_profile and job.nodes != 1:

@@ -8,7 +8,8 @@ Judgement calls (docs/kubernetes.md explains them):
 - ImagePullBackOff / ErrImagePull / CreateContainerConfigError -> QUEUED with the reason for
   `image_pull_grace_s` after the pod was created, then FAILED (InvalidImageName at once);
 - Unschedulable -> QUEUED with the scheduler's message;
-- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED;
+- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED, once
+  the pods Volcano deletes at the last retry are gone (RUNNING "stopping" until then);
 - a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
   finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
   pods still runs or waits (their GPUs are not free yet), then CANCELLED; so is a failing
@@ -273,6 +274,10 @@ def volcano_job_status(
             ended_first=ended_first,
         )
     if phase in ("Failed", "Terminated"):
+        # At the last retry Volcano deletes the gang's running pods and marks the job Failed
+        # at once (state/restarting.go): their GPUs are busy until they are gone.
+        if (failing := _stopping(eid, pods, phase)) is not None:
+            return failing
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
         )
@@ -284,8 +289,14 @@ def volcano_job_status(
         state = RemoteState.RUNNING
         return Observation(JobStatus(eid, state, reason=message, native_state=phase))
     if phase == "Restarting" or retries:
+        # The recreated gang may wait on an image or config that never comes, as a first one.
+        pending = _pending(pods, now, image_pull_grace_s)
+        if pending is not None and pending[2]:
+            return _waiting(eid, pods, now, image_pull_grace_s, "", phase)
         cause = next((d[1] for p in pods if (d := _disruption(p))), "") or _failure(pods)[1]
         reason = f"restarting in place (retry {retries})" + (f" after {cause}" if cause else "")
+        if pending is not None:
+            reason += f"; {pending[0]}"
         return Observation(JobStatus(eid, RemoteState.QUEUED, reason=reason, native_state=phase))
     default = message or "waiting for the gang to be scheduled"
     return _waiting(eid, pods, now, image_pull_grace_s, default, phase)

@@ -17,6 +17,8 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
 - delete with propagationPolicy (Foreground / Background / Orphan; batch/v1 Jobs default to
   Orphan), finalizers holding an object with deletionTimestamp;
 - pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps;
+- size limits: 413 for a request body over 3 MiB, 500 "etcdserver: request is too large"
+  for an object over etcd's 1.5 MiB;
 - faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
   after the write happened, a slow answer, another writer's change just before a request.
 
@@ -139,12 +141,26 @@ def status_body(
         "metadata": {},
         "status": "Failure",
         "message": message,
-        "reason": reason,
         "code": code,
     }
+    if reason:  # errors passed through from etcd carry none
+        body["reason"] = reason
     if details:
         body["details"] = details
     return body
+
+
+# The API server reads at most 3 MiB of request body (413 beyond); etcd stores at most
+# 1.5 MiB per object (--max-request-bytes), refused as a 500 "etcdserver: request is too
+# large" (kubernetes#112152). etcd's limit applies to the protobuf encoding, a little smaller
+# than the JSON measured here.
+MAX_BODY_BYTES = 3 * 1024 * 1024
+MAX_STORED_BYTES = 1536 * 1024
+
+
+def check_stored_size(obj: dict[str, Any]) -> None:
+    if len(json.dumps(obj, separators=(",", ":")).encode()) > MAX_STORED_BYTES:
+        raise ApiError(500, "", "etcdserver: request is too large")
 
 
 def now_rfc3339(t: float | None = None) -> str:
@@ -436,6 +452,7 @@ class Store:
                 f'{rtype.qualified} "{meta["name"]}" already exists',
                 {"name": meta["name"], "group": rtype.group, "kind": rtype.plural},
             )
+        check_stored_size(obj)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339(self.clock())
         meta["generation"] = 1
@@ -450,6 +467,7 @@ class Store:
         meta = obj["metadata"]
         key = (meta.get("namespace", ""), meta["name"])
         old = self.objects[rtype][key]
+        check_stored_size(obj)
         if spec_changed and obj.get("spec") != old.get("spec"):
             meta["generation"] = old["metadata"].get("generation", 1) + 1
         self._bump(obj)
@@ -1028,6 +1046,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _body(self) -> Any:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
+            if length > MAX_BODY_BYTES:
+                raise ApiError(
+                    413,
+                    "RequestEntityTooLarge",
+                    f"Request entity too large: limit is {MAX_BODY_BYTES}",
+                )
             try:
                 return json.loads(raw or b"{}")
             except ValueError:
@@ -1058,6 +1082,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     fault.action()
                 if fault.kind == "status":
                     reason = {
+                        400: "BadRequest",
                         429: "TooManyRequests",
                         500: "InternalError",
                         503: "ServiceUnavailable",

@@ -426,6 +426,18 @@ class Sim:
                             self.store.get(pt, p["metadata"]["namespace"], p["metadata"]["name"]),
                         )
             else:
+                # At the last retry killJob keeps only Failed and Succeeded pods
+                # (job_controller_actions.go); the rest are deleted (at once here).
+                for p in self.pods(eid):
+                    if p["status"].get("phase") not in ("Failed", "Succeeded"):
+                        with self.store.lock:
+                            pt = self._t(("", "v1", "pods"))
+                            self.store.remove(
+                                pt,
+                                self.store.get(
+                                    pt, p["metadata"]["namespace"], p["metadata"]["name"]
+                                ),
+                            )
                 self._workload_status(eid, None, "vcjob_failed", n=total, retries=retries)
             return
         for other in self.pods(eid):
