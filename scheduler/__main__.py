@@ -60,7 +60,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                 csv_text(RUNS_COLUMNS, runs_rows(result))
             )
     if args.out:
-        Path(args.out).write_text(json.dumps({"policies": report}, indent=2) + "\n")
+        # allow_nan=False: an inf or NaN would be written as Infinity/NaN, which is not JSON.
+        Path(args.out).write_text(
+            json.dumps({"policies": report}, indent=2, allow_nan=False) + "\n"
+        )
     return 0
 
 

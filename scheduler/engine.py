@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import insort
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -22,6 +23,7 @@ from .types import (
     Decisions,
     JobRequest,
     MigRelayout,
+    MigSlot,
     NodeAlloc,
     Placement,
     Policy,
@@ -35,6 +37,10 @@ from .types import (
 
 _preference = attrgetter("preference")
 _at_node = itemgetter(0, 1)
+
+
+# What a job's GPUs must be: (model, pool, cluster), None for any.
+_Where = tuple[str | None, str | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class _Failure:
     tail: reasons.BehindTail | None = None  # for no_capacity: its members' behind() reasons
     # It did not preempt because the victims would lose more than it waits: say so.
     note: reasons.PreemptionNote | None = None
+    mig: bool = False  # no instance for a slice: each member gets its own estimate
 
 
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
@@ -61,6 +68,10 @@ def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None
         if a.mig is not None:
             total += _fraction(job.gpu_model, a.mig.profile, overrides) or 0.0
     return total
+
+
+def _is_some(f: Callable[[str], str | None], job_id: str) -> bool:
+    return f(job_id) is not None
 
 
 def _fraction(
@@ -105,12 +116,16 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        from teams running on borrowed quota; a higher, non-preemptible class (any higher
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
        the work it throws away is worth less than its wait (preempt.py). The minimal victims
-       get the grace period; the job starts after.
+       get the grace period; the job starts after. A slice job does the same with running
+       slice jobs: those holding an instance it may use, or all of a GPU's holders (the
+       idle GPU is then re-laid out).
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
-       position among the waiting jobs and an estimated start where one can be computed.
+       position among the waiting jobs and an estimated start where one can be computed
+       (for a slice job, from the limits of the jobs holding instances it may use).
     7. MIG: before the walk, mig.MigIndex.plan re-lays out idle GPUs for the queue's slice
-       requests (plan first, then take: a take cannot spoil a layout a later request needed);
-       nothing starts on a new instance before inventory reports it.
+       requests that their teams' quota can start, counted together (plan first, then take:
+       a take cannot spoil a layout a later request needed, and takes the free instance the
+       plan meant for the job); nothing starts on a new instance before inventory reports it.
     """
     return _Cycle(snapshot, policy, now).run()
 
@@ -151,8 +166,8 @@ class _Cycle:
         self.claimed: set[str] = set()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
-        # Jobs waiting for capacity so far, and the GPUs they need (capacity_wait).
-        self.ahead_all: tuple[int, float] = (0, 0.0)
+        # Per (GPU model, pool, cluster) a job asks for, those it competes with (None: any).
+        self._rivals: dict[_Where, list[_Where]] = {}
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
         self.not_worth: reasons.PreemptionNote | None = None
         self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
@@ -174,6 +189,13 @@ class _Cycle:
         self._ends: list[float | None] | None = None
         self._horizon: dict[str, float] | None = None
         self.never: list[bool] = []  # per kind: no node of the cluster as it is can hold it
+        self._borrowed_ids: set[str] | None = None
+        # Running jobs holding a MIG slice that may be victims, by id, with their GPUs.
+        self._mig_holders: dict[str, tuple[Candidate, float]] | None = None
+        # Per kind of MIG instance: when the jobs holding them end (mig_estimate).
+        self._mig_ends: dict[mig.InstanceKind, list[float]] | None = None
+        # Slices started this cycle: (end, node, slot), for _mig_ends.
+        self.mig_started: list[tuple[float | None, str, MigSlot]] = []
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -273,8 +295,8 @@ class _Cycle:
             for r, gpus in zip(kinds, kind_demand, strict=True)
         ]
         settled = bad.copy()
-        ahead_jobs: dict[str | None, int] = {}
-        ahead_gpus: dict[str | None, float] = {}
+        ahead_jobs: dict[_Where, int] = {}
+        ahead_gpus: dict[_Where, float] = {}
         now = self.now
         relayouts = self.plan_mig(reqs, kinds, kind_of, kind_demand, order)
         waits = self.waits
@@ -296,6 +318,8 @@ class _Cycle:
             ):
                 if fail.capacity:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
+                elif fail.mig:
+                    waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
                 else:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1))
                 continue
@@ -303,21 +327,27 @@ class _Cycle:
             assert gpus is not None  # else settled
             blocked = False
             if r.mig_profile:
-                result = self.try_mig(r, gpus)
+                result = self.try_mig(r, gpus, rank < self.first_tier)
                 if result is not None:
-                    # Quota lent until a time may still admit a shorter job of this kind.
-                    until = None
-                    if result.code == "quota_exhausted":
-                        until = self.ledger.lent_until(
-                            [r.gpu_model] if r.gpu_model else self.mig_models
-                        )
-                    if result.code != "mig_relayout":  # that one is about this job's GPU only
+                    estimate = None
+                    if result.code == "preempting":  # for this job only
+                        estimate = now + policy.preemption_grace_s
+                    elif result.code == "mig_unavailable":
+                        failed[k] = _Failure(result, capacity=False, mig=True)
+                        estimate = self.mig_estimate(r)
+                    elif result.code != "mig_relayout":  # that one is about this job's GPU only
+                        # Quota lent until a time may still admit a shorter job of this kind.
+                        until = None
+                        if result.code == "quota_exhausted":
+                            until = self.ledger.lent_until(
+                                [r.gpu_model] if r.gpu_model else self.mig_models
+                            )
                         failed[k] = _Failure(result, capacity=False, short_before=until)
                         if until is None:
                             settled[k] = result
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         blocked = True
-                    waits.append(Wait(r.id, result, len(waits) + 1))
+                    waits.append(Wait(r.id, result, len(waits) + 1, estimate))
             else:
                 outcome = self.try_whole(r, gpus, rank < self.first_tier)
                 if outcome is not None:
@@ -398,16 +428,20 @@ class _Cycle:
         """Nominal quota left per team and quota key, and each kind's key and demand; a job
         for any model draws on the team's total (its `(team, None)` key)."""
         left: dict[Hashable, float] = {}
+        nominal: dict[Hashable, float] = {}
         for (team, model), acc in self.ledger.accounts.items():
             rest = acc.quota.nominal - acc.used
             left[(team, model)] = rest
             left[(team, None)] = left.get((team, None), 0.0) + rest
+            nominal[(team, model)] = acc.quota.nominal
+            # A job for any model runs on one quota: the largest bounds what fits a nominal.
+            nominal[(team, None)] = max(nominal.get((team, None), 0.0), acc.quota.nominal)
         keys: list[Hashable] = [
             self.ledger.key(r.team, r.gpu_model) if r.gpu_model else (r.team, None) for r in kinds
         ]
         # A job that can never run takes none of its team's nominal from the jobs behind it.
         demands = [0.0 if no else d or 0.0 for d, no in zip(kind_demand, self.never, strict=True)]
-        return Room(left, keys, demands)
+        return Room(left, keys, demands, nominal)
 
     def ready_times(
         self, kinds: Sequence[JobRequest], kind_demand: Sequence[float | None]
@@ -468,21 +502,31 @@ class _Cycle:
         self,
         r: JobRequest,
         fail: _Failure,
-        ahead_jobs: dict[str | None, int],
-        ahead_gpus: dict[str | None, float],
+        ahead_jobs: dict[_Where, int],
+        ahead_gpus: dict[_Where, float],
     ) -> None:
-        """A wait for capacity: how much waits ahead for the same GPUs, and an estimate."""
+        """A wait for capacity: how much waits ahead for GPUs it could use, and an estimate."""
         gpus = r.nodes * r.gpus_per_node
         model = r.gpu_model
-        if model is None:
-            jobs, need = self.ahead_all
+        where = (model, r.pool, r.cluster)
+        rivals = self._rivals.get(where)
+        if rivals is None:
+            rivals = self._rivals[where] = [where]
+            for other, theirs in self._rivals.items():
+                if other != where and all(
+                    a is None or b is None or a == b for a, b in zip(other, where, strict=True)
+                ):
+                    rivals.append(other)
+                    theirs.append(where)
+        if len(rivals) == 1:  # the usual case
+            jobs, need = ahead_jobs.get(where, 0), ahead_gpus.get(where, 0.0)
         else:
-            jobs = ahead_jobs.get(model, 0) + ahead_jobs.get(None, 0)
-            need = ahead_gpus.get(model, 0.0) + ahead_gpus.get(None, 0.0)
-        ahead_jobs[model] = ahead_jobs.get(model, 0) + 1
-        ahead_gpus[model] = ahead_gpus.get(model, 0.0) + gpus
-        # The sums over all models, kept as they grow (whole GPUs: float sums are exact).
-        self.ahead_all = (self.ahead_all[0] + 1, self.ahead_all[1] + gpus)
+            jobs, need = 0, 0.0
+            for other in rivals:
+                jobs += ahead_jobs.get(other, 0)
+                need += ahead_gpus.get(other, 0.0)
+        ahead_jobs[where] = ahead_jobs.get(where, 0) + 1
+        ahead_gpus[where] = ahead_gpus.get(where, 0.0) + gpus
         reason = fail.reason
         if jobs and reason.code == "no_capacity":
             reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
@@ -673,7 +717,7 @@ class _Cycle:
     def candidates(self) -> dict[str, list[Candidate]]:
         """Preemptible running jobs per node, in victim preference order."""
         if self._candidates is None:
-            borrowed = self.borrowed_jobs()
+            borrowed = self.borrowed_ids()
             values, preemptibles = self.values, self.preemptibles
             on_node: dict[str, list[Candidate]] = {}
             for job in self.s.running:
@@ -705,6 +749,11 @@ class _Cycle:
                 lst.sort(key=_preference)
             self._candidates = on_node
         return self._candidates
+
+    def borrowed_ids(self) -> set[str]:
+        if self._borrowed_ids is None:
+            self._borrowed_ids = self.borrowed_jobs()
+        return self._borrowed_ids
 
     def borrowed_jobs(self) -> set[str]:
         """The jobs that hold a team's GPUs above nominal: its most recently started ones."""
@@ -852,12 +901,17 @@ class _Cycle:
         GPU-seconds the job would otherwise wait (until `ready_at()`, from time limits). A
         reclaim always is: it restores a guarantee. A refusal is kept in self.not_worth for
         the job's reason."""
-        ratio = self.policy.preemption_loss_ratio
-        if ratio is None or any(kind == "reclaim" for _, kind in victims):
+        if any(kind == "reclaim" for _, kind in victims):
             return True
         now = self.now
         lost = sum(c.size * (now - c.start) for c, kind in victims if kind == "priority")
-        if lost <= 0.0:
+        return self.worth_losing(lost, gpus, ready_at)
+
+    def worth_losing(self, lost: float, gpus: float, ready_at: Callable[[], float | None]) -> bool:
+        """worth_it for `lost` GPU-seconds of priority victims' work."""
+        ratio = self.policy.preemption_loss_ratio
+        now = self.now
+        if ratio is None or lost <= 0.0:
             return True
         at = ready_at()
         if at is None:
@@ -945,7 +999,16 @@ class _Cycle:
         # The preemptor's quota is its own from now on: otherwise its team's lower jobs
         # restart on it while the victims leave, and are preempted again.
         self.ledger.commit(r.team, model, gpus, self.preemptible(r))
-        for c, kind in found.victims:
+        self.record_victims(r, model, found.victims)
+        for name in found.nodes:
+            st = self.index.nodes[name]
+            self.index.hold(name, st.free[: r.gpus_per_node])
+
+    def record_victims(
+        self, r: JobRequest, model: str, victims: Sequence[tuple[Candidate, str]]
+    ) -> None:
+        """Claim the victims for r; each new one gets a Preemption with its sentence."""
+        for c, kind in victims:
             self.claimed.add(c.job.request.id)
             if kind == "leaving":
                 continue
@@ -958,9 +1021,6 @@ class _Cycle:
                     f" {v.priority} ({self.value(v)})"
                 )
             self.preemptions.append(Preemption(v.id, r.id, kind, f"preempted by job {r.id}: {why}"))
-        for name in found.nodes:
-            st = self.index.nodes[name]
-            self.index.hold(name, st.free[: r.gpus_per_node])
 
     # -- MIG ---------------------------------------------------------------------------
 
@@ -969,7 +1029,7 @@ class _Cycle:
             r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind, r.cluster
         )
 
-    def try_mig(self, r: JobRequest, gpus: float) -> Reason | None:
+    def try_mig(self, r: JobRequest, gpus: float, first_tier: bool) -> Reason | None:
         if self.mig_index is None:
             self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
         profile = r.mig_profile or ""
@@ -992,6 +1052,11 @@ class _Cycle:
                 self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
                 alloc = NodeAlloc(node, (), slot)
                 self.starts.append(Start(r.id, Placement((alloc,)), m, verdict.borrowed))
+                self.mig_started.append((ends, node, slot))
+                if self._mig_ends is not None and ends is not None:
+                    kind = self.mig_index.kind_at(node, slot)
+                    if kind is not None:
+                        heapq.heappush(self._mig_ends.setdefault(kind, []), ends)
                 return None
         if not admitted and refusal is not None:
             return refusal
@@ -999,8 +1064,162 @@ class _Cycle:
             target = self.mig_index.planned_for(r.id)
             assert target is not None
             return reasons.mig_relayout(r, *target)
+        waiting = self.preempt_for_mig(r, gpus, admitted, first_tier)
+        note, self.not_worth = self.not_worth, None
+        if waiting is not None:
+            return waiting
         free = sum(self.mig_index.free_count(profile, m, r.pool, r.cluster) for m in admitted)
-        return reasons.mig_unavailable(r, free)
+        ahead = free > 0 or self.mig_index.taken_ahead(profile, r.gpu_model, r.pool, r.cluster)
+        reason = reasons.mig_unavailable(r, free, ahead)
+        return reason if note is None else reasons.with_note(reason, note)
+
+    def mig_holders(self) -> dict[str, tuple[Candidate, float]]:
+        """Running jobs holding a MIG slice that may leave (already leaving or preemptible),
+        by id, with the GPUs they count as."""
+        if self._mig_holders is None:
+            borrowed = self.borrowed_ids()
+            self._mig_holders = {}
+            for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
+                r = job.request
+                leaving = job.preempting_since is not None
+                if not any(a.mig for a in job.placement.allocs) or not (
+                    leaving or self.preemptible(r)
+                ):
+                    continue
+                c = Candidate(job, self.value(r), r.id in borrowed, leaving, {}, 0)
+                self._mig_holders[r.id] = (c, gpus)
+        return self._mig_holders
+
+    def preempt_for_mig(
+        self, r: JobRequest, gpus: float, models: Sequence[str], first_tier: bool
+    ) -> Reason | None:
+        """Victims for a slice job with no instance: the fewest jobs that hold an instance it
+        may use, or every instance of a GPU that can then be re-laid out for it. Who may be a
+        victim, and the cheapest set, as for whole GPUs (preempt.py): already leaving, then
+        reclaim from borrowers (first tier, within the team's nominal), then lower classes."""
+        policy = self.policy
+        if not policy.preemption or self.searches >= policy.max_preemption_searches:
+            return None
+        holders = self.mig_holders() if self.s.running else {}
+        if not holders:
+            return None
+        assert self.mig_index is not None
+        self.searches += 1
+        profile, now = r.mig_profile or "", self.now
+        priority = self.preempts_for_priority(r)
+        best: tuple[tuple[object, ...], str, float, list[tuple[Candidate, str]]] | None = None
+        for m in models:
+            share = _fraction(m, profile, self.mig_tables) or gpus
+            reclaims = policy.quotas and first_tier and self.ledger.within_nominal(r.team, m, share)
+
+            kind = partial(self.slice_victim, r, reclaims, priority)
+            eligible = partial(_is_some, kind)
+            for model, ids in self.mig_index.victim_sets(profile, m, r.pool, r.cluster, eligible):
+                victims = [(holders[i][0], kind(i) or "") for i in ids]
+                new = [(c, k) for c, k in victims if k != "leaving"]
+                lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
+                rank = (
+                    len(new),
+                    max((1 if c.borrowed else 2 for c, _ in new), default=0),
+                    max((c.value for c, _ in new), default=0),
+                    lost,
+                    ids,
+                )
+                if best is None or rank < best[0]:
+                    best = (rank, model, share, victims)
+        if best is None:
+            return None
+        _, model, share, victims = best
+        if not any(k == "reclaim" for _, k in victims):
+            lost = sum(holders[c.id][1] * (now - c.start) for c, k in victims if k == "priority")
+            if not self.worth_losing(lost, share, partial(self.mig_free_at, r)):
+                return None
+        self.ledger.commit(r.team, model, share, self.preemptible(r))
+        self.record_victims(r, model, victims)
+        return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
+
+    def slice_victim(
+        self, r: JobRequest, reclaims: bool, priority: bool, job_id: str
+    ) -> str | None:
+        """What kind of victim (preempt.py) a running slice job may be for r, if any."""
+        found = self.mig_holders().get(job_id)
+        if found is None or job_id in self.claimed:
+            return None
+        c = found[0]
+        if c.leaving:
+            return "leaving"
+        if reclaims and c.borrowed and c.team != r.team:
+            return "reclaim"
+        policy = self.policy
+        if (
+            priority
+            and c.value < self.value(r)
+            and self.now - c.start >= policy.min_runtime_s
+            and c.job.preemptions < self.max_preemptions
+            and (not policy.quotas or c.borrowed or c.team == r.team)
+        ):
+            return "priority"
+        return None
+
+    def mig_ends(self) -> dict[mig.InstanceKind, list[float]]:
+        """Per kind of MIG instance, a heap of when the jobs holding one end (by time limits;
+        this cycle's victims excepted: their preemptors take their instances)."""
+        if self._mig_ends is None:
+            if self.mig_index is None:
+                self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
+            index, claimed = self.mig_index, self.claimed
+            heaps: dict[mig.InstanceKind, list[float]] = {}
+            held = (
+                (at, a.node, a.mig)
+                for job, at in zip(self.s.running, self.running_ends(), strict=True)
+                if job.request.id not in claimed
+                for a in job.placement.allocs
+            )
+            for at, node, slot in chain(held, self.mig_started):
+                if at is not None and slot is not None:
+                    kind = index.kind_at(node, slot)
+                    if kind is not None:
+                        heaps.setdefault(kind, []).append(at)
+            for heap in heaps.values():
+                heapq.heapify(heap)
+            self._mig_ends = heaps
+        return self._mig_ends
+
+    def mig_free_at(self, r: JobRequest) -> float | None:
+        """When an instance r may use first comes free by time limits (None: not known)."""
+        assert self.mig_index is not None
+        index, profile = self.mig_index, r.mig_profile or ""
+        return min(
+            (
+                heap[0]
+                for kind, heap in self.mig_ends().items()
+                if heap and index.serves(kind, profile, r.gpu_model, r.pool, r.cluster)
+            ),
+            default=None,
+        )
+
+    def mig_estimate(self, r: JobRequest) -> float | None:
+        """When a waiting slice job may start: the first end, by time limits, of a job holding
+        an instance it may use; jobs take them in queue order, each then holding it for its
+        own limit."""
+        assert self.mig_index is not None
+        index, profile = self.mig_index, r.mig_profile or ""
+        best: tuple[float, list[float]] | None = None
+        for kind, heap in self.mig_ends().items():
+            if (
+                heap
+                and (best is None or heap[0] < best[0])
+                and index.serves(kind, profile, r.gpu_model, r.pool, r.cluster)
+            ):
+                best = (heap[0], heap)
+        if best is None:
+            return None
+        at, heap = best
+        if r.time_limit_s is None:
+            heapq.heappop(heap)
+        else:
+            heapq.heapreplace(heap, at + r.time_limit_s)
+        return at
 
     def plan_mig(
         self,
@@ -1014,7 +1233,8 @@ class _Cycle:
         requests (in scheduling order) before any job takes an instance, so a take cannot
         spoil a GPU a later request needed re-laid out (bench/mig_quality.py: take-first
         served about 96% of the optimum, plan-first 100%). Requests whose team has no quota
-        room now are left out, so no GPU is re-laid out for a job that cannot start."""
+        room once the requests before them start are left out, so no GPU is re-laid out for a
+        job that cannot start."""
         if not self.policy.mig_repartition:
             return []
         slices = [
@@ -1022,6 +1242,9 @@ class _Cycle:
         ]
         if not any(slices):
             return []
+        # Quota is checked as if the requests before each had started: a team's quota that
+        # holds seven slices gets no GPU laid out for the eighth.
+        trial = self.ledger.fork()
         requests = []
         for i in order:
             k = kind_of[i]
@@ -1033,8 +1256,12 @@ class _Cycle:
             models = [r.gpu_model] if r.gpu_model else self.mig_models
             ends = None if r.time_limit_s is None else self.now + r.time_limit_s
             preemptible = self.preemptible(r)
-            if any(self.ledger.check(r.team, m, gpus, preemptible, ends).ok for m in models):
-                requests.append(self.mig_request(r))
+            for m in models:
+                share = _fraction(m, r.mig_profile or "", self.mig_tables) or gpus
+                if trial.check(r.team, m, share, preemptible, ends).ok:
+                    trial.commit(r.team, m, share, preemptible, ends)
+                    requests.append(self.mig_request(r))
+                    break
         if not requests:
             return []
         if self.mig_index is None:
@@ -1051,12 +1278,15 @@ class _Cycle:
             for st in self.index.nodes.values():
                 free[st.group[0]] += len(st.free) + len(st.held)
             ends: dict[str, list[tuple[float, int]]] = {m: [] for m in self.models}
+            up = self.index.nodes
             for job, at in zip(self.s.running, self.running_ends(), strict=True):
                 if at is None or job.gpu_model not in ends:
                     continue
+                # Only GPUs of nodes that can take work come back: free counts only those.
                 count = 0
                 for a in job.placement.allocs:
-                    count += len(a.gpus)
+                    if a.node in up:
+                        count += len(a.gpus)
                 if count:
                     ends[job.gpu_model].append((at, count))
             for at_opt, model, allocs in self.cycle_releases:

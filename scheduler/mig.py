@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from bisect import insort
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -347,6 +347,12 @@ class MigRequest:
     cluster: str | None = None  # when set, only GPUs of nodes in that cluster qualify
 
 
+# What a request selects instances by: (profile, GPU model, pool, cluster).
+Signature = tuple[str, str | None, str | None, str | None]
+# Interchangeable instances: (GPU model, (pool, cluster), the profile's spec or name).
+InstanceKind = tuple[str, tuple[str | None, str | None], ProfileSpec | str]
+
+
 @dataclass(eq=False)
 class _Instance:
     profile: str
@@ -439,11 +445,18 @@ class MigIndex:
         self._gpus: list[_Gpu] = []
         self._by_key: dict[tuple[str, int], _Gpu] = {}
         self._tables: dict[ModelTable | None, None] = {}
+        # A GPU and instance of each kind kind_at() has named, for serves().
+        self._kinds: dict[InstanceKind, tuple[_Gpu, _Instance]] = {}
         # Profile name or spec -> GPUs with a free instance of it (dicts as ordered sets).
         self._free_gpus: dict[object, dict[_Gpu, None]] = {}
         self._planned_for: dict[str, tuple[str, int]] = {}
         self._relaid: dict[tuple[str, int], MigRelayout] = {}
-        for node in nodes:
+        # Free instances plan() meant for a job: (node, GPU, start) -> job id.
+        self._claims: dict[tuple[str, int, int], str] = {}
+        # Instances take() handed out: who holds what this cycle (taken_ahead).
+        self._taken: list[tuple[_Gpu, _Instance]] = []
+        # In name order: decisions must not depend on the order of the snapshot's nodes.
+        for node in sorted(nodes, key=lambda n: n.name):
             if node.state != "up" or not (node.mig or node.mig_gpus):
                 continue
             table = geometry(node.gpu_model, overrides)
@@ -526,12 +539,14 @@ class MigIndex:
     ) -> tuple[str, MigSlot] | None:
         """Hold a free existing instance of `profile` for job_id; None if there is none.
 
-        The GPU the last plan() meant for this job comes first. Otherwise best fit: a GPU
-        already in use before an idle one (an idle GPU can still be re-laid out for whatever
-        comes next), then the GPU with the fewest free compute slices left, so larger free
-        regions stay whole elsewhere. include_relaid=False skips GPUs that plan() re-laid out,
-        whose new instances do not exist until the backend applies the layout."""
+        The GPU the last plan() meant for this job comes first, and instances it meant for
+        other jobs last. Otherwise best fit: a GPU already in use before an idle one (an idle
+        GPU can still be re-laid out for whatever comes next), then the GPU with the fewest
+        free compute slices left, so larger free regions stay whole elsewhere.
+        include_relaid=False skips GPUs that plan() re-laid out, whose new instances do not
+        exist until the backend applies the layout."""
         planned = self._by_key.get(self._planned_for.get(job_id, ("", -1)))
+        claims = self._claims
         best = None
         for within in ([planned] if planned else []), None:
             best = min(
@@ -540,7 +555,13 @@ class MigIndex:
                     for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
                     if include_relaid or gpu.order not in self._relaid
                 ),
-                key=lambda c: (c[0].idle, c[0].free_compute(), c[0].order, -c[1].start),
+                key=lambda c: (
+                    claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
+                    c[0].idle,
+                    c[0].free_compute(),
+                    c[0].order,
+                    -c[1].start,
+                ),
                 default=None,
             )
             if best is not None:
@@ -549,7 +570,72 @@ class MigIndex:
             return None
         gpu, inst = best
         self._hold(gpu, inst, job_id)
+        self._taken.append((gpu, inst))
         return gpu.node, MigSlot(gpu.index, inst.profile, inst.start, inst.size)
+
+    def taken_ahead(
+        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
+    ) -> bool:
+        """Did take() hand out an instance such a request could have used?"""
+        return any(
+            gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
+            for gpu, inst in self._taken
+        )
+
+    def kind_at(self, node: str, slot: MigSlot) -> InstanceKind | None:
+        """The kind of the instance a job holds: what a request may use it by (its GPU's model,
+        pool and cluster, and its profile). None when the index left its GPU out."""
+        gpu = self._by_key.get((node, slot.gpu))
+        if gpu is None:
+            return None
+        for inst in gpu.instances:
+            if inst.start == slot.start and inst.size == slot.size:
+                kind = (gpu.model, gpu.place, inst.spec or inst.profile)
+                self._kinds.setdefault(kind, (gpu, inst))
+                return kind
+        return None
+
+    def serves(
+        self,
+        kind: InstanceKind,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        cluster: str | None = None,
+    ) -> bool:
+        """May a request for `profile` use an instance of this kind (one kind_at returned)?"""
+        gpu, inst = self._kinds[kind]
+        return gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
+
+    def victim_sets(
+        self,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        cluster: str | None,
+        eligible: Callable[[str], bool],
+    ) -> list[tuple[str, tuple[str, ...]]]:
+        """Ways to make room for a slice by stopping jobs: (GPU model, the jobs) when each
+        holds an instance the request may use, or when together they hold every instance of
+        a GPU whose table offers the profile (idle, it can be re-laid out). Only jobs for
+        which `eligible(job_id)` is true; GPUs in (node, index) order."""
+        found: list[tuple[str, tuple[str, ...]]] = []
+        for gpu in self._gpus:
+            if gpu.idle or not gpu.accepts(gpu_model, pool, cluster):
+                continue
+            holders = [i for i in gpu.instances if i.job_id is not None]
+            usable = [i for i in holders if _names(gpu, i, profile)]
+            for inst in usable:
+                assert inst.job_id is not None
+                if eligible(inst.job_id):
+                    found.append((gpu.model, (inst.job_id,)))
+            if (
+                holders != usable[:1]  # else the one holder's instance serves: found above
+                and _spec(gpu.table, profile) is not None
+                and all(eligible(i.job_id or "") for i in holders)
+            ):
+                found.append((gpu.model, tuple(dict.fromkeys(i.job_id or "" for i in holders))))
+        return found
 
     def release(self, node: str, slot: MigSlot) -> None:
         """Free the instance a job held. A GPU the index left out (node not up, GPU unusable)
@@ -583,14 +669,18 @@ class MigIndex:
             range(len(requests)),
             key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
         )
-        spare = _Spare(self, [g for g in self._gpus if not g.idle])
+        spare = _Spare(self, [g for g in self._gpus if not g.idle], requests)
         idle = [g for g in self._gpus if g.idle and g.table is not None]
         capacity = sum(g.table.compute_slices for g in idle if g.table)
         packing = _Packing(idle)
         hopeless: set[tuple[int, str, str | None, str | None, str | None]] = set()
         for i in order:
             request = requests[i]
-            if spare.claim(request):
+            claimed = spare.claim(request)
+            if claimed is not None:
+                gpu, inst = claimed
+                self._planned_for[request.job_id] = gpu.order
+                self._claims[(gpu.node, gpu.index, inst.start)] = request.job_id
                 continue
             signature = (
                 request.priority,
@@ -765,31 +855,63 @@ def _keep_layouts(
 
 class _Spare:
     """Free instances on GPUs already in use: served first, since using them changes no
-    layout. Requests claim them virtually while plan() decides."""
+    layout. Requests claim them virtually while plan() decides. Instances of one kind (GPU
+    model, pool and cluster, profile) are interchangeable; a request takes one of the kind
+    it may use with the most left over for the requests still to come, so one that may go
+    anywhere leaves a pool-bound one the instance it needs. Ties go in (node, GPU, start)
+    order, whatever the order of the snapshot."""
 
-    def __init__(self, index: MigIndex, busy: Sequence[_Gpu]) -> None:
-        self._keys = index._keys
-        self._by_key: dict[object, list[tuple[_Gpu, _Instance]]] = {}
-        for gpu in busy:
-            for inst in gpu.instances:
+    def __init__(self, index: MigIndex, busy: Sequence[_Gpu], requests: Sequence[MigRequest]):
+        # Per kind, its free instances, last first (claims pop from the end).
+        self._free: dict[InstanceKind, list[tuple[_Gpu, _Instance]]] = {}
+        for gpu in sorted(busy, key=lambda g: g.order):
+            for inst in sorted(gpu.instances, key=lambda i: i.start):
                 if inst.job_id is None:
-                    for key in inst.keys:
-                        self._by_key.setdefault(key, []).append((gpu, inst))
-        self._claimed: set[int] = set()
+                    kind = (gpu.model, gpu.place, inst.spec or inst.profile)
+                    self._free.setdefault(kind, []).append((gpu, inst))
+        for entries in self._free.values():
+            entries.reverse()
+        # Requests not yet served per signature, and per kind how many of them may use it.
+        self._waiting = Counter(_signature(r) for r in requests)
+        self._usable: dict[Signature, list[InstanceKind]] = {}
+        self._demand: Counter[InstanceKind] = Counter()
+        for signature, count in self._waiting.items():
+            for usable in self._kinds_for(signature):
+                self._demand[usable] += count
 
-    def claim(self, request: MigRequest) -> bool:
-        for key in self._keys(request.profile):
-            entries = self._by_key.get(key, [])
-            for position, (gpu, inst) in enumerate(entries):
-                if (
-                    id(inst) not in self._claimed
-                    and gpu.accepts(request.gpu_model, request.pool, request.cluster)
-                    and _names(gpu, inst, request.profile)
-                ):
-                    self._claimed.add(id(inst))
-                    del entries[position]
-                    return True
-        return False
+    def _kinds_for(self, signature: Signature) -> list[InstanceKind]:
+        found = self._usable.get(signature)
+        if found is None:
+            profile, gpu_model, pool, cluster = signature
+            found = self._usable[signature] = [
+                kind
+                for kind, entries in self._free.items()
+                if entries[0][0].accepts(gpu_model, pool, cluster)
+                and _names(entries[0][0], entries[0][1], profile)
+            ]
+        return found
+
+    def claim(self, request: MigRequest) -> tuple[_Gpu, _Instance] | None:
+        signature = _signature(request)
+        kinds = self._kinds_for(signature)
+        self._waiting[signature] -= 1
+        for kind in kinds:
+            self._demand[kind] -= 1
+        best: tuple[tuple[int, tuple[str, int], int], InstanceKind] | None = None
+        for kind in kinds:
+            entries = self._free[kind]
+            if entries:
+                gpu, inst = entries[-1]
+                rank = (self._demand[kind] - len(entries), gpu.order, inst.start)
+                if best is None or rank < best[0]:
+                    best = (rank, kind)
+        if best is None:
+            return None
+        return self._free[best[1]].pop()
+
+
+def _signature(request: MigRequest) -> Signature:
+    return (request.profile, request.gpu_model, request.pool, request.cluster)
 
 
 def _fill(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 
 from .types import RunningJob, Team
@@ -73,11 +73,14 @@ def standings(
 @dataclass(frozen=True)
 class Room:
     """Nominal quota left per quota key, and each job's key and demand in GPUs (each kind's,
-    for order_kinds)."""
+    for order_kinds); `nominal` per key, where known: a job larger than it must borrow
+    whatever runs, so it is tier 1 and takes none of the room from the jobs behind it (as
+    the quota Ledger ignores such a job's demand)."""
 
     left: Mapping[Hashable, float]
     keys: Sequence[Hashable]
     demands: Sequence[float]
+    nominal: Mapping[Hashable, float] = field(default_factory=dict)
 
 
 def order_keys(
@@ -109,7 +112,7 @@ def order_keys(
     kinds = list(numbers)
     kind_room = None
     if room is not None:
-        kind_room = Room(room.left, [k[3] for k in kinds], [k[4] for k in kinds])
+        kind_room = Room(room.left, [k[3] for k in kinds], [k[4] for k in kinds], room.nominal)
     order, first_tier = order_kinds(
         kind_of,
         submits,
@@ -167,11 +170,16 @@ def order_kinds(
     kind_key = [0] * len(values)
     rests = [math.inf]
     demands: Sequence[float] = [0.0] * len(values)
+    oversized = [False] * len(values)
     if room is not None:
         key_numbers: dict[Hashable, int] = {}
         kind_key = [key_numbers.setdefault(key, len(key_numbers)) for key in room.keys]
         rests = [room.left.get(key, 0.0) for key in key_numbers]
         demands = room.demands
+        oversized = [
+            d > room.nominal.get(key, math.inf) + 1e-9
+            for key, d in zip(room.keys, demands, strict=True)
+        ]
     before = [0.0] * n
     first: list[int] = []  # tier 0, in by_class order
     second: list[int] = []
@@ -181,6 +189,9 @@ def order_kinds(
         done = totals[g]
         before[p] = done
         totals[g] = done + steps[k]
+        if oversized[k]:
+            second.append(p)
+            continue
         # The nominal quota its key has left once it and the jobs before it are taken.
         q = kind_key[k]
         rest = rests[q] - demands[k]

@@ -24,9 +24,10 @@ its guarantee can preempt. So one team's unpreemptible work never blocks another
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .reasons import gpus_text
@@ -228,6 +229,24 @@ class Ledger:
                 continue
             for model, used in models:
                 self._draw(k[0], model, borrowed * used / acc.used, None)
+
+    def fork(self) -> Ledger:
+        """A copy to commit trial starts on, leaving this one as it is: what commit() changes
+        is copied, the rest shared."""
+        new = copy.copy(self)
+        loans: dict[int, Loan] = {}
+        new.accounts = {}
+        for k, acc in self.accounts.items():
+            twin = replace(acc)
+            if acc.loan is not None:
+                twin.loan = loans[id(acc.loan)] = replace(acc.loan)
+            new.accounts[k] = twin
+        new.until = {
+            m: [loans.get(id(x)) or replace(x) for x in lst] for m, lst in self.until.items()
+        }
+        new.pool, new.given, new.drawn = dict(self.pool), dict(self.given), dict(self.drawn)
+        new.unowned = dict(self.unowned)
+        return new
 
     def key(self, team: str, model: str) -> tuple[str, str] | None:
         k = (team, model)

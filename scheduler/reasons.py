@@ -138,14 +138,26 @@ def preempting(victims: int, gpus: int, grace_s: float) -> Reason:
     )
 
 
-def mig_unavailable(r: JobRequest, free: int) -> Reason:
+def mig_unavailable(r: JobRequest, free: int, ahead: bool = True) -> Reason:
+    """`ahead`: jobs ahead in this cycle took (or were planned) instances it could use;
+    otherwise running jobs hold them all."""
+    held = "all taken by jobs ahead" if ahead else "all held by running jobs"
     return Reason(
         "mig_unavailable",
         f"no free {r.mig_profile} MIG instance"
         + (f" on {r.gpu_model}" if r.gpu_model else "")
         + (f" in pool {r.pool}" if r.pool else "")
-        + f" ({free} free, all taken by jobs ahead), and no idle MIG GPU can be re-laid out",
+        + f" ({free} free, {held}), and no idle MIG GPU can be re-laid out",
         (("mig_profile", r.mig_profile), ("gpu_model", r.gpu_model), ("free_instances", free)),
+    )
+
+
+def preempting_slice(victims: int, profile: str, grace_s: float) -> Reason:
+    return Reason(
+        "preempting",
+        f"{victims} job(s) are being preempted to free a {profile} MIG instance; they have"
+        f" {grace_s:g} s to checkpoint",
+        (("victims", victims), ("mig_profile", profile), ("grace_s", grace_s)),
     )
 
 

@@ -24,6 +24,12 @@ class InputError(ValueError):
     pass
 
 
+# Bounds that keep a simulation finite: a node's GPUs are indexed one by one (1e8 of them
+# take gigabytes), and sums of times beyond ~1e308 overflow to inf, which JSON cannot hold.
+MAX_NODE_GPUS = 1024
+MAX_SECONDS = 1e12  # about 31,700 years
+
+
 @dataclass(frozen=True)
 class Cluster:
     nodes: tuple[Node, ...]
@@ -104,8 +110,12 @@ def parse_cluster(text: str, source: str) -> Cluster:
         if not isinstance(model, str) or not model:
             raise r.fail(f"{path}.gpu_model", "expected a non-empty string", near)
         gpus = raw.get("gpus")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-            raise r.fail(f"{path}.gpus", f"expected an integer >= 0, got {gpus!r}", near)
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_NODE_GPUS:
+            raise r.fail(
+                f"{path}.gpus",
+                f"expected an integer from 0 to {MAX_NODE_GPUS}, got {gpus!r}",
+                near,
+            )
         pool = raw.get("pool")
         if pool is not None and not isinstance(pool, str):
             raise r.fail(f"{path}.pool", "expected a string", near)
@@ -212,15 +222,23 @@ class _CsvRow:
             raise self.fail(field, "a value is required")
         return value
 
-    def number(self, field: str, default: float | None, minimum: float = 0.0) -> float | None:
+    def number(
+        self,
+        field: str,
+        default: float | None,
+        minimum: float = 0.0,
+        maximum: float = MAX_SECONDS,
+    ) -> float | None:
         raw = self.text(field)
         if not raw:
             return default
         if not _NUMBER.fullmatch(raw):
             raise self.fail(field, f"expected a number, got {raw!r}")
         v = float(raw)
-        if not math.isfinite(v) or v < minimum:
-            raise self.fail(field, f"expected a number >= {minimum:g}, got {raw!r}")
+        if not math.isfinite(v) or not minimum <= v <= maximum:
+            raise self.fail(
+                field, f"expected a number from {minimum:g} to {maximum:g}, got {raw!r}"
+            )
         return v
 
     def required_number(self, field: str) -> float:
