@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
@@ -10,7 +11,8 @@ from rest_framework.request import Request
 class JobCursorPagination(CursorPagination):
     """DRF's cursor pagination, strict about its query: a page_size that is not a whole
     number from 1, or a cursor this API did not give out, is a 400 naming the parameter
-    (DRF would quietly use the default size, or answer 404 for the cursor)."""
+    (DRF would quietly use the default size, answer 404 for the cursor, or filter by a
+    forged position that is not a time: a 500)."""
 
     ordering = ("-submitted_at", "-id")
     page_size = 50
@@ -37,11 +39,17 @@ class JobCursorPagination(CursorPagination):
 
     def decode_cursor(self, request: Request) -> Cursor | None:
         try:
-            return super().decode_cursor(request)
-        except NotFound:
+            cursor = super().decode_cursor(request)
+            # The position is a submitted_at (the first ordering field), as the API wrote it.
+            if cursor is not None and cursor.position is not None:
+                when = parse_datetime(cursor.position)
+                if when is None or when.tzinfo is None:
+                    raise NotFound
+        except (NotFound, ValueError):  # parse_datetime: a well-formed date that is not one
             raise ValidationError(
                 {self.cursor_query_param: ["not a cursor from this API's next or previous links"]}
             ) from None
+        return cursor
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         params: list[dict[str, Any]] = super().get_schema_operation_parameters(view)

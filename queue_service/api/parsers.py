@@ -1,14 +1,22 @@
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from rest_framework import parsers
-from rest_framework.exceptions import ParseError
+from rest_framework.exceptions import ParseError, ValidationError
 
 from queue_service.jobs.spec import YamlError, load_yaml_spec
-from queue_service.shape import shape_problem
+from queue_service.shape import ShapeProblem, shape_problem
+
+
+def _refuse(problem: ShapeProblem, body: str) -> NoReturn:
+    """A problem inside one field is a 400 naming that field, as a serializer's would be;
+    one of the whole body is a parse error."""
+    if problem.field is not None:
+        raise ValidationError({problem.field: [problem.message]})
+    raise ParseError(f"{body} {problem.message}")
 
 
 class JSONParser(parsers.JSONParser):
@@ -24,7 +32,7 @@ class JSONParser(parsers.JSONParser):
             raise ParseError("JSON parse error - nested too deeply") from None
         problem = shape_problem(data)
         if problem is not None:
-            raise ParseError(f"the JSON body {problem}")
+            _refuse(problem, "the JSON body")
         return data
 
 
@@ -47,4 +55,6 @@ class YAMLParser(parsers.BaseParser):
         try:
             return load_yaml_spec(text)
         except YamlError as exc:
+            if exc.shape is not None:
+                _refuse(exc.shape, "the YAML file")
             raise ParseError(f"YAML parse error - {exc}") from None

@@ -6,9 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.extensions import (
+    OpenApiAuthenticationExtension,
+    OpenApiSerializerFieldExtension,
+)
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.settings import spectacular_settings
 from rest_framework import serializers
+
+from queue_service.jobs.spec import (
+    ENV_NAME,
+    MAX_COMMAND_ENV_BYTES,
+    MAX_ENV_VALUE_CHARS,
+    MAX_ENV_VARS,
+    RESERVED_ENV,
+    RESERVED_ENV_PREFIXES,
+)
 
 
 class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
@@ -17,6 +30,42 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "an API token (gpuq_...)"}
+
+
+class EnvFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
+    """A job spec's env: what EnvField takes."""
+
+    target_class = "queue_service.jobs.spec.EnvField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        pattern = ENV_NAME.pattern.replace("\\Z", "$")  # ECMA's $ is Python's \Z
+        schema: dict[str, Any] = {
+            "type": "object",
+            "maxProperties": MAX_ENV_VARS,
+            "additionalProperties": {
+                "oneOf": [
+                    {"type": "string", "maxLength": MAX_ENV_VALUE_CHARS},
+                    {"type": "number"},
+                ]
+            },
+            "description": f"environment variables, NAME: value; names match {pattern}, none of"
+            f" {', '.join(sorted(RESERVED_ENV))} or {'*, '.join(RESERVED_ENV_PREFIXES)}*"
+            f" (set by gpuq or the backend); with command, at most {MAX_COMMAND_ENV_BYTES:,}"
+            " bytes of UTF-8 in all",
+        }
+        # OpenAPI 3.0's schemas have no propertyNames (3.1's are JSON Schema): there, the
+        # rule on names is in the description only.
+        if not str(spectacular_settings.OAS_VERSION).startswith("3.0"):
+            schema["propertyNames"] = {
+                "pattern": pattern,
+                "not": {
+                    "anyOf": [
+                        {"enum": sorted(RESERVED_ENV)},
+                        {"pattern": f"^({'|'.join(RESERVED_ENV_PREFIXES)})"},
+                    ]
+                },
+            }
+        return schema
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -191,7 +191,7 @@ class GpuAmountField(serializers.FloatField):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    gpu_model = serializers.RegexField(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})$", max_length=64)
+    gpu_model = serializers.RegexField(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})\Z", max_length=64)
     nominal_gpus = GpuAmountField(min_value=0, max_value=MAX_QUOTA_GPUS)
     borrowing_limit_gpus = GpuAmountField(
         min_value=0, max_value=MAX_QUOTA_GPUS, required=False, allow_null=True

@@ -5,7 +5,10 @@ from rest_framework.routers import DefaultRouter
 
 from . import views
 
+# No `<path>.json` twins of every route: the actions take no `format` argument (each was a
+# 500), the schema lists none of them, and JSON is all the API speaks.
 router = DefaultRouter()
+router.include_format_suffixes = False
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("teams", views.TeamViewSet, basename="team")
 router.register("clusters", views.ClusterViewSet, basename="cluster")

@@ -57,6 +57,31 @@ def _check_choices(param: str, values: list[str]) -> None:
         )
 
 
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_IDEMPOTENCY_KEY = 128  # Job.idempotency_key's column
+IDEMPOTENCY_PARAMETER = OpenApiParameter(
+    IDEMPOTENCY_KEY,
+    str,
+    OpenApiParameter.HEADER,
+    description=f"1 to {MAX_IDEMPOTENCY_KEY} printable characters: a repeat of a request with"
+    " the same key answers with the job the first one made",
+)
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The header's key, or None without one. An empty key is refused, not stored as a key:
+    every later submit with an empty key would get the first job back, and be lost."""
+    raw = request.headers.get(IDEMPOTENCY_KEY)
+    if raw is None:
+        return None
+    key = raw.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise ValidationError(
+            {IDEMPOTENCY_KEY: [f"must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters"]}
+        )
+    return key
+
+
 FILTER_PARAMETERS = {
     name: OpenApiParameter(name, str, description=f"only these {what}, comma-separated")
     for name, what in [
@@ -113,15 +138,13 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(
         request=JobSpecSerializer,
         responses={201: s.JobSerializer, 200: s.JobSerializer, **errors(409)},
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+        parameters=[IDEMPOTENCY_PARAMETER],
     )
     def create(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
         result = job_services.submit_job(
-            request.user,
-            dict(request.data),
-            idempotency_key=request.headers.get("Idempotency-Key"),
+            request.user, dict(request.data), idempotency_key=_idempotency_key(request)
         )
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
         return Response(s.JobSerializer(result.job).data, status=code)
@@ -138,7 +161,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     @extend_schema(
         request=s.ResubmitSerializer,
         responses={201: s.JobSerializer, 200: s.JobSerializer, **errors(409)},
-        parameters=[OpenApiParameter("Idempotency-Key", str, OpenApiParameter.HEADER)],
+        parameters=[IDEMPOTENCY_PARAMETER],
     )
     @action(detail=True, methods=["post"])
     def resubmit(self, request: Request, pk: str) -> Response:
@@ -148,10 +171,11 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
         body = s.ResubmitSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        key = _idempotency_key(request)
         result = job_services.resubmit_job(
             request.user,
             self.get_object(),
-            idempotency_key=request.headers.get("Idempotency-Key"),
+            idempotency_key=key,
             array=body.validated_data.get("array"),
         )
         code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK

@@ -15,12 +15,14 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from queue_service.shape import shape_problem
+from queue_service.shape import ShapeProblem, shape_problem
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?$")
-GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}$")
+# \Z, not $: `$` also matches before a final newline ("FOO\n" was a valid name). RegexField
+# searches with these as they are; the schema shows \Z as ECMA's $ (drf-spectacular).
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?\Z")
+GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}\Z")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 # NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -28,12 +30,20 @@ RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 RETRY_CAUSES = ("node_failure", "preemption")
 DURATION = re.compile(
-    r"^(?:(?P<days>\d+)-)?(?P<h>\d{1,3}):(?P<m>\d{2})(?::(?P<s>\d{2}))?$"  # [D-]HH:MM[:SS]
+    r"^(?:(?P<days>\d+)-)?(?P<h>\d{1,3}):(?P<m>\d{2})(?::(?P<s>\d{2}))?\Z"  # [D-]HH:MM[:SS]
 )
-DURATION_UNIT = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>s|m|min|h|d)?$")
-MEMORY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]i?B?|[kmgt])?$")
+DURATION_UNIT = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>s|m|min|h|d)?\Z")
+MEMORY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]i?B?|[kmgt])?\Z")
 UNIT_S = {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 UNIT_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, None: 1}
+# Per item, as a backend can pass them on; and command and env together, in UTF-8, well
+# inside what any backend runs: Linux's execve takes 2 MiB of argv and environment in all
+# (128 KiB a string), and etcd refuses a Kubernetes object of over 1.5 MiB.
+MAX_ARGS = 1024
+MAX_ARG_CHARS = 65536
+MAX_ENV_VARS = 256
+MAX_ENV_VALUE_CHARS = 32768
+MAX_COMMAND_ENV_BYTES = 1024 * 1024
 # Larger is a typo, and unbounded a 400-digit number overflowed float(): a 500.
 MAX_DURATION_S = 100 * 365 * 86400
 MAX_MEMORY_MB = 1024**3  # a pebibyte per node
@@ -143,10 +153,16 @@ class MemoryField(DurationField):
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "array", "items": {"type": "string"}, "minItems": 1},
-            {"type": "string", "minLength": 1},
+            {
+                "type": "array",
+                "items": {"type": "string", "maxLength": MAX_ARG_CHARS},
+                "minItems": 1,
+                "maxItems": MAX_ARGS,
+            },
+            {"type": "string", "minLength": 1, "maxLength": MAX_ARG_CHARS},
         ],
-        "description": "argv (no shell), or one string run by /bin/sh -c",
+        "description": "argv (no shell), or one string run by /bin/sh -c; with env, at most"
+        f" {MAX_COMMAND_ENV_BYTES:,} bytes of UTF-8 in all",
     }
 )
 class CommandField(serializers.Field):
@@ -158,7 +174,7 @@ class CommandField(serializers.Field):
         if isinstance(data, str):
             if not data.strip():
                 self.fail("invalid", message="must not be empty")
-            if UNSTORABLE.search(data) or len(data) > 65536:
+            if UNSTORABLE.search(data) or len(data) > MAX_ARG_CHARS:
                 self.fail(
                     "invalid",
                     message="must be under 64 KiB, without NUL bytes or lone surrogates",
@@ -167,12 +183,12 @@ class CommandField(serializers.Field):
         if isinstance(data, list):
             if not data:
                 self.fail("invalid", message="must not be an empty list")
-            if len(data) > 1024:
-                self.fail("invalid", message="at most 1024 arguments")
+            if len(data) > MAX_ARGS:
+                self.fail("invalid", message=f"at most {MAX_ARGS} arguments")
             for i, arg in enumerate(data):
                 if not isinstance(arg, str):
                     self.fail("invalid", message=f"argument {i} must be a string")
-                if UNSTORABLE.search(arg) or len(arg) > 65536:
+                if UNSTORABLE.search(arg) or len(arg) > MAX_ARG_CHARS:
                     self.fail(
                         "invalid",
                         message=f"argument {i} is too long, or has a NUL byte or lone surrogate",
@@ -187,22 +203,26 @@ class CommandField(serializers.Field):
         return value
 
 
+# Its schema: queue_service/api/schema.py (OpenAPI 3.0 has no propertyNames).
 class EnvField(serializers.DictField):
+    """NAME: value, each name a shell variable's and none gpuq or the backend sets; values
+    strings or numbers (stored as strings)."""
+
     def to_internal_value(self, data: Any) -> dict[str, str]:
         if not isinstance(data, dict):
             raise serializers.ValidationError("must be a mapping of NAME to value")
         errors: dict[str, str] = {}
         out: dict[str, str] = {}
-        if len(data) > 256:
-            raise serializers.ValidationError("at most 256 variables")
+        if len(data) > MAX_ENV_VARS:
+            raise serializers.ValidationError(f"at most {MAX_ENV_VARS} variables")
         for name, value in data.items():
-            if not isinstance(name, str) or not ENV_NAME.match(name):
+            if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
                 errors[str(name)] = "not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)"
             elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
                 errors[name] = "is set by gpuq or the backend and cannot be overridden"
             elif isinstance(value, bool) or not isinstance(value, str | int | float):
                 errors[name] = "value must be a string or a number"
-            elif UNSTORABLE.search(str(value)) or len(str(value)) > 32768:
+            elif UNSTORABLE.search(str(value)) or len(str(value)) > MAX_ENV_VALUE_CHARS:
                 errors[name] = "value is too long, or has a NUL byte or lone surrogate"
             else:
                 out[name] = str(value)
@@ -299,7 +319,10 @@ def parse_array(value: Any, most: int) -> ArraySpec:
 
 @extend_schema_field(
     {
-        "oneOf": [{"type": "string", "example": "0-15%4"}, {"type": "integer", "minimum": 0}],
+        "oneOf": [
+            {"type": "string", "example": "0-15%4"},
+            {"type": "integer", "minimum": 0, "maximum": MAX_ARRAY_INDEX},
+        ],
         "description": "a job array: one task per index (Slurm's --array syntax: 0-15, 1,3,5,"
         " 0-15:2; %N runs at most N at once); each task sees GPUQ_ARRAY_TASK_ID",
     }
@@ -436,6 +459,8 @@ class JobSpecSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         errors: dict[str, str] = {}
+        if problem := command_env_problem(attrs["command"], attrs.get("env") or {}):
+            errors.update(problem)
         mig = attrs.get("mig_profile")
         if mig is not None:
             if attrs["kind"] != "agent":
@@ -477,10 +502,27 @@ class JobSpecSerializer(serializers.Serializer):
         return attrs
 
 
+def command_env_problem(command: list[str] | str, env: dict[str, str]) -> dict[str, str]:
+    """{field: message} when command and env together are too large to run, naming the one
+    that takes more; empty when they fit."""
+    args = [command] if isinstance(command, str) else command
+    command_bytes = sum(len(a.encode()) for a in args)
+    env_bytes = sum(len(n.encode()) + len(v.encode()) for n, v in env.items())
+    total = command_bytes + env_bytes
+    if total <= MAX_COMMAND_ENV_BYTES:
+        return {}
+    field = "command" if command_bytes >= env_bytes else "env"
+    return {
+        field: f"command ({command_bytes:,} bytes) and env ({env_bytes:,} bytes) take"
+        f" {total:,} bytes of UTF-8 together: at most {MAX_COMMAND_ENV_BYTES:,}"
+    }
+
+
 class YamlError(ValueError):
-    def __init__(self, message: str, line: int | None) -> None:
+    def __init__(self, message: str, line: int | None, shape: ShapeProblem | None = None) -> None:
         super().__init__(message)
         self.line = line
+        self.shape = shape  # a file that parsed, but whose shape is refused
 
 
 def load_yaml_spec(text: str) -> dict[str, Any]:
@@ -501,7 +543,7 @@ def load_yaml_spec(text: str) -> dict[str, Any]:
         raise YamlError("the file must be a mapping of fields (name:, command:, ...)", 1)
     problem = shape_problem(data)
     if problem is not None:
-        raise YamlError(f"the file {problem}", None)
+        raise YamlError(f"the file {problem.message}", None, problem)
     return data
 
 

@@ -40,7 +40,7 @@ def set_membership(actor: Any, team: Team, username: str, role: str) -> Membersh
     if user is None:
         raise ValidationError({"username": [f"no active user {username!r}"]})
     with transaction.atomic():
-        _lock_members(actor, team)
+        _lock_team(actor, team)
         membership, _ = Membership.objects.update_or_create(
             user=user, team=team, defaults={"role": role}
         )
@@ -51,19 +51,22 @@ def set_membership(actor: Any, team: Team, username: str, role: str) -> Membersh
 def remove_member(actor: Any, team: Team, username: str) -> None:
     require_team_admin(actor, team)
     with transaction.atomic():
-        _lock_members(actor, team)
+        _lock_team(actor, team)
         deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
         if not deleted:
             raise ValidationError({"username": [f"{username!r} is not a member of {team.slug}"]})
         _keep_an_admin(team)
 
 
-def _lock_members(actor: Any, team: Team) -> None:
-    """One change of a team's members at a time (the team's row, FOR UPDATE), the actor's
-    right read again under it: two admins demoting each other at once would otherwise each
-    see the other still an admin, and leave the team with none."""
-    Team.objects.select_for_update().filter(pk=team.pk).first()
-    require_team_admin(actor, team)
+def _lock_team(actor: Any, team: Team) -> Team:
+    """One change of a team's members or quotas at a time: the team's row FOR UPDATE, as it
+    is now (its ceilings too), the actor's right read again under it. Two admins demoting
+    each other at once would otherwise each see the other still an admin, and leave the team
+    with none; two adding quotas at once would each sum the quotas without the other's, and
+    together pass the team's ceiling."""
+    locked = Team.objects.select_for_update().get(pk=team.pk)
+    require_team_admin(actor, locked)
+    return locked
 
 
 def _keep_an_admin(team: Team) -> None:
@@ -79,6 +82,14 @@ def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) ->
     left out is no limit: a replace keeps nothing of the old quota."""
     require_team_admin(actor, team)
     values = {**dict.fromkeys(OPTIONAL_QUOTA_LIMITS), **values}
+    with transaction.atomic():
+        team = _lock_team(actor, team)
+        _check_quota(actor, team, gpu_model, values)
+        quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)
+    return quota
+
+
+def _check_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) -> None:
     errors: dict[str, list[str]] = {}
     if not actor.is_staff:
         nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))
@@ -95,13 +106,13 @@ def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) ->
             errors["borrowing_limit_gpus"] = [ceiling]
     if errors:
         raise ValidationError(errors)
-    quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)
-    return quota
 
 
 def delete_quota(actor: Any, team: Team, gpu_model: str) -> None:
     require_team_admin(actor, team)
-    deleted, _ = Quota.objects.filter(team=team, gpu_model=gpu_model).delete()
+    with transaction.atomic():
+        _lock_team(actor, team)
+        deleted, _ = Quota.objects.filter(team=team, gpu_model=gpu_model).delete()
     if not deleted:
         raise ValidationError({"gpu_model": [f"no quota for {gpu_model!r}"]})
 
