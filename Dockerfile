@@ -8,8 +8,8 @@ COPY queue_service ./queue_service
 COPY scheduler ./scheduler
 COPY frontend ./frontend
 COPY manage.py ./
-RUN pip install --no-cache-dir . && SECRET_KEY=build DATABASE_URL=sqlite:////tmp/b.db \
-    python manage.py collectstatic --noinput --verbosity 0
+# No collectstatic: WhiteNoise serves /static/ from the installed apps (settings.py).
+RUN pip install --no-cache-dir .
 USER gpuq
 EXPOSE 8000
 CMD ["gunicorn", "queue_service.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -31,7 +31,7 @@ run: install
 test: install-dev labs lint
 	# On the server's own `postgres` database, which always exists (pytest creates test_gpuq).
 	DATABASE_URL=$(dir $(TEST_DATABASE_URL))postgres SECRET_KEY=ci-only $(BIN)/python manage.py makemigrations --check --dry-run
-	$(BIN)/pytest
+	DATABASE_URL=$(TEST_DATABASE_URL) $(BIN)/pytest
 
 lint: install-dev
 	$(BIN)/ruff format --check .

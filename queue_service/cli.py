@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import codecs
 import functools
 import http.client
 import json
@@ -282,6 +283,8 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
         body = sys.stdin.buffer.read() if args.file == "-" else _read(args.file)
     except OSError as exc:
         raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+    # Editors on Windows save UTF-8 with a byte order mark, which the server's JSON refuses.
+    body = body.removeprefix(codecs.BOM_UTF8)
     # A job file is YAML, or JSON, which goes as JSON: YAML reads most JSON, but not JSON
     # indented with tabs.
     try:
@@ -732,6 +735,7 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
     """cancel, suspend or resume (args.command) each job named, or each job the filters
     select (as `scancel -u me --name x`); each is reported."""
     failed = 0
+    answers: list[Any] = []
     for job in selected(api, args, ACTS_ON[args.command]):
         try:
             answer = api.call("POST", f"jobs/{job['id']}/{args.command}/")
@@ -739,7 +743,11 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
             failed += 1
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             continue
-        print(f"{answer['id']}  {answer['state']}", file=out)
+        answers.append(answer)
+        if not args.json:
+            print(f"{answer['id']}  {answer['state']}", file=out)
+    if args.json:
+        _dump(answers, out)
     return 1 if failed else 0
 
 
@@ -831,9 +839,27 @@ def updated(job: Mapping[str, Any], sent: Mapping[str, Any]) -> str:
 
 def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """The job's output from the start; with -f, what follows too until the job ends (as
-    `tail -f`, or `kubectl logs -f`)."""
+    `tail -f`, or `kubectl logs -f`); --json: the API's chunks as read, in one list."""
+    if args.json:
+        return _dump(log_chunks(api, args.id, args.stream), out)
     write_logs(api, args.id, args.stream, args.follow, args.interval, out)
     return 0
+
+
+def log_chunks(api: Api, ident: str, stream: str) -> list[Any]:
+    """The API's answers for the log from offset 0 to the end of what there is."""
+    chunks: list[Any] = []
+    offset = 0
+    while True:
+        chunk = api.call(
+            "GET",
+            f"jobs/{ident}/logs/",
+            query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
+        )
+        chunks.append(chunk)
+        if chunk["eof"] or chunk["next_offset"] == offset:
+            return chunks
+        offset = chunk["next_offset"]
 
 
 def write_logs(
@@ -1085,6 +1111,8 @@ def main(
     following = args.command in ("submit", "resubmit") and args.follow
     if following and (args.json or getattr(args, "dry_run", False)):
         _usage(top, f"{args.command} -f prints the job's output: not with --json or --dry-run")
+    if args.command == "logs" and args.follow and args.json:
+        _usage(top, "logs -f prints the output as it comes: not with --json")
     try:
         api = Api(url, token, args.timeout)
     except ValueError as exc:
@@ -1094,11 +1122,15 @@ def main(
         # A job name the terminal's encoding cannot show is escaped, not a crash for all.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        code: int = args.run(api, args, stream, datetime.now(UTC))
+        try:
+            code: int = args.run(api, args, stream, datetime.now(UTC))
+        except CliError as exc:
+            print(f"gpuq: {exc}", file=sys.stderr)
+            code = 1
+        # Here, not at the interpreter's exit: a reader that left (`gpuq ls | true`) is
+        # then a BrokenPipeError below, not a traceback after main() returned.
+        stream.flush()
         return code
-    except CliError as exc:
-        print(f"gpuq: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

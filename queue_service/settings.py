@@ -52,9 +52,14 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
     return value
 
 
+def _whole(raw: str) -> bool:
+    """ASCII digits only: str.isdigit() is also true of "²" and "①", which int() refuses."""
+    return raw.isascii() and raw.isdigit()
+
+
 def env_count(name: str, default: int, *, maximum: int) -> int:
     raw = env(name, str(default)).strip()
-    if not raw.isdigit() or not 1 <= int(raw) <= maximum:
+    if not _whole(raw) or not 1 <= int(raw) <= maximum:
         raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number from 1 to {maximum}")
     return int(raw)
 
@@ -63,8 +68,16 @@ def env_count_or_unlimited(name: str, default: int) -> int | None:
     raw = env(name, str(default)).strip().lower()
     if raw == "unlimited":
         return None
-    if not raw.isdigit() or int(raw) < 1:
+    if not _whole(raw) or int(raw) < 1:
         raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number >= 1 or 'unlimited'")
+    return int(raw)
+
+
+def env_seconds(name: str, default: int) -> int:
+    """A whole number of seconds >= 0 (a fraction would be cut, 0.5 to 0: off)."""
+    raw = env(name, str(default)).strip()
+    if not _whole(raw):
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number of seconds >= 0")
     return int(raw)
 
 
@@ -92,8 +105,19 @@ def env_log_level(name: str, default: str) -> str:
     return raw.strip().upper()
 
 
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in env(name, default).split(",") if item.strip()]
+def env_list(name: str, default: str, *, required: bool = False) -> list[str]:
+    items = [item.strip() for item in env(name, default).split(",") if item.strip()]
+    if required and not items:
+        raise ImproperlyConfigured(f"{name} is empty: name at least one, comma-separated")
+    return items
+
+
+def _redacted(url: str) -> str:
+    """The URL without its password, for messages."""
+    parsed = urlparse(url)
+    if not parsed.password:
+        return url
+    return url.replace(f":{parsed.password}@", ":***@", 1)
 
 
 def database_from_url(url: str) -> dict[str, object]:
@@ -112,26 +136,36 @@ def database_from_url(url: str) -> dict[str, object]:
         }
     if parsed.scheme in {"postgres", "postgresql"}:
         options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        try:
+            port = parsed.port
+        except ValueError:  # not a number, or out of 0-65535
+            port = 0
+        if port == 0:
+            raise ImproperlyConfigured(
+                f"DATABASE_URL={_redacted(url)!r}: the port must be a number from 1 to 65535"
+            )
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")) or "gpuq",
             "USER": unquote(parsed.username or ""),
             "PASSWORD": unquote(parsed.password or ""),
             "HOST": parsed.hostname or "",
-            "PORT": str(parsed.port or ""),
+            "PORT": str(port or ""),
             "OPTIONS": options,
             "CONN_MAX_AGE": 60,
             "CONN_HEALTH_CHECKS": True,
             "TEST": {"NAME": f"test_{unquote(parsed.path.lstrip('/')) or 'gpuq'}"},
         }
     raise ImproperlyConfigured(
-        f"DATABASE_URL={url!r}: scheme must be sqlite:// or postgres:// (got {parsed.scheme!r})"
+        f"DATABASE_URL={_redacted(url)!r}: scheme must be sqlite:// or postgres://"
+        f" (got {parsed.scheme!r})"
     )
 
 
 DEBUG = env_bool("GPUQ_DEBUG", False)
 SECRET_KEY = env("SECRET_KEY", "dev-insecure-change-me" if DEBUG else None)
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
+# Empty, every request would be a 400 once debug is off.
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver", required=True)
 CSRF_TRUSTED_ORIGINS = env_list(
     "CSRF_TRUSTED_ORIGINS", "http://127.0.0.1:8000,http://localhost:8000"
 )
@@ -141,7 +175,7 @@ CSRF_TRUSTED_ORIGINS = env_list(
 HTTPS = env_bool("GPUQ_HTTPS", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = SECURE_SSL_REDIRECT = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
-SECURE_HSTS_SECONDS = int(env_float("GPUQ_HSTS_SECONDS", 0))
+SECURE_HSTS_SECONDS = env_seconds("GPUQ_HSTS_SECONDS", 0)
 if SECURE_HSTS_SECONDS and not HTTPS:
     raise ImproperlyConfigured("GPUQ_HSTS_SECONDS needs GPUQ_HTTPS=1")
 # Promises for the whole domain, not only gpuq's host: the operator's to make.
@@ -196,14 +230,6 @@ GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
 # non-preemptible ones (high) do. Reclaim of nominal quota is not affected.
 GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", False)
 GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
-
-
-def _redacted(url: str) -> str:
-    """The URL without its password, for messages."""
-    parsed = urlparse(url)
-    if not parsed.password:
-        return url
-    return url.replace(f":{parsed.password}@", ":***@", 1)
 
 
 def email_address(name: str, value: str) -> str:
@@ -285,6 +311,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # /static/ under gunicorn too (runserver serves it only in debug): before the rest, so
+    # a stylesheet costs no session or CSRF work.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "queue_service.middleware.RejectNulBytes",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -324,7 +353,9 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# WhiteNoise serves the files from the apps where they are (found at start-up): a server
+# needs no collectstatic first and never serves a stale copy, so there is no STATIC_ROOT.
+WHITENOISE_USE_FINDERS = True
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

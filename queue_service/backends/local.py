@@ -33,7 +33,7 @@ from .base import (
     SubmitResult,
     job_env,
 )
-from .local_runner import group_members
+from .local_runner import group_members, start_time
 
 DEFAULT_WORKDIR = Path("var/local-jobs")
 RUNNER = "queue_service.backends.local_runner"
@@ -264,24 +264,38 @@ def _alive(pid: int, job_dir: Path) -> bool:
 
 def _kill_ranks(job_dir: Path) -> None:
     """SIGKILL the process groups of a job whose supervisor is gone: those started.json
-    names that still hold a process working in the job's directory (a group id alone
-    may by now be another program's)."""
+    names that are still this job's, known by what a rank's `cd` does not change (a group
+    id alone may by now be another program's): its leader, by pid and start time, or a
+    member carrying the job's GPUQ_JOB_ID and GPUQ_ATTEMPT (the leader may have exited)."""
     try:
-        pgids = [int(p) for p in json.loads((job_dir / "started.json").read_text())["pids"]]
-    except (OSError, ValueError, TypeError, KeyError, RecursionError):
+        started = json.loads((job_dir / "started.json").read_text())
+        pgids = [int(p) for p in started["pids"]]
+        starts = started.get("starts")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return
-    for pgid in pgids:
-        if pgid > 1 and any(_works_in(pid, job_dir) for pid in group_members(pgid)):
+    if not isinstance(starts, list) or len(starts) != len(pgids):
+        starts = [None] * len(pgids)  # written by an older supervisor
+    marks = {
+        b"GPUQ_JOB_ID=" + os.fsencode(job_dir.parent.name),
+        b"GPUQ_ATTEMPT=" + os.fsencode(job_dir.name),
+    }
+    for pgid, start in zip(pgids, starts, strict=True):
+        if pgid <= 1:
+            continue
+        members = group_members(pgid)
+        leader = pgid in members and start is not None and start_time(pgid) == start
+        if leader or any(_carries(pid, marks) for pid in members):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
 
 
-def _works_in(pid: int, job_dir: Path) -> bool:
+def _carries(pid: int, marks: set[bytes]) -> bool:
+    """Whether the process's environment holds every one of these NAME=value entries."""
     try:
-        cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        environ = set(Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
     except OSError:
         return False
-    return cwd == job_dir or job_dir in cwd.parents
+    return marks <= environ
 
 
 def _repo_root() -> Path:

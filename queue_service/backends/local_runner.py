@@ -63,6 +63,15 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
+def start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (/proc/PID/stat field 22): with
+    its pid, what tells it from a later process given the same pid."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -149,7 +158,14 @@ def supervise(
             {"state": "failed", "exit_code": 127, "reason": f"could not start: {exc.strerror}"},
         )
         return
-    write_json(job_dir / "started.json", {"pids": [p.pid for p in procs], "at": time.time()})
+    write_json(
+        job_dir / "started.json",
+        {
+            "pids": [p.pid for p in procs],
+            "starts": [start_time(p.pid) for p in procs],
+            "at": time.time(),
+        },
+    )
     started = time.monotonic()
     limit = req.get("time_limit_s")
     grace = float(req.get("grace_s", 10))
@@ -211,6 +227,11 @@ def main() -> int:
     if os.fork() > 0:
         return 0  # the caller gets control back at once; the grandchild supervises
     os.setsid()
+    # A worker started with `&` by a script (deploy/run-embedded) has SIGINT and SIGQUIT
+    # ignored, and Popen hands an ignored signal on to every rank: a job could not be
+    # interrupted as it can on Slurm or Kubernetes.
+    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
     if os.fork() > 0:
         os._exit(0)
     devnull = os.open(os.devnull, os.O_RDWR)

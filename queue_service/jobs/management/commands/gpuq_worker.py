@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from queue_service.jobs.dispatch import run_once
@@ -25,6 +25,10 @@ class Command(BaseCommand):
         parser.add_argument("--interval", type=float, default=1.0, help="seconds between rounds")
 
     def handle(self, *args: Any, once: bool, interval: float, **options: Any) -> None:
+        if not 0 < interval < float("inf"):  # time.sleep() refuses the rest, outside the try
+            raise CommandError(
+                f"--interval must be a number of seconds above 0, not {interval}", returncode=2
+            )
         if once:
             self.stdout.write(str(run_once()))
             return
