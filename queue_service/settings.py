@@ -377,6 +377,8 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1 (JSON Schema 2020-12) can say which env names the server takes (propertyNames).
+    "OAS_VERSION": "3.1.0",
     # Swagger UI's assets come from the package, not a CDN: the docs work offline.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

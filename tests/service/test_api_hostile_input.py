@@ -330,6 +330,7 @@ def test_the_size_of_command_and_env_is_counted_in_utf8(
 # SPECTACULAR_SETTINGS["OAS_VERSION"] is 3.1.)
 SCHEMA_GAPS = [
     (spec(env={"A": ["x"]}), "env"),  # server: strings or numbers
+    (spec(env={"1BAD": "x"}), "env"),  # server: names as a shell's
     (spec(env={f"V{i}": "x" for i in range(257)}), "env"),  # server: at most 256
     (spec(array=1_000_000), "array"),  # server: indices go up to 999999
     (spec(command=["x"] * 1025), "command"),  # server: at most 1024 arguments
