@@ -5,11 +5,12 @@ read the state they act on, and backends' submit adopts what an interrupted call
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from queue_service.backends import BackendError, ClusterConfig, get_backend
@@ -43,9 +44,11 @@ RETRYABLE = {RemoteState.NODE_FAILURE: "node_failure", RemoteState.PREEMPTED: "p
 
 
 def cluster_config(cluster: Cluster) -> ClusterConfig:
-    return ClusterConfig(
-        id=cluster.pk, name=cluster.name, kind=cluster.kind, settings=dict(cluster.settings)
-    )
+    options = dict(cluster.settings)
+    if cluster.kind == "local" and not options.get("workdir"):
+        # The service's GPUQ_LOCAL_WORKDIR (its _FILE form included); backends import no Django.
+        options["workdir"] = str(settings.GPUQ_LOCAL_WORKDIR / cluster.name)
+    return ClusterConfig(id=cluster.pk, name=cluster.name, kind=cluster.kind, settings=options)
 
 
 def backend_for(cluster: Cluster) -> Any:
@@ -221,27 +224,50 @@ def request_stop(job: Job) -> None:
         transaction.on_commit(lambda: stop_job(str(job.pk)))
 
 
+STOP_SENT = "stop_sent"  # an event: a stop of this attempt went to the cluster
+
+
 def stop_job(job_id: str) -> None:
+    """Stop a stopping job on its backend. Safe to run twice: a repeat (the task delivered
+    again, its retry after an error that came once the stop had gone through, the sync's
+    re-send) finds the job ended by the first stop, and that end is the stop's."""
     job = Job.objects.select_related("cluster").get(pk=job_id)
     if job.state not in Job.STOPPING or not job.external_id:
         return
     assert job.cluster is not None
     grace = settings.GPUQ_PREEMPTION_GRACE_S
+    repeat = _note_stop(job, grace)
     backend = backend_for(job.cluster)
     try:
         if backend.cancel(job.external_id, grace_s=grace):
             return
-        # It had ended on its own before the stop reached it (gpuq's sync had not seen it
-        # yet): its end is its own, so an exit 0 is a success, not a cancellation.
         status = backend.poll([job.external_id]).get(job.external_id)
     except BackendError as exc:
         note(job, "stop_retry" if not exc.permanent else "stop_failed", exc.message)
         if not exc.permanent:
             raise
         return
-    if status is not None and status.state in RemoteState.TERMINAL:
-        note(job, "ended_before_stop", "it had already ended when the stop reached the cluster")
-        _apply_status(job, status, stopped=False)
+    if status is None or status.state not in RemoteState.TERMINAL:
+        return
+    if repeat:
+        _apply_status(job, status)
+        return
+    # It had ended on its own before the first stop reached it (gpuq's sync had not seen it
+    # yet): its end is its own, so an exit 0 is a success, not a cancellation.
+    note(job, "ended_before_stop", "it had already ended when the stop reached the cluster")
+    _apply_status(job, status, stopped=False)
+
+
+def _note_stop(job: Job, grace: float) -> bool:
+    """Record a stop about to be sent; whether one was sent before in this attempt. Under the
+    job's row lock, so that of two deliveries at once only one counts as the first. Recorded
+    before the call: an error after it may come once the stop has taken effect."""
+    with transaction.atomic():
+        list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
+        sent = job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exists()
+        message = "stop sent again" if sent else f"stop sent ({grace:g} s to end after TERM)"
+        note(job, STOP_SENT, message, {"attempt": job.attempts})
+    return sent
 
 
 def sync_cluster(cluster_id: int) -> dict[str, int]:
@@ -269,7 +295,9 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
             if status is not None and _apply_status(job, status):
                 counts["changed"] += 1
             elif _stop_overdue(job, status):
-                stop_job(str(job.pk))  # the first stop was lost (worker died before it)
+                # The stop was lost (its worker died) or did not take. Sent as a task of its
+                # own: a stop may wait out the grace, which would hold up this whole sync.
+                request_stop(job)
         except ValueError:
             # A move the state table does not allow is our bug; it must not stop the sync
             # of every other job of the cluster, every time.
@@ -322,10 +350,17 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
     fields: dict[str, Any] = {"remote_state": status.native_state or remote}
     try:
         if remote == RemoteState.QUEUED:
-            if status.reason and job.reason.get("message") != status.reason:
-                Job.objects.filter(pk=job.pk).update(
-                    reason=_reason("backend_pending", status.reason), **fields
-                )
+            # Only a job still waiting on the cluster says so in the cluster's words: one being
+            # stopped keeps why (its suspend, its preemption), and a stale read never replaces
+            # a later attempt's reason.
+            if (
+                status.reason
+                and job.state in (S.QUEUED, S.DISPATCHING)
+                and job.reason.get("message") != status.reason
+            ):
+                Job.objects.filter(
+                    pk=job.pk, state=job.state, attempts=job.attempts, external_id=job.external_id
+                ).update(reason=_reason("backend_pending", status.reason), **fields)
             return False
         if remote == RemoteState.RUNNING:
             if job.state in (S.QUEUED, S.DISPATCHING):
@@ -348,7 +383,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 S.RUNNING,
                 code="running",
                 message="started and ended between polls",
-                started_at=timezone.now(),
+                started_at=_earliest_start(job),
                 reason={},
             )
         if stopped and job.state == S.SUSPENDING and remote != RemoteState.TIMEOUT:
@@ -458,11 +493,32 @@ def apply_mig_layout(node_id: int, config: str) -> None:
             raise
 
 
+def _earliest_start(job: Job) -> datetime:
+    """When a job whose start no sync saw began, at the earliest: when it was handed to the
+    cluster, or the cluster's last sync (which saw it waiting) if later. Its run counts from
+    there: never less than it ran, more only by what it waited on the cluster unseen."""
+    now = timezone.now()
+    seen = [
+        job.events.filter(to_state__in=(S.QUEUED, S.DISPATCHING))
+        .order_by("-at", "-id")
+        .values_list("at", flat=True)
+        .first()
+    ]
+    if job.cluster is not None:
+        seen.append(job.cluster.last_sync_at)
+    return min(max((at for at in seen if at is not None), default=now), now)
+
+
 def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
-    if job.state not in Job.STOPPING or status is None:
+    """A stopping job still alive a grace (and half a minute) after it was asked to stop, or
+    after the last stop sent: once per such span, not on every sync."""
+    if job.state not in Job.STOPPING or status is None or status.state in RemoteState.TERMINAL:
         return False
     overdue = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 30)
-    return status.state not in RemoteState.TERMINAL and job.updated_at < overdue
+    if job.updated_at >= overdue:
+        return False
+    last = job.events.filter(code=STOP_SENT).order_by("-at").values_list("at", flat=True).first()
+    return last is None or last < overdue
 
 
 def _redispatch_stale(cluster: Cluster) -> None:
@@ -507,10 +563,17 @@ def _reason(code: str, message: str) -> dict[str, Any]:
     return {"code": code, "message": message, "details": {}}
 
 
+def clusters_to_sync() -> Any:
+    """Enabled clusters, and disabled ones while jobs of theirs are there (or being handed
+    over): disabling a cluster stops new work going to it, not the following of its jobs."""
+    there = Job.objects.filter(cluster=OuterRef("pk"), state__in=Job.ON_BACKEND)
+    return Cluster.objects.filter(Q(enabled=True) | Q(Exists(there))).order_by("pk")
+
+
 def enqueue_syncs(send_sync: Any, send_dispatch: Any) -> int:
     """Beat's periodic fan-out: a sync per cluster, and a new dispatch for admitted jobs
     whose dispatch message was lost (their retry would otherwise never come)."""
-    ids = list(Cluster.objects.filter(enabled=True).values_list("pk", flat=True))
+    ids = list(clusters_to_sync().values_list("pk", flat=True))
     for cluster_id in ids:
         send_sync(cluster_id)
     cutoff = timezone.now() - timedelta(seconds=settings.GPUQ_DISPATCH_STALE_S)
@@ -528,7 +591,7 @@ def run_once(*, notifications: bool = True) -> dict[str, Any]:
     from .snapshot import run_cycle
 
     synced = 0
-    for cluster in Cluster.objects.filter(enabled=True):
+    for cluster in clusters_to_sync():
         try:
             sync_cluster(cluster.pk)
             synced += 1

@@ -58,6 +58,9 @@ class JobArray(models.Model):
     indices = models.TextField()  # as given, normalized: "0-15%4"
     size = models.PositiveIntegerField()
     max_running = models.PositiveIntegerField(null=True, blank=True)  # Slurm's %N
+    # The array's `notify` as submitted: it decides the array's start and end notices; a
+    # task whose own notify was changed since is told of on its own (notify.on_transition).
+    notify = models.JSONField(default=list, blank=True)
     submitted_at = models.DateTimeField(auto_now_add=True)
 
     objects = JobArrayQuerySet.as_manager()

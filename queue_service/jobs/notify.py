@@ -8,12 +8,13 @@ twice, and one that dies mid-send leaves a lease that runs out, then it is sent 
 least once). A refusing or unreachable mail server is retried with backoff for about a day,
 then given up with an event on the job; a mail that can never be sent (a bad address) at once.
 
-An array's start and end are told once, for the whole array (as Slurm does): after the move
-of a task commits, `tell_array` looks whether it was the first to start or whether every task
-has ended, and stores the notice under a unique key, so that of two tasks ending together
-one tells. No array row is locked in a move's transaction: the cycle moves many jobs in one
-transaction, and a lock taken in the middle of it would deadlock with a user's move.
-Requeues are told per task."""
+An array's start and end are told once, for the whole array (as Slurm does), as the array's
+`notify` (JobArray.notify, as submitted) asks: after the move of a task commits, `tell_array`
+looks whether it was the first to start or whether every task has ended, and stores the
+notice under a unique key, so that of two tasks ending together one tells. No array row is
+locked in a move's transaction: the cycle moves many jobs in one transaction, and a lock
+taken in the middle of it would deadlock with a user's move. Requeues are told per task, and
+so is every move of a task whose `notify` was changed on that task alone."""
 
 from __future__ import annotations
 
@@ -51,15 +52,23 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
     """Store the email `job`'s move frm -> to asks for, if any (inside the move's
     transaction); an array's start and end are looked at after the move commits. A fault
     here is logged and costs the email, never the move."""
-    wanted = job.spec.get("notify") if isinstance(job.spec, dict) else None
+    wanted = list(job.spec.get("notify") or ()) if isinstance(job.spec, dict) else []
+    starts_or_ends = to in Job.TERMINAL or (to == S.RUNNING and frm not in Job.RUNNING_STATES)
+    if job.array_id is not None and starts_or_ends:
+        shared = _array_notify(job)
+        event = _event(frm, to, shared, in_array=True)
+        if event is not None:
+            array_id, job_id, told = job.array_id, job.pk, event
+            transaction.on_commit(lambda: tell_array(array_id, job_id, told), robust=True)
+        if set(wanted) == set(shared):
+            # The array's own setting: its start and end are told for the array, once.
+            wanted = [e for e in wanted if e == "requeue"]
+        # Otherwise it was changed on this task alone (as the job page offers): this task's
+        # moves are told as a lone job's, besides what the array's setting tells.
     if not wanted:
         return
-    event = _event(frm, to, wanted, in_array=job.array_id is not None)
+    event = _event(frm, to, wanted, in_array=False)
     if event is None:
-        return
-    if job.array_id is not None and event != "requeue":
-        array_id, job_id = job.array_id, job.pk
-        transaction.on_commit(lambda: tell_array(array_id, job_id, event), robust=True)
         return
     if not job.user.email:  # an address removed since the submit
         return
@@ -87,6 +96,13 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
         # robust: a broker that is down must not fail the committed move; beat's
         # deliver_notifications sends it later.
         transaction.on_commit(lambda: send_notification.delay(row.pk), robust=True)
+
+
+def _array_notify(job: Job) -> list[str]:
+    if Job.array.is_cached(job) and job.array is not None:
+        return list(job.array.notify or ())
+    found = JobArray.objects.filter(pk=job.array_id).values_list("notify", flat=True).first()
+    return list(found or ())
 
 
 def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | None:
@@ -132,7 +148,7 @@ def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
         what = f"started: task {job.array_index} first, of {array.size}"
     else:
         states = Counter(tasks.values_list("state", flat=True))
-        wanted = job.spec.get("notify", ())
+        wanted = array.notify or ()
         event = "fail" if "fail" in wanted and FAILED_ENDS & states.keys() else "end"
         if event not in wanted:
             return None  # only `fail` was asked for, and nothing failed
@@ -140,7 +156,7 @@ def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
     name = f"{array.name}[{array.indices}]"
     subject = f"[gpuq] array {name} {what}"
     lines = [f"Array {name} ({array.pk}) of {array.size} tasks {what}.", ""]
-    lines += [*_facts(job), "", *_links(job, array), "", _because(job)]
+    lines += [*_facts(job), "", *_links(job, array), "", _because(job, array)]
     try:
         with transaction.atomic():
             row = Notification.objects.create(
@@ -202,7 +218,9 @@ def _links(job: Job, array: JobArray | None = None) -> list[str]:
     return out
 
 
-def _because(job: Job) -> str:
+def _because(job: Job, array: JobArray | None = None) -> str:
+    if array is not None:
+        return f"You get this because the array's spec says notify: [{', '.join(array.notify)}]."
     asked = ", ".join(job.spec.get("notify", ()))
     return f"You get this because the job's spec says notify: [{asked}]."
 

@@ -80,6 +80,7 @@ def transition(
     if to in Job.TERMINAL:
         fields.setdefault("finished_at", now)
         fields.setdefault("queue_position", None)
+        fields.setdefault("estimated_start", None)
     with transaction.atomic():
         hit = Job.objects.filter(pk=job.pk, state=frm).update(state=to, **fields)
         if hit != 1:
@@ -260,6 +261,7 @@ def _create_tasks(
         team=fields["team"],
         user=fields["user"],
         name=fields["name"],
+        notify=list(spec.get("notify") or ()),
         indices=array.text,
         size=len(array.indices),
         max_running=array.max_running,
@@ -380,8 +382,13 @@ def cancel_job(user: Any, job: Job) -> Job:
         was = job.state
         try:
             if job.state in (S.PENDING, S.ADMITTED, S.SUSPENDED):
+                # Why it waited (or that it was being dispatched) no longer holds.
                 return transition(
-                    job, S.CANCELLED, code="cancelled", message=f"cancelled by {user}"
+                    job,
+                    S.CANCELLED,
+                    code="cancelled",
+                    message=f"cancelled by {user}",
+                    reason={"code": "cancelled", "message": f"cancelled by {user}", "details": {}},
                 )
             transition(
                 job, S.CANCELLING, code="cancel_requested", message=f"cancel requested by {user}"
@@ -559,9 +566,8 @@ def suspend_job(user: Any, job: Job) -> Job:
 
 def _stop_unless_stopping(job: Job, was: str) -> None:
     """Ask the backend to stop the job, unless a stop is already under way (it was being
-    preempted): a second stop would find it ended and take that for an end of its own. The
-    first stop's end is then recorded as this request asked; a lost one is sent again by the
-    sync (dispatch._stop_overdue)."""
+    preempted): the first stop's end is then recorded as this request asked; a lost one is
+    sent again by the sync (dispatch._stop_overdue)."""
     if was in Job.STOPPING:
         return
     from .dispatch import request_stop

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from queue_service.backends import BackendError
 
@@ -40,10 +41,14 @@ def sync_all_clusters() -> int:
     return dispatch.enqueue_syncs(sync_cluster.delay, dispatch_job.delay)
 
 
+# A stop may wait out the grace on the cluster before it returns (Slurm: TERM, then scancel).
+STOP_TIME_LIMIT_S = settings.GPUQ_PREEMPTION_GRACE_S + 100
+
+
 @shared_task(
     name="gpuq.cancel_job",
-    time_limit=120,
-    soft_time_limit=100,
+    time_limit=STOP_TIME_LIMIT_S + 20,
+    soft_time_limit=STOP_TIME_LIMIT_S,
     autoretry_for=(BackendError,),
     retry_backoff=2,
     retry_backoff_max=60,
