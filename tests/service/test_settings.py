@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -373,3 +374,17 @@ def test_run_embedded_keeps_its_secret_key_and_var_to_their_owner(
             f"{path.name} is {oct(path.stat().st_mode)}"
         )
     assert (tmp_path / "var" / "secret_key").read_text().strip()
+
+
+@pytest.mark.django_db
+def test_the_local_backend_works_where_the_service_setting_says(
+    settings: Any, tmp_path: Path
+) -> None:
+    from queue_service.clusters.models import Cluster
+    from queue_service.jobs.dispatch import backend_for
+
+    settings.GPUQ_LOCAL_WORKDIR = tmp_path / "jobs"
+    default = Cluster.objects.create(name="here", kind="local", settings={})
+    own = Cluster.objects.create(name="there", kind="local", settings={"workdir": "/srv/x"})
+    assert backend_for(default).workdir == tmp_path / "jobs" / "here"
+    assert backend_for(own).workdir == Path("/srv/x")
