@@ -217,27 +217,34 @@ class SlurmBackend:
         """A running job gets TERM first so it can save state; Slurm's own cancel (TERM, KILL
         after KillWait, state CANCELLED) follows if it still runs after the grace. A pending
         job is cancelled at once: scancel --signal would retry on it for ~95 s. False when
-        the job had already ended before any signal."""
+        the job had already ended before any signal (or before the TERM could reach it)."""
         status = self.poll([external_id])[external_id]
         if status.state in RemoteState.TERMINAL:
             return False
-        if grace_s > 0 and status.state == RemoteState.RUNNING:
-            result = self._run(commands.terminate(external_id))
-            if result.rc != 0:
-                raise parsers.command_error(
-                    "scancel", result.stderr, result.rc, rejection_is_permanent=False
-                )
+        termed = grace_s > 0 and status.state == RemoteState.RUNNING
+        if termed:
+            if self._scancel(commands.terminate(external_id), external_id):
+                return False  # it ended between the poll and the TERM
             deadline = self._clock() + grace_s
             while (remaining := deadline - self._clock()) > 0:
                 self._sleep(min(1.0, remaining))
                 if self.poll([external_id])[external_id].state in RemoteState.TERMINAL:
                     return True  # it ended after our TERM
-        result = self._run(commands.cancel(external_id))
-        if result.rc != 0:
-            raise parsers.command_error(
-                "scancel", result.stderr, result.rc, rejection_is_permanent=False
-            )
-        return True
+        ended_first = self._scancel(commands.cancel(external_id), external_id)
+        return termed or not ended_first
+
+    def _scancel(self, command: str, external_id: str) -> bool:
+        """Run a scancel; True when it failed because the job had ended meanwhile (Slurm
+        answers "Invalid job id specified" for a job that just finished). Any other failure
+        is a transient error."""
+        result = self._run(command)
+        if result.rc == 0:
+            return False
+        if self.poll([external_id])[external_id].state in RemoteState.TERMINAL:
+            return True
+        raise parsers.command_error(
+            "scancel", result.stderr, result.rc, rejection_is_permanent=False
+        )
 
     # -- logs ------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ tested against output captured from the real lab in tests/backends/slurm/data/.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from queue_service.backends.base import (
     BackendError,
@@ -213,40 +214,151 @@ def _profile(name: str) -> str | None:
     return match.group(0) if match else None
 
 
+# Steps the packing search may take per layout before it falls back to greedy first fit;
+# the layouts of real nodes (8 GPUs of up to 7 slices) take at most a few thousand.
+_PACK_BUDGET = 20000
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _group_slices(profiles: list[str], fits: Callable[[list[str]], bool]) -> list[list[str]]:
+    """`profiles` grouped per GPU, on as few GPUs as `fits` allows (Slurm lists GRES by type,
+    so which slices share a GPU is lost). A search over what remains, as counts per profile:
+    the GPU holding the largest remaining slice takes a layout that no remaining slice could
+    be added to (one that could is never needed: moving that slice there costs no GPU).
+    Past its budget, greedy first fit, largest first. A profile no GPU can hold alone (not
+    in the model's table) gets a GPU of its own."""
+    kinds = sorted(set(profiles), key=lambda p: (-_compute(p), p))
+    alone = [p for p in kinds if not fits([p])]
+    kinds = [p for p in kinds if p not in alone]
+    layouts: list[tuple[int, ...]] = []
+    available = [profiles.count(p) for p in kinds]
+
+    def enumerate_layouts(i: int, counts: tuple[int, ...], held: list[str]) -> None:
+        if i == len(kinds):
+            if held:
+                layouts.append(counts)
+            return
+        n, trial = 0, held
+        while True:
+            enumerate_layouts(i + 1, (*counts, n), trial)
+            n += 1
+            trial = [*trial, kinds[i]]
+            # Removing a slice from a valid layout leaves a valid one: stop at the first miss.
+            if n > available[i] or not fits(trial):
+                return
+
+    enumerate_layouts(0, (), [])
+    layout_set = set(layouts)
+    compute = [_compute(k) for k in kinds]
+    # Fullest layouts first: the first packing found is then usually a tight one.
+    layouts.sort(key=lambda layout: -sum(n * c for n, c in zip(layout, compute, strict=True)))
+    per_gpu = max(
+        (sum(n * c for n, c in zip(lay, compute, strict=True)) for lay in layouts), default=1
+    )
+    most = [max(lay[i] for lay in layouts) for i in range(len(kinds))]
+
+    def lower(rest: tuple[int, ...]) -> int:
+        by_compute = -(-sum(r * c for r, c in zip(rest, compute, strict=True)) // per_gpu)
+        return max(by_compute, *(-(-r // m) for r, m in zip(rest, most, strict=True)))
+
+    failed: dict[tuple[int, ...], int] = {}  # remainders that do not fit on this many GPUs
+    steps = [0]
+
+    def pack(rest: tuple[int, ...], k: int) -> list[tuple[int, ...]] | None:
+        first = next((i for i, n in enumerate(rest) if n), None)
+        if first is None:
+            return []
+        if k <= failed.get(rest, 0) or lower(rest) > k:
+            return None
+        steps[0] += 1
+        if steps[0] > _PACK_BUDGET:
+            raise _OverBudget
+        for layout in layouts:
+            if layout[first] == 0 or any(n > r for n, r in zip(layout, rest, strict=True)):
+                continue
+            left = tuple(r - n for r, n in zip(rest, layout, strict=True))
+            if any(
+                left[i] and (*layout[:i], layout[i] + 1, *layout[i + 1 :]) in layout_set
+                for i in range(len(kinds))
+            ):
+                continue  # not maximal
+            found = pack(left, k - 1)
+            if found is not None:
+                return [layout, *found]
+        failed[rest] = k
+        return None
+
+    rest = tuple(available)
+    try:
+        chosen: list[tuple[int, ...]] | None = None
+        k = lower(rest) if kinds else 0
+        while chosen is None:
+            chosen = pack(rest, k)
+            k += 1
+        gpus = [[p for p, n in zip(kinds, lay, strict=True) for _ in range(n)] for lay in chosen]
+    except _OverBudget:
+        gpus = []
+        for profile in (p for p in kinds for _ in range(profiles.count(p))):
+            for gpu in gpus:
+                if fits([*gpu, profile]):
+                    gpu.append(profile)
+                    break
+            else:
+                gpus.append([profile])
+    return gpus + [[p] for p in alone for _ in range(profiles.count(p))]
+
+
+def _compute(profile: str) -> int:
+    return mig.parse_profile(profile).compute
+
+
+@lru_cache(maxsize=1024)
+def _gpus_for(gpu_model: str, profiles: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The slices' profiles per GPU (nodes of one cluster mostly share a layout: cached)."""
+    table = mig.geometry(gpu_model)
+
+    def fits(held: list[str]) -> bool:
+        if table is not None:
+            return mig.place(table, held) is not None
+        return sum(_compute(p) for p in held) <= _FALLBACK_COMPUTE_SLICES
+
+    groups = _group_slices(list(profiles), fits) if profiles else []
+    return tuple(tuple(gpu) for gpu in groups)
+
+
 def pack_mig(
     gpu_model: str, slices: list[tuple[str, bool]], first_gpu: int
 ) -> tuple[int, tuple[MigInstanceInfo, ...]]:
-    """Slurm reports slices (profile, in use), not the GPUs they live on: pack them, in GRES
-    index order, onto as few GPUs as the model's MIG geometry allows. Returns (GPUs, instances)."""
+    """Slurm reports slices (profile, in use), not the GPUs they live on: pack them onto as
+    few GPUs as the model's MIG geometry allows. Returns (GPUs, instances)."""
     table = mig.geometry(gpu_model)
-
-    def fits(profiles: list[str]) -> bool:
-        if table is not None:
-            return mig.place(table, profiles) is not None
-        return sum(mig.parse_profile(p).compute for p in profiles) <= _FALLBACK_COMPUTE_SLICES
-
-    gpus: list[list[tuple[str, bool]]] = []
+    gpus = _gpus_for(gpu_model, tuple(sorted(p for p, _ in slices)))
+    # Slices of one profile are interchangeable: hand out their in-use flags in GRES order.
+    flags: dict[str, list[bool]] = {}
     for profile, in_use in slices:
-        if gpus and fits([p for p, _ in gpus[-1]] + [profile]):
-            gpus[-1].append((profile, in_use))
-        else:
-            gpus.append([(profile, in_use)])
+        flags.setdefault(profile, []).append(in_use)
     instances: list[MigInstanceInfo] = []
-    for offset, gpu in enumerate(gpus):
-        placed = mig.place(table, [p for p, _ in gpu]) if table is not None else None
+    for offset, held in enumerate(gpus):
+        placed = mig.place(table, held) if table is not None else None
         if placed is None:
             # Unknown geometry: one slice after another, sized by compute slices.
             layout, start = [], 0
-            for profile, _ in gpu:
-                size = mig.parse_profile(profile).compute
+            for profile in held:
+                size = _compute(profile)
                 layout.append((profile, start, size))
                 start += size
         else:
-            layout = sorted(((p.profile, p.start, p.size) for p in placed), key=lambda x: x[1])
-        # Slices of one profile are interchangeable: hand out their in-use flags in order.
-        flags: dict[str, list[bool]] = {}
-        for profile, in_use in gpu:
-            flags.setdefault(profile, []).append(in_use)
+            # Back to the names Slurm reported (the table may spell one `7g.80gb`, not `7g.79gb`).
+            names: dict[str, list[str]] = {}
+            for profile in held:
+                spec = table.profile(profile) if table is not None else None
+                names.setdefault(spec.name if spec else profile, []).append(profile)
+            layout = sorted(
+                ((names[p.profile].pop(0), p.start, p.size) for p in placed), key=lambda x: x[1]
+            )
         for profile, start, size in layout:
             in_use = flags[profile].pop(0)
             instances.append(MigInstanceInfo(first_gpu + offset, profile, start, size, in_use))

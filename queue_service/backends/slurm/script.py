@@ -149,6 +149,9 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
         f"--chdir={directive_value('workdir', job_dir(workdir, job))}",
         f"--output={log_path(workdir, '%j', 'stdout')}",
         f"--error={log_path(workdir, '%j', 'stderr')}",
+        # A run Slurm requeues writes after the first run's output instead of truncating it
+        # (byte offsets stay valid); each gpuq attempt has its own Slurm id, so its own file.
+        "--open-mode=append",
         f"--nodes={job.nodes}",
         "--ntasks-per-node=1",
     ]
@@ -177,19 +180,26 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
     return ["#SBATCH " + line for line in lines]
 
 
+def user_env(job: DispatchRequest) -> list[str]:
+    """The user's env as `K=V` words for `env --` on the launch line. Not bash `export`: bash
+    refuses its readonly names (UID, EUID, PPID) and replaces its dynamic ones (RANDOM,
+    SHLVL, LINENO), which are valid names a job may set."""
+    for key in job.env:
+        if not _ENV_NAME.fullmatch(key):
+            raise BackendError(f"environment variable name {key!r} is invalid", permanent=True)
+    return [f"{key}={value}" for key, value in job.env.items()]
+
+
 def environment(job: DispatchRequest) -> list[str]:
     """Exports in order of precedence, lowest first: NCCL defaults (a value the site already
-    set wins), gpuq's own variables, then the user's env, which wins over everything."""
+    set wins), gpuq's own variables. The user's env, which wins over everything, is set on
+    the launch line (`user_env`)."""
     lines: list[str] = []
     if job.gpus_per_node > 0 or job.mig_profile:
         lines += [f'export {key}="${{{key}:-{value}}}"' for key, value in NCCL_DEFAULTS]
         if job.nccl_debug:
             lines += [f"export {key}={value}" for key, value in NCCL_DEBUG_ON]
     for key, value in job_env(job).items():
-        lines.append(f"export {key}={sh_quote(value)}")
-    for key, value in job.env.items():
-        if not _ENV_NAME.fullmatch(key):
-            raise BackendError(f"environment variable name {key!r} is invalid", permanent=True)
         lines.append(f"export {key}={sh_quote(value)}")
     if job.nodes > 1:
         # Each node's rank comes from SLURM_NODEID inside the step; the rendezvous host is the
@@ -203,13 +213,23 @@ def environment(job: DispatchRequest) -> list[str]:
     return lines
 
 
-def _torchrun(job: DispatchRequest, argv: Sequence[str]) -> list[str]:
-    """Multi-node training: one torchrun per node, node_rank read on that node."""
-    inner = (
-        'exec torchrun --nnodes="$1" --nproc_per_node="$2" --node_rank="$SLURM_NODEID"'
-        ' --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "${@:3}"'
-    )
+def _torchrun(job: DispatchRequest, argv: Sequence[str], env: Sequence[str]) -> list[str]:
+    """Multi-node training: one torchrun per node, node_rank read on that node. The user's
+    env is applied again after this bash, which would drop or rewrite its special names."""
     script_args = list(argv) if argv[0].endswith(".py") else ["--no-python", *argv]
+    if env:
+        inner = (
+            'exec env -- "${@:4:$3}" torchrun --nnodes="$1" --nproc_per_node="$2"'
+            ' --node_rank="$SLURM_NODEID" --master_addr="$MASTER_ADDR"'
+            ' --master_port="$MASTER_PORT" "${@:4+$3}"'
+        )
+        counted = [str(len(env)), *env]
+    else:
+        inner = (
+            'exec torchrun --nnodes="$1" --nproc_per_node="$2" --node_rank="$SLURM_NODEID"'
+            ' --master_addr="$MASTER_ADDR" --master_port="$MASTER_PORT" "${@:3}"'
+        )
+        counted = []
     return [
         "bash",
         "-c",
@@ -217,12 +237,17 @@ def _torchrun(job: DispatchRequest, argv: Sequence[str]) -> list[str]:
         "gpuq-torchrun",
         str(job.nodes),
         str(max(1, job.gpus_per_node)),
+        *counted,
         *script_args,
     ]
 
 
 def launch(job: DispatchRequest, opts: ScriptOptions) -> str:
-    """The last line: `exec` so the batch step IS the job (signals and exit code reach it)."""
+    """The last line: `exec` so the batch step IS the job (signals and exit code reach it).
+    The user's env comes first, `exec env -- K=V ... [srun ...] command`: srun hands the
+    environment to its steps, and Pyxis keeps these names' values over the image's own
+    (`--container-env`)."""
+    env = user_env(job)
     if isinstance(job.command, str):
         if not job.command.strip():
             raise BackendError("the command is empty", permanent=True)
@@ -233,17 +258,20 @@ def launch(job: DispatchRequest, opts: ScriptOptions) -> str:
         payload = list(job.command)
     torchrun = job.kind == "training" and job.nodes > 1 and not isinstance(job.command, str)
     if torchrun:
-        payload = _torchrun(job, payload)
+        payload = _torchrun(job, payload, env)
     srun: list[str] = []
     if job.image:
         srun = ["srun", f"--container-image={pyxis_image(job.image)}"]
         if opts.container_mounts:
             srun.append("--container-mounts=" + ",".join(opts.container_mounts))
+        if job.env:
+            srun.append("--container-env=" + ",".join(job.env))
         if not torchrun:
             srun += ["--nodes=1", "--ntasks=1"]
     elif torchrun:
         srun = ["srun"]
-    return "exec " + sh_join([*srun, *payload])
+    prefix = ["env", "--", *env] if env else []
+    return "exec " + sh_join([*prefix, *srun, *payload])
 
 
 def render(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> str:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import posixpath
@@ -90,7 +91,10 @@ class _Watchdog:
 
     def _fire(self) -> None:
         self.fired = True
-        self._channel.close()
+        # The call may have timed out by itself and dropped the transport meanwhile: then
+        # there is nothing left to wake.
+        with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+            self._channel.close()
 
     def cancel(self) -> None:
         self._timer.cancel()
@@ -301,17 +305,23 @@ class SSHConnection:
         transport = self._transport()
         if self._sftp is None:
             opened = transport.open_session(timeout=self.connect_timeout_s)
+            # The watchdog covers the subsystem request; the channel timeout covers the
+            # version exchange in SFTPClient(), which otherwise waits forever for the server.
+            opened.settimeout(self.command_timeout_s)
             watchdog = _Watchdog(opened, self.command_timeout_s)
             try:
                 opened.invoke_subsystem("sftp")
-            except (paramiko.SSHException, EOFError):
+                self._sftp = paramiko.SFTPClient(opened)
+            except TimeoutError:
+                opened.close()
+                raise
+            except (paramiko.SSHException, OSError, EOFError):
                 opened.close()
                 if watchdog.fired:
                     raise TimeoutError from None
                 raise
             finally:
                 watchdog.cancel()
-            self._sftp = paramiko.SFTPClient(opened)
         channel = self._sftp.get_channel()
         assert channel is not None
         channel.settimeout(self.command_timeout_s)
