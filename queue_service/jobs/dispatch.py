@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from queue_service.backends import BackendError, ClusterConfig, get_backend
@@ -135,6 +135,26 @@ UNNAMED = (S.DISPATCHING, S.CANCELLING)
 def retries_due() -> Any:
     """Jobs whose dispatch is to be retried: claimable by dispatch_job."""
     return Job.objects.filter(state__in=UNNAMED, external_id="", reason__code=RETRY)
+
+
+# The embedded loop's pause before a job's n-th retry of one submit (Celery's autoretry
+# backs off on its own): a cluster that stays down is not asked every loop, nor does each
+# job's timeline gain a note every second.
+RETRY_BACKOFF_S = (0, 5, 15, 30, 60, 120, 300)
+
+
+def retries_due_now(now: datetime) -> list[str]:
+    """The ids of retries_due() whose backoff has passed, counted by the job's failed
+    submits since it was admitted."""
+    rows = retries_due().annotate(
+        tries=Count("events", filter=Q(events__code=RETRY, events__at__gte=F("admitted_at")))
+    )
+    last = len(RETRY_BACKOFF_S) - 1
+    return [
+        str(pk)
+        for pk, updated_at, tries in rows.values_list("pk", "updated_at", "tries")
+        if updated_at <= now - timedelta(seconds=RETRY_BACKOFF_S[min(max(tries - 1, 0), last)])
+    ]
 
 
 def _claim(job: Job, reason_code: str | None) -> bool:
@@ -598,9 +618,8 @@ def run_once(*, notifications: bool = True) -> dict[str, Any]:
         except BackendError as exc:
             log.warning("sync of %s failed: %s", cluster.name, exc.message)
     summary = run_cycle()
-    for job_id in (Job.objects.filter(state=S.ADMITTED) | retries_due()).values_list(
-        "pk", flat=True
-    ):
+    admitted = [str(pk) for pk in Job.objects.filter(state=S.ADMITTED).values_list("pk", flat=True)]
+    for job_id in admitted + retries_due_now(timezone.now()):
         try:
             dispatch_job(str(job_id))
         except BackendError as exc:

@@ -19,6 +19,7 @@ from queue_service.jobs.dispatch import (
     _apply_status,
     backend_for,
     dispatch_request,
+    retries_due_now,
     run_once,
     submit_admitted,
     sync_cluster,
@@ -169,3 +170,24 @@ def test_a_job_being_stopped_that_the_cluster_preempts_is_not_requeued(
     job.refresh_from_db()
     assert job.state == ends
     assert not job.events.filter(code__startswith="requeued").exists()
+
+
+def test_the_embedded_loop_backs_off_a_submit_that_keeps_failing(k8s: Any, people: Any) -> None:
+    with k8s as (cluster, sim):
+        job = submit_job(people["alice"], spec(name="down", cluster=cluster.name)).job
+        sim.api.inject(Fault("status", code=503, method="POST", path_contains="/jobs", times=10**6))
+
+        for _ in range(4):  # the first submit, its retry at once, then a pause of 5 s
+            run_once()
+
+        retries = job.events.filter(code="dispatch_retry")
+        assert retries.count() == 2
+        now = timezone.now()
+        assert retries_due_now(now) == []
+        assert retries_due_now(now + timedelta(seconds=6)) == [str(job.pk)]
+        # The pauses grow with the failures (5, 15, 30 s ...), up to five minutes.
+        Job.objects.filter(pk=job.pk).update(updated_at=now - timedelta(seconds=6))
+        run_once()
+        assert retries.count() == 3
+        assert retries_due_now(timezone.now() + timedelta(seconds=6)) == []
+        assert retries_due_now(timezone.now() + timedelta(seconds=16)) == [str(job.pk)]
