@@ -25,7 +25,7 @@ from queue_service.backends.base import (
 )
 from queue_service.clusters.models import Cluster, Node
 
-from .models import Job
+from .models import Job, JobEvent
 from .notify import deliver_due
 from .services import StaleState, note, request_cycle, transition
 
@@ -256,10 +256,14 @@ def stop_job(job_id: str) -> None:
         return
     assert job.cluster is not None
     grace = settings.GPUQ_PREEMPTION_GRACE_S
-    repeat = _note_stop(job, grace)
+    repeat, sent = _note_stop(job, grace)
     backend = backend_for(job.cluster)
     try:
-        if backend.cancel(job.external_id, grace_s=grace):
+        stopping = backend.cancel(job.external_id, grace_s=grace)
+        # The cluster answered: this stop reached it (an error leaves that unknown, and the
+        # job's own end must not then be taken for the stop's).
+        JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "delivered": True})
+        if stopping:
             return
         status = backend.poll([job.external_id]).get(job.external_id)
     except BackendError as exc:
@@ -278,16 +282,24 @@ def stop_job(job_id: str) -> None:
     _apply_status(job, status, stopped=False)
 
 
-def _note_stop(job: Job, grace: float) -> bool:
-    """Record a stop about to be sent; whether one was sent before in this attempt. Under the
-    job's row lock, so that of two deliveries at once only one counts as the first. Recorded
-    before the call: an error after it may come once the stop has taken effect."""
+def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
+    """Record a stop about to be sent: whether a stop of this attempt reached the cluster
+    before (the event is marked `delivered` once the cluster answers), and the new event.
+    Under the job's row lock, so that two deliveries at once read one history."""
     with transaction.atomic():
         list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
-        sent = job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exists()
-        message = "stop sent again" if sent else f"stop sent ({grace:g} s to end after TERM)"
-        note(job, STOP_SENT, message, {"attempt": job.attempts})
-    return sent
+        earlier = job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
+        delivered = earlier.filter(details__delivered=True).exists()
+        message = (
+            "stop sent again" if earlier.exists() else f"stop sent ({grace:g} s to end after TERM)"
+        )
+        event = JobEvent.objects.create(
+            job=job,
+            code=STOP_SENT,
+            message=message,
+            details={"attempt": job.attempts, "delivered": False},
+        )
+    return delivered, event
 
 
 def sync_cluster(cluster_id: int) -> dict[str, int]:
@@ -304,6 +316,8 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
             .exclude(external_id="")
             .select_related("priority_class", "team", "user", "cluster")
         )
+        # What the poll saw is as of its start: a job handed over after it is not in it.
+        polled_at = timezone.now()
         statuses = backend.poll([j.external_id for j in jobs]) if jobs else {}
     except BackendError as exc:
         Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=exc.message)
@@ -323,7 +337,7 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
             # of every other job of the cluster, every time.
             log.exception("job %s: cannot record %s", job.pk, status)
     _redispatch_stale(cluster)
-    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error="")
+    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=polled_at, last_sync_error="")
     if counts["changed"]:
         request_cycle()
     return counts
@@ -617,6 +631,13 @@ def run_once(*, notifications: bool = True) -> dict[str, Any]:
             synced += 1
         except BackendError as exc:
             log.warning("sync of %s failed: %s", cluster.name, exc.message)
+        except Exception as exc:
+            # Our bug, or a backend's answer no parser expected: the other clusters and the
+            # cycle still run, and the cluster page says what failed.
+            log.exception("sync of %s failed", cluster.name)
+            Cluster.objects.filter(pk=cluster.pk).update(
+                last_sync_error=f"{type(exc).__name__}: {exc}"[:1000]
+            )
     summary = run_cycle()
     admitted = [str(pk) for pk in Job.objects.filter(state=S.ADMITTED).values_list("pk", flat=True)]
     for job_id in admitted + retries_due_now(timezone.now()):

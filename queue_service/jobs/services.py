@@ -441,6 +441,8 @@ def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
                 != 1
             ):
                 raise JobConflict("the job is changing state; try again")
+        if "notify" in said and job.array_id is not None:
+            _follow_array_notify(job.array_id)
         if "array" in changes:
             throttle = _set_array_limit(job, changes["array"].get("max_running"))
             if throttle is not None:
@@ -486,6 +488,21 @@ def _spec_changes(user: Any, job: Job, wanted: dict[str, Any], said: list[str]) 
     if "priority" in said:
         fields["priority_class"] = PriorityClass.objects.get(name=new["priority"])
     return fields
+
+
+def _follow_array_notify(array_id: Any) -> None:
+    """Once every task still to end asks for the same emails (`gpuq update --array --notify`
+    changes them one task at a time), that is the array's setting: one notice for the
+    array, not one per task, and none when all turned it off."""
+    wanted = {
+        frozenset((spec or {}).get("notify") or ())
+        for spec in Job.objects.filter(array_id=array_id)
+        .exclude(state__in=Job.TERMINAL)
+        .values_list("spec", flat=True)
+    }
+    if len(wanted) == 1:
+        (shared,) = wanted
+        JobArray.objects.filter(pk=array_id).update(notify=sorted(shared))
 
 
 def _set_array_limit(job: Job, limit: int | None) -> tuple[int | None, int | None] | None:
