@@ -726,7 +726,7 @@ def team_slug(value: str) -> str:
 ACTS_ON = {
     "cancel": "pending,admitted,dispatching,queued,running,preempting,cancelling,suspending,"
     "suspended",
-    "suspend": "pending,admitted,queued,running,preempting",
+    "suspend": "pending,admitted,dispatching,queued,running,preempting",
     "resume": "suspended",
 }
 

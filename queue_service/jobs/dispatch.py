@@ -129,7 +129,7 @@ def dispatch_job(job_id: str) -> None:
 RETRY = "dispatch_retry"  # the reason of a job whose last submit failed transiently
 # A dispatch may be under way, or may have left a workload behind, in these states until the
 # backend has named the job (external_id): a retry submits the same attempt again.
-UNNAMED = (S.DISPATCHING, S.CANCELLING)
+UNNAMED = (S.DISPATCHING, S.CANCELLING, S.SUSPENDING)
 
 
 def retries_due() -> Any:
@@ -168,7 +168,13 @@ def _claim(job: Job, reason_code: str | None) -> bool:
     else:
         rows = rows.filter(reason__code=reason_code)
     now = timezone.now()
-    reason = _reason("dispatching", "handing the job to its cluster again")
+    # A suspended job keeps saying who suspended it (its claim goes by updated_at; a claim
+    # by the retry's reason code must change the reason, so that it is taken once).
+    reason = (
+        job.reason
+        if job.state == S.SUSPENDING and reason_code is None
+        else _reason("dispatching", "handing the job to its cluster again")
+    )
     if rows.update(reason=reason, updated_at=now) != 1:
         return False
     job.reason, job.updated_at = reason, now
@@ -200,7 +206,7 @@ def submit_admitted(job: Job) -> None:
             return
         except StaleState:
             job.refresh_from_db()
-    if job.state == S.CANCELLING:  # cancelled while it was being handed over
+    if job.state in (S.CANCELLING, S.SUSPENDING):  # asked to stop while being handed over
         note(job, "dispatched", message)
         request_stop(job)
 
@@ -214,10 +220,13 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
             return
         if not exc.permanent:
             # It stays where it is, with the retry's reason: a cancel now waits for the
-            # retry to find (or place) the job on the cluster and stop it.
-            Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
-                reason=_reason(RETRY, f"will retry: {exc.message}"), updated_at=timezone.now()
-            )
+            # retry to find (or place) the job on the cluster and stop it. A suspend keeps
+            # saying who suspended it; the sync resumes its dispatch once it is stale.
+            if job.state != S.SUSPENDING:
+                Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
+                    reason=_reason(RETRY, f"will retry: {exc.message}"),
+                    updated_at=timezone.now(),
+                )
             note(job, RETRY, f"will retry: {exc.message}")
             return
         if job.state == S.CANCELLING:

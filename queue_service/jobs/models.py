@@ -119,7 +119,14 @@ class Job(models.Model):
     )
     # A user may suspend these (services.suspend_job).
     SUSPENDABLE = frozenset(
-        {State.PENDING, State.ADMITTED, State.QUEUED, State.RUNNING, State.PREEMPTING}
+        {
+            State.PENDING,
+            State.ADMITTED,
+            State.DISPATCHING,
+            State.QUEUED,
+            State.RUNNING,
+            State.PREEMPTING,
+        }
     )
     # Asked to stop; the backend is stopping it (TERM, then KILL after the grace period).
     STOPPING = frozenset({State.PREEMPTING, State.CANCELLING, State.SUSPENDING})

@@ -30,7 +30,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED, S.SUSPENDED}),
     S.ADMITTED: frozenset({S.DISPATCHING, S.PENDING, S.CANCELLED, S.FAILED, S.SUSPENDED}),
     S.DISPATCHING: frozenset(
-        {S.QUEUED, S.RUNNING, S.ADMITTED, S.PENDING, S.FAILED, S.CANCELLING, S.CANCELLED}
+        {S.QUEUED, S.RUNNING, S.ADMITTED, S.PENDING, S.FAILED}
+        | {S.CANCELLING, S.CANCELLED, S.SUSPENDING}
     ),
     S.QUEUED: frozenset(
         {S.RUNNING, S.PENDING, S.CANCELLING, S.PREEMPTING, S.SUSPENDING}
@@ -554,8 +555,6 @@ def suspend_job(user: Any, job: Job) -> Job:
             return job
         if job.state == S.CANCELLING:
             raise JobConflict("the job is being cancelled")
-        if job.state == S.DISPATCHING:
-            raise JobConflict("the job is being handed to its cluster; try again in a moment")
         try:
             if job.state in (S.PENDING, S.ADMITTED):
                 return transition(

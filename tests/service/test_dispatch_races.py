@@ -25,7 +25,13 @@ from queue_service.jobs.dispatch import (
     sync_cluster,
 )
 from queue_service.jobs.models import Job
-from queue_service.jobs.services import cancel_job, submit_job, transition
+from queue_service.jobs.services import (
+    cancel_job,
+    resume_job,
+    submit_job,
+    suspend_job,
+    transition,
+)
 from queue_service.tenancy.models import Quota
 from tests.conftest import spec
 
@@ -191,3 +197,31 @@ def test_the_embedded_loop_backs_off_a_submit_that_keeps_failing(k8s: Any, peopl
         assert retries.count() == 3
         assert retries_due_now(timezone.now() + timedelta(seconds=6)) == []
         assert retries_due_now(timezone.now() + timedelta(seconds=16)) == [str(job.pk)]
+
+
+def test_a_job_suspended_while_its_submit_is_retried_is_stopped_once_named_and_waits(
+    k8s: Any, people: Any
+) -> None:
+    with k8s as (cluster, sim):
+        job = submit_job(people["alice"], spec(name="unsure", cluster=cluster.name)).job
+        create_stored_but_unanswered(sim)
+        run_once()
+        job.refresh_from_db()
+        assert (job.state, job.reason["code"]) == (S.DISPATCHING, "dispatch_retry")
+
+        suspend_job(people["alice"], job)
+        job.refresh_from_db()
+        assert (job.state, job.reason["code"]) == (S.SUSPENDING, "suspended")
+        assert len(workloads(sim)) == 1  # it may run: it is stopped once named, not dropped
+
+        # The sync resumes the interrupted dispatch once it is stale: it adopts the
+        # workload (409 AlreadyExists), then stops it.
+        stale = timezone.now() - timedelta(minutes=10)
+        Job.objects.filter(pk=job.pk).update(updated_at=stale)
+        run_once()
+        run_once()
+
+        job.refresh_from_db()
+        assert (job.state, job.reason["code"]) == (S.SUSPENDED, "suspended")
+        assert workloads(sim) == []
+        assert resume_job(people["alice"], job).state == S.PENDING
