@@ -15,7 +15,7 @@ from queue_service.jobs.dispatch import run_once, sync_cluster
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
 from queue_service.tenancy.models import Quota
-from tests.backends.slurm.conftest import CLUSTER_JSON, kill_node, lab_up
+from tests.backends.slurm.conftest import CLUSTER_JSON, kill_node, lab_up, second_account
 from tests.conftest import lab_missing
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -162,3 +162,43 @@ def test_an_array_runs_on_slurm_one_sbatch_per_task_each_with_its_index(
     assert outputs == ["lr index 2 of 3\n", "lr index 4 of 3\n", "lr index 6 of 3\n"]
     # %2: the last task was let through only once one of the first two had ended.
     assert tasks[2].admitted_at >= min(t.finished_at for t in tasks[:2])
+
+
+def test_a_team_with_its_own_account_runs_as_it_through_the_service(
+    slurm: Cluster, people: Any, teams: Any
+) -> None:
+    """charlie's team is mapped to the lab's second user: the dispatch picks that account from
+    the job's team, and the sync, the logs and the cancel reach the job through it; alice's
+    team stays on the cluster's user, with bare ids."""
+    from queue_service.backends import get_backend
+    from queue_service.jobs.dispatch import cluster_config, read_logs
+    from queue_service.jobs.services import cancel_job
+
+    account = second_account()
+    slurm.settings = {**slurm.settings, "accounts": {"language": account}}
+    slurm.save(update_fields=["settings"])
+    Quota.objects.create(team=teams["language"], gpu_model="*", nominal_gpus=16)
+    backend = get_backend(cluster_config(slurm))
+    try:
+        mine = submit_job(
+            people["charlie"],
+            {"name": "nlp", "command": "echo as-$(id -un); sleep 600", "cluster": "lab"},
+        ).job
+        theirs = submit_job(
+            people["alice"], {"name": "cv", "command": ["sleep", "600"], "cluster": "lab"}
+        ).job
+        wait([mine, theirs], lambda j: j.state == S.RUNNING, timeout=60)
+        assert mine.external_id.startswith(f"{account['user']}:")
+        assert theirs.external_id.isdigit()
+        deadline = time.monotonic() + 30
+        while b"as-" not in (text := read_logs(mine, offset=0, limit=4096, stream="stdout").data):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.5)
+        assert text == f"as-{account['user']}\n".encode()
+
+        cancel_job(people["charlie"], mine)
+        cancel_job(people["alice"], theirs)
+        wait([mine, theirs], lambda j: j.is_terminal, timeout=120)
+        assert (mine.state, theirs.state) == (S.CANCELLED, S.CANCELLED)
+    finally:
+        backend.account_connection("language").run("scancel -u $(id -un)")

@@ -1,7 +1,12 @@
-"""The Slurm backend: dispatch, follow, cancel, logs and inventory over one SSH connection."""
+"""The Slurm backend: dispatch, follow, cancel, logs and inventory over SSH: one connection per
+cluster account (the cluster's own `user`, and one per user of the `accounts` setting)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -21,7 +26,92 @@ from queue_service.backends.base import (
 from . import commands, parsers, script
 from .ssh import Result, SSHConnection
 
+log = logging.getLogger(__name__)
+
 DEFAULT_WORKDIR = "~/.gpuq/jobs"
+# A portable Unix user name: it is also the prefix of the external ids of its jobs, before ":".
+_UNIX_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_TEAM_SLUG = re.compile(r"[-A-Za-z0-9_]{1,64}")
+ACCOUNT_KEYS = ("user", "private_key", "private_key_file", "workdir")
+
+
+@dataclass(frozen=True)
+class SlurmAccount:
+    """A cluster account of the `accounts` setting: the Unix user a team's jobs run as, and
+    its workdir. Its private key is not kept here (see `account_key_text`)."""
+
+    team: str
+    user: str
+    workdir: str
+
+
+def _accounts(settings: Mapping[str, Any], user: str, workdir: str) -> dict[str, SlurmAccount]:
+    """The `accounts` setting, validated: {team slug: {user, private_key | private_key_file,
+    workdir?}}. Every error names its entry (`accounts.vision.user: ...`) and is permanent."""
+    raw = settings.get("accounts")
+    if raw is None or raw == {}:
+        return {}
+
+    def fail(where: str, message: str) -> BackendError:
+        return BackendError(f"{where}: {message}", permanent=True)
+
+    if not isinstance(raw, Mapping):
+        raise fail("accounts", "must map team slugs to {user, private_key or private_key_file}")
+    accounts: dict[str, SlurmAccount] = {}
+    # Per user: what its entries give (key, workdir) and which team gave it first.
+    seen: dict[str, tuple[tuple[Any, ...], str]] = {}
+    for team, entry in raw.items():
+        if not isinstance(team, str) or not _TEAM_SLUG.fullmatch(team):
+            raise fail(f"accounts.{team!r}", "not a team slug")
+        where = f"accounts.{team}"
+        if not isinstance(entry, Mapping):
+            raise fail(where, "must be a mapping with user and private_key or private_key_file")
+        unknown = sorted(str(k) for k in entry if k not in ACCOUNT_KEYS)
+        if unknown:
+            raise fail(
+                f"{where}.{unknown[0]}", f"unknown setting (known: {', '.join(ACCOUNT_KEYS)})"
+            )
+        name = entry.get("user")
+        if not name:
+            raise fail(f"{where}.user", "required")
+        if not isinstance(name, str) or not _UNIX_USER.fullmatch(name):
+            raise fail(f"{where}.user", f"{name!r} is not a Unix user name")
+        if name == user:
+            raise fail(
+                f"{where}.user",
+                f"{name} is the cluster's own user: leave the team out of accounts to use it",
+            )
+        for key in ("private_key", "private_key_file", "workdir"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise fail(f"{where}.{key}", "must be a string")
+        if not entry.get("private_key") and not entry.get("private_key_file"):
+            raise fail(where, "needs private_key or private_key_file")
+        own = entry.get("workdir") or None
+        if own is None and workdir.startswith("/"):
+            raise fail(
+                f"{where}.workdir",
+                f"required: the cluster's workdir {workdir} is an absolute path, and accounts "
+                "must not share a directory",
+            )
+        account_workdir = str(own or workdir).rstrip("/") or "/"
+        if account_workdir.startswith("/") and account_workdir == workdir.rstrip("/"):
+            raise fail(f"{where}.workdir", "is the cluster's own workdir: give the account its own")
+        given = (entry.get("private_key"), entry.get("private_key_file"), account_workdir)
+        if name in seen and seen[name][0] != given:
+            raise fail(
+                where,
+                f"user {name} is also accounts.{seen[name][1]}'s, with another key or workdir",
+            )
+        for other, (other_given, other_team) in seen.items():
+            if (
+                other != name
+                and account_workdir.startswith("/")
+                and other_given[2] == (account_workdir)
+            ):
+                raise fail(f"{where}.workdir", f"is also accounts.{other_team}'s workdir")
+        seen.setdefault(name, (given, team))
+        accounts[team] = SlurmAccount(team=team, user=name, workdir=account_workdir)
+    return accounts
 
 
 @dataclass(frozen=True)
@@ -38,6 +128,8 @@ class SlurmSettings:
     command_timeout_s: float = 60.0
     containers: str = "pyxis"  # "pyxis", or "none": the cluster cannot run container images
     script: script.ScriptOptions = field(default_factory=script.ScriptOptions)
+    # Team slug -> the account its jobs run as; teams not in it use `user` (docs/slurm.md).
+    accounts: Mapping[str, SlurmAccount] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, settings: Mapping[str, Any]) -> SlurmSettings:
@@ -50,13 +142,15 @@ class SlurmSettings:
             raise BackendError(
                 f"containers must be pyxis or none, not {containers!r}", permanent=True
             )
+        workdir = str(settings.get("workdir") or DEFAULT_WORKDIR)
+        accounts = _accounts(settings, str(settings["user"]), workdir)
         try:
             return cls(
                 host=str(settings["host"]),
                 user=str(settings["user"]),
                 known_hosts=str(settings["known_hosts"]),
                 port=int(settings.get("port", 22)),
-                workdir=str(settings.get("workdir") or DEFAULT_WORKDIR),
+                workdir=workdir,
                 connect_timeout_s=float(settings.get("connect_timeout_s", 10.0)),
                 command_timeout_s=float(settings.get("command_timeout_s", 60.0)),
                 containers=containers,
@@ -69,12 +163,15 @@ class SlurmSettings:
                     container_mounts=(mounts,) if isinstance(mounts, str) else tuple(mounts),
                     checkpoint_signal_s=int(settings.get("checkpoint_signal_s", 120)),
                 ),
+                accounts=accounts,
             )
         except (TypeError, ValueError) as exc:
             raise BackendError(f"invalid Slurm cluster settings: {exc}", permanent=True) from None
 
 
-def private_key_text(settings: Mapping[str, Any]) -> str:
+def private_key_text(settings: Mapping[str, Any], where: str = "") -> str:
+    """The key text of the cluster's settings, or of one `accounts` entry (`where` then names
+    it in errors: "accounts.vision.")."""
     if settings.get("private_key"):
         return str(settings["private_key"])
     if settings.get("private_key_file"):
@@ -82,14 +179,35 @@ def private_key_text(settings: Mapping[str, Any]) -> str:
             return Path(str(settings["private_key_file"])).read_text()
         except OSError as exc:
             raise BackendError(
-                f"cannot read the private key file: {exc.strerror}", permanent=True
+                f"{where}private_key_file: cannot read the private key file: {exc.strerror}"
+                if where
+                else f"cannot read the private key file: {exc.strerror}",
+                permanent=True,
             ) from None
     raise BackendError(
-        "Slurm cluster settings lack private_key or private_key_file", permanent=True
+        f"{where.rstrip('.')}: needs private_key or private_key_file"
+        if where
+        else "Slurm cluster settings lack private_key or private_key_file",
+        permanent=True,
     )
 
 
+@dataclass
+class _Account:
+    """A cluster account as the backend uses it: its connection and its resolved workdir."""
+
+    user: str
+    workdir_setting: str
+    connection: SSHConnection
+    workdir: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 class SlurmBackend:
+    """Jobs of a team the `accounts` setting maps run as that account, over its own connection
+    and in its own workdir; their external id is `<user>:<Slurm id>`. Other jobs run as the
+    cluster's `user`, with the bare Slurm id (as before accounts existed)."""
+
     kind = "slurm"
 
     def __init__(
@@ -100,13 +218,19 @@ class SlurmBackend:
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        connect: Callable[[str], SSHConnection] | None = None,
     ) -> None:
+        """`connection` is the cluster user's; `connect(user)` makes the connection of an
+        account of `settings.accounts`, on the first call that needs it."""
         self.name = name
         self.settings = settings
         self.connection = connection
         self._clock = clock
         self._sleep = sleep
-        self._resolved_workdir: str | None = None
+        self._connect = connect
+        self._default = _Account(settings.user, settings.workdir, connection)
+        self._accounts: dict[str, _Account] = {}
+        self._accounts_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"SlurmBackend({self.name!r}, {self.connection.where})"
@@ -114,18 +238,80 @@ class SlurmBackend:
     def _run(self, command: str, stdin: bytes | None = None) -> Result:
         return self.connection.run(command, stdin=stdin)
 
+    def _exec(self, account: _Account, command: str, stdin: bytes | None = None) -> Result:
+        # The cluster user's commands go through _run (tests hook it).
+        if account is self._default:
+            return self._run(command, stdin=stdin)
+        return account.connection.run(command, stdin=stdin)
+
+    # -- accounts --------------------------------------------------------------------------
+
+    def _account(self, user: str) -> _Account:
+        """An account by its user; its connection is made on first use."""
+        if user == self.settings.user:
+            return self._default
+        with self._accounts_lock:
+            account = self._accounts.get(user)
+            if account is None:
+                entry = next((a for a in self.settings.accounts.values() if a.user == user), None)
+                if entry is None:
+                    raise BackendError(
+                        f"the account {user} is not in this cluster's accounts setting",
+                        permanent=True,
+                    )
+                if self._connect is None:
+                    raise BackendError(
+                        f"no connection can be made for the account {user}", permanent=True
+                    )
+                account = _Account(user, entry.workdir, self._connect(user))
+                self._accounts[user] = account
+            return account
+
+    def _team_account(self, team: str) -> _Account:
+        entry = self.settings.accounts.get(team)
+        return self._default if entry is None else self._account(entry.user)
+
+    def account_connection(self, team: str) -> SSHConnection:
+        """The connection the team's jobs go through."""
+        return self._team_account(team).connection
+
+    def _external_id(self, account: _Account, slurm_id: str) -> str:
+        return slurm_id if account is self._default else f"{account.user}:{slurm_id}"
+
+    def _split(self, external_id: str) -> tuple[_Account, str]:
+        """The account of an external id, and the Slurm job id. A bare id is the cluster
+        user's (every id from before accounts existed is)."""
+        user, sep, slurm_id = external_id.rpartition(":")
+        if not sep:
+            return self._default, external_id
+        return self._account(user), slurm_id
+
     def workdir(self) -> str:
-        """The base directory on the login node, `~` resolved by the SFTP server."""
-        if self._resolved_workdir is None:
-            workdir = self.settings.workdir
-            if not workdir.startswith("/"):
-                relative = workdir.removeprefix("~").lstrip("/")
-                workdir = self.connection.home().rstrip("/") + ("/" + relative if relative else "")
-            workdir = script.directive_value("workdir", workdir.rstrip("/"))
-            # Slurm does not create the directory of --output: it must exist before any job.
-            self.connection.make_dir(script.logs_dir(workdir))
-            self._resolved_workdir = workdir
-        return self._resolved_workdir
+        """The cluster user's base directory on the login node (`~` resolved by SFTP)."""
+        return self._workdir(self._default)
+
+    def _workdir(self, account: _Account) -> str:
+        """An account's base directory, `~` resolved by the SFTP server in the account's home,
+        created with its logs directory and made private to the account (mode 700)."""
+        with account.lock:
+            if account.workdir is None:
+                workdir = account.workdir_setting
+                if not workdir.startswith("/"):
+                    relative = workdir.removeprefix("~").lstrip("/")
+                    home = account.connection.home().rstrip("/")
+                    workdir = home + ("/" + relative if relative else "")
+                workdir = script.directive_value("workdir", workdir.rstrip("/"))
+                # Slurm does not create the directory of --output: it must exist before any job.
+                account.connection.make_dir(script.logs_dir(workdir))
+                # Scripts, checkpoints and logs hold the jobs' env and output: the account's own.
+                if not account.connection.chmod(workdir, 0o700):
+                    log.warning(
+                        "%s: cannot make %s private (mode 700): not its owner",
+                        account.user,
+                        workdir,
+                    )
+                account.workdir = workdir
+            return account.workdir
 
     # -- inventory -------------------------------------------------------------------------
 
@@ -140,21 +326,24 @@ class SlurmBackend:
     # -- submit ----------------------------------------------------------------------------
 
     def submit(self, job: DispatchRequest) -> SubmitResult:
-        """Create the attempt's directory, then sbatch with the script on stdin. The mkdir is
-        the guard: a repeat finds the directory and looks the job up instead of resubmitting."""
+        """Create the attempt's directory, then sbatch with the script on stdin, as the
+        account of the job's team. The mkdir is the guard: a repeat finds the directory and
+        looks the job up instead of resubmitting."""
         if job.image and self.settings.containers == "none":
             raise BackendError(
                 "this Slurm cluster runs no containers (no Pyxis): submit without `image`, "
                 "or to a cluster that has them",
                 permanent=True,
             )
-        workdir = self.workdir()
+        account = self._team_account(job.team)
+        workdir = self._workdir(account)
         job_dir = script.job_dir(workdir, job)
         text = script.render(job, self.settings.script, workdir).encode()
-        if not self.connection.make_dir(job_dir):
+        if not account.connection.make_dir(job_dir):
             # An earlier submit of this attempt got at least as far as creating its directory.
-            return self._adopt_or_resubmit(job, job_dir, text)
-        return SubmitResult(self._submitted(self._run(commands.SUBMIT, stdin=text)))
+            return self._adopt_or_resubmit(account, job, job_dir, text)
+        slurm_id = self._submitted(self._exec(account, commands.SUBMIT, stdin=text))
+        return SubmitResult(self._external_id(account, slurm_id))
 
     @staticmethod
     def _submitted(result: Result) -> str:
@@ -164,7 +353,9 @@ class SlurmBackend:
             )
         return parsers.parse_sbatch(result.stdout)
 
-    def _adopt_or_resubmit(self, job: DispatchRequest, job_dir: str, text: bytes) -> SubmitResult:
+    def _adopt_or_resubmit(
+        self, account: _Account, job: DispatchRequest, job_dir: str, text: bytes
+    ) -> SubmitResult:
         """The job, if Slurm has it: same unique name and this attempt's directory as WorkDir
         (squeue while Slurm remembers it, then accounting). Otherwise sbatch now."""
         name = script.job_name(job.job_id)
@@ -172,26 +363,45 @@ class SlurmBackend:
             ("squeue", commands.lookup_squeue(name)),
             ("sacct", commands.lookup_sacct(name)),
         ):
-            result = self._run(command)
+            result = self._exec(account, command)
             if result.rc != 0:
                 raise parsers.command_error(
                     what, result.stderr, result.rc, rejection_is_permanent=False
                 )
             found = parsers.parse_lookup(result.stdout).get(job_dir)
             if found is not None:
-                return SubmitResult(found, adopted=True)
-        return SubmitResult(self._submitted(self._run(commands.SUBMIT, stdin=text)))
+                return SubmitResult(self._external_id(account, found), adopted=True)
+        slurm_id = self._submitted(self._exec(account, commands.SUBMIT, stdin=text))
+        return SubmitResult(self._external_id(account, slurm_id))
 
     # -- follow ----------------------------------------------------------------------------
 
     def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """One squeue for all ids; one sacct for those squeue no longer shows (finished more
-        than MinJobAge ago). squeue failing means the controller is unreachable: transient,
-        never a reason to call jobs lost."""
+        """Per account: one squeue for all its ids; one sacct for those squeue no longer shows
+        (finished more than MinJobAge ago). Each account asks about its own jobs only. An id
+        whose account is no longer in the settings is LOST: gpuq cannot reach it."""
         ids = list(dict.fromkeys(external_ids))
-        if not ids:
-            return {}
-        result = self._run(commands.squeue(ids))
+        statuses: dict[str, JobStatus] = {}
+        groups: dict[str, tuple[_Account, list[tuple[str, str]]]] = {}
+        for external_id in ids:
+            try:
+                account, slurm_id = self._split(external_id)
+            except BackendError as exc:
+                statuses[external_id] = JobStatus(external_id, RemoteState.LOST, reason=exc.message)
+                continue
+            groups.setdefault(account.user, (account, []))[1].append((external_id, slurm_id))
+        for account, pairs in groups.values():
+            found = self._poll_account(account, [slurm_id for _, slurm_id in pairs])
+            for external_id, slurm_id in pairs:
+                statuses[external_id] = dataclasses.replace(
+                    found[slurm_id], external_id=external_id
+                )
+        return {i: statuses[i] for i in ids}
+
+    def _poll_account(self, account: _Account, ids: list[str]) -> dict[str, JobStatus]:
+        """squeue failing means the controller is unreachable: transient, never a reason to
+        call jobs lost."""
+        result = self._exec(account, commands.squeue(ids))
         if result.rc != 0 and not parsers.only_unknown_ids(result.stderr):
             raise parsers.command_error(
                 "squeue", result.stderr, result.rc, rejection_is_permanent=False
@@ -199,7 +409,7 @@ class SlurmBackend:
         found = parsers.parse_squeue(result.stdout) if result.rc == 0 else {}
         missing = [i for i in ids if i not in found]
         if missing:
-            result = self._run(commands.sacct(missing))
+            result = self._exec(account, commands.sacct(missing))
             if result.rc != 0:
                 raise parsers.command_error(
                     "sacct", result.stderr, result.rc, rejection_is_permanent=False
@@ -217,27 +427,29 @@ class SlurmBackend:
         """A running job gets TERM first so it can save state; Slurm's own cancel (TERM, KILL
         after KillWait, state CANCELLED) follows if it still runs after the grace. A pending
         job is cancelled at once: scancel --signal would retry on it for ~95 s. False when
-        the job had already ended before any signal (or before the TERM could reach it)."""
+        the job had already ended before any signal (or before the TERM could reach it).
+        The scancels run as the job's own account."""
+        account, slurm_id = self._split(external_id)
         status = self.poll([external_id])[external_id]
         if status.state in RemoteState.TERMINAL:
             return False
         termed = grace_s > 0 and status.state == RemoteState.RUNNING
         if termed:
-            if self._scancel(commands.terminate(external_id), external_id):
+            if self._scancel(account, commands.terminate(slurm_id), external_id):
                 return False  # it ended between the poll and the TERM
             deadline = self._clock() + grace_s
             while (remaining := deadline - self._clock()) > 0:
                 self._sleep(min(1.0, remaining))
                 if self.poll([external_id])[external_id].state in RemoteState.TERMINAL:
                     return True  # it ended after our TERM
-        ended_first = self._scancel(commands.cancel(external_id), external_id)
+        ended_first = self._scancel(account, commands.cancel(slurm_id), external_id)
         return termed or not ended_first
 
-    def _scancel(self, command: str, external_id: str) -> bool:
+    def _scancel(self, account: _Account, command: str, external_id: str) -> bool:
         """Run a scancel; True when it failed because the job had ended meanwhile (Slurm
         answers "Invalid job id specified" for a job that just finished). Any other failure
         is a transient error."""
-        result = self._run(command)
+        result = self._exec(account, command)
         if result.rc == 0:
             return False
         if self.poll([external_id])[external_id].state in RemoteState.TERMINAL:
@@ -251,14 +463,16 @@ class SlurmBackend:
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
     ) -> LogChunk:
-        """Bytes [offset, offset+limit) of the job's output file, read by SFTP. At the end of
-        what is written, eof says whether the job has ended (so nothing more will come)."""
-        path = script.log_path(self.workdir(), commands.job_ids([external_id]), stream)
-        data = self.connection.read_file(path, offset, limit) or b""
+        """Bytes [offset, offset+limit) of the job's output file, read by SFTP as the job's
+        account. At the end of what is written, eof says whether the job has ended (so
+        nothing more will come)."""
+        account, slurm_id = self._split(external_id)
+        path = script.log_path(self._workdir(account), commands.job_ids([slurm_id]), stream)
+        data = account.connection.read_file(path, offset, limit) or b""
         if len(data) == limit:
             return LogChunk(data, offset + len(data))
         if self.poll([external_id])[external_id].state not in RemoteState.TERMINAL:
             return LogChunk(data, offset + len(data))
         # The job ended after the first read: what it wrote meanwhile is the true tail.
-        data += self.connection.read_file(path, offset + len(data), limit - len(data)) or b""
+        data += account.connection.read_file(path, offset + len(data), limit - len(data)) or b""
         return LogChunk(data, offset + len(data), eof=len(data) < limit)

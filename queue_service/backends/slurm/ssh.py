@@ -371,6 +371,18 @@ class SSHConnection:
 
         return self._sftp_do("mkdir", lambda sftp: make(sftp, path))
 
+    def chmod(self, path: str, mode: int) -> bool:
+        """Set a path's mode; False when the login user may not (it is not the owner)."""
+
+        def change(sftp: paramiko.SFTPClient) -> bool:
+            try:
+                sftp.chmod(path, mode)
+                return True
+            except PermissionError:
+                return False
+
+        return self._sftp_do("chmod", change)
+
     def home(self) -> str:
         """The login user's home directory, as the SFTP server resolves `.` (no shell)."""
         return self._sftp_do("resolving the home directory", lambda sftp: sftp.normalize("."))

@@ -27,12 +27,19 @@ REPO = Path(__file__).resolve().parents[3]
 LAB = REPO / "deploy" / "slurm-lab" / "lab"
 LAB_DIR = Path(os.environ.get("SLURM_LAB_DIR", "/var/lib/slurm-lab"))
 CLUSTER_JSON = LAB_DIR / "client" / "cluster.json"
+# The lab's second key-only user, as an entry of the settings' `accounts`.
+ACCOUNT2_JSON = LAB_DIR / "client" / "account2.json"
 
 
 def lab_settings(**overrides: Any) -> dict[str, Any]:
     settings: dict[str, Any] = json.loads(CLUSTER_JSON.read_text())
     settings.update(overrides)
     return settings
+
+
+def second_account() -> dict[str, Any]:
+    entry: dict[str, Any] = json.loads(ACCOUNT2_JSON.read_text())
+    return entry
 
 
 def lab_backend(clock: Callable[[], float] = time.monotonic, **overrides: Any) -> SlurmBackend:
@@ -99,7 +106,7 @@ def kill_node(node: str) -> None:
 @pytest.fixture(scope="session")
 def slurm_lab() -> None:
     status = subprocess.run([str(LAB), "status"], capture_output=True, text=True, check=False)
-    if status.returncode != 0 or not CLUSTER_JSON.exists():
+    if status.returncode != 0 or not CLUSTER_JSON.exists() or not ACCOUNT2_JSON.exists():
         lab_missing(f"the Slurm lab (run `{LAB.relative_to(REPO)} up` as root)")
 
 
