@@ -213,9 +213,27 @@ def environment(job: DispatchRequest) -> list[str]:
     return lines
 
 
+# Names bash sets, rewrites or refuses at its start whatever its environment holds.
+BASH_OWN_NAMES = frozenset(
+    {
+        "BASH", "BASHOPTS", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0",
+        "BASH_CMDS", "BASH_COMMAND", "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_SOURCE",
+        "BASH_SUBSHELL", "BASH_VERSINFO", "BASH_VERSION", "DIRSTACK", "EPOCHREALTIME",
+        "EPOCHSECONDS", "EUID", "FUNCNAME", "GROUPS", "HISTCMD", "HOSTNAME", "HOSTTYPE", "IFS",
+        "LINENO", "MACHTYPE", "OLDPWD", "OPTARG", "OPTERR", "OPTIND", "OSTYPE", "PIPESTATUS",
+        "PPID", "PS4", "PWD", "RANDOM", "REPLY", "SECONDS", "SHELLOPTS", "SHLVL", "SRANDOM",
+        "UID",
+    }
+)  # fmt: skip
+
+
 def _torchrun(job: DispatchRequest, argv: Sequence[str], env: Sequence[str]) -> list[str]:
     """Multi-node training: one torchrun per node, node_rank read on that node. The user's
-    env is applied again after this bash, which would drop or rewrite its special names."""
+    env reaches it through srun's environment, except the names this bash would drop or
+    rewrite: those are applied again after it, as arguments. Only those: an argument stays
+    in the process table (`ps`, /proc/<pid>/cmdline) for the job's life, where any user of
+    the node can read it, and env values are often secrets."""
+    env = [word for word in env if word.split("=", 1)[0] in BASH_OWN_NAMES]
     script_args = list(argv) if argv[0].endswith(".py") else ["--no-python", *argv]
     if env:
         inner = (

@@ -6,6 +6,7 @@ in-process SSH server that misbehaves the way a loaded login node can."""
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import tempfile
@@ -307,3 +308,15 @@ def test_an_sftp_session_the_login_node_never_starts_times_out(
     assert isinstance(outcome.get("error"), BackendError)
     assert time.monotonic() - started < 10
     silent_sftp.close()
+
+
+def test_multi_node_training_keeps_env_values_out_of_the_process_table() -> None:
+    """The per-node `bash -c` stays in `ps` for the job's life, readable by every user of the
+    node: only the names bash itself would rewrite are passed to it as arguments; a secret
+    reaches torchrun through srun's environment."""
+    env = {"WANDB_API_KEY": "s3cret", "RANDOM": "7"}
+    job = request(kind="training", nodes=2, gpus_per_node=4, command=("t.py",), env=env)
+    words = shlex.split(script.launch(job, script.ScriptOptions()).removeprefix("exec "))
+    step = words[words.index("srun") :]  # what runs for the job's life on each node
+    assert not any("s3cret" in word for word in step)
+    assert "RANDOM=7" in step
