@@ -118,7 +118,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        the work it throws away is worth less than its wait (preempt.py). The minimal victims
        get the grace period; the job starts after. A slice job does the same with running
        slice jobs: those holding an instance it may use, or all of a GPU's holders (the
-       idle GPU is then re-laid out).
+       idle GPU is then re-laid out; with Policy.mig_repartition only). A GPU being emptied
+       so is held for the job: no other job takes its free instances until it is idle. No
+       slice is preempted while an idle GPU could be re-laid out for the job.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
        (for a slice job, from the limits of the jobs holding instances it may use).
@@ -194,6 +196,8 @@ class _Cycle:
         self._mig_holders: dict[str, tuple[Candidate, float]] | None = None
         # Per kind of MIG instance: when the jobs holding them end (mig_estimate).
         self._mig_ends: dict[mig.InstanceKind, list[float]] | None = None
+        # Per (profile, GPU model, pool, cluster): may such a GPU serve it (mig_serves).
+        self._mig_serves: dict[tuple[str | None, str, str | None, str | None], bool] = {}
         # Slices started this cycle: (end, node, slot), for _mig_ends.
         self.mig_started: list[tuple[float | None, str, MigSlot]] = []
 
@@ -473,6 +477,14 @@ class _Cycle:
                     by_shape[shape] = earliest_start(self.index, groups, g, n, self.events())
             result.append(by_shape[shape])
         return result
+
+    def mig_serves(self, r: JobRequest, model: str) -> bool:
+        """May a GPU of `model` serve r's profile (mig_offered, for that model)?"""
+        key = (r.mig_profile, model, r.pool, r.cluster)
+        found = self._mig_serves.get(key)
+        if found is None:
+            found = self._mig_serves[key] = self.mig_offered(replace(r, gpu_model=model))
+        return found
 
     def mig_offered(self, r: JobRequest) -> bool:
         """Does an up MIG GPU r may use offer its profile, by its table or an instance it
@@ -1024,6 +1036,14 @@ class _Cycle:
 
     # -- MIG ---------------------------------------------------------------------------
 
+    def new_mig_index(self) -> mig.MigIndex:
+        """The cycle's MIG index. A GPU whose holders are all leaving is being emptied for
+        the job that preempted them: it is reserved, and that job claims it again in its turn
+        (preempt_for_mig), so no other job restarts on it and keeps it from going idle."""
+        index = mig.MigIndex(self.s.nodes, self.mig_tables)
+        index.mark_leaving({j.request.id for j in self.s.running if j.preempting_since is not None})
+        return index
+
     def mig_request(self, r: JobRequest) -> mig.MigRequest:
         return mig.MigRequest(
             r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind, r.cluster
@@ -1031,7 +1051,7 @@ class _Cycle:
 
     def try_mig(self, r: JobRequest, gpus: float, first_tier: bool) -> Reason | None:
         if self.mig_index is None:
-            self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
+            self.mig_index = self.new_mig_index()
         profile = r.mig_profile or ""
         refusal: Reason | None = None
         admitted: list[str] = []
@@ -1051,7 +1071,9 @@ class _Cycle:
                 node, slot = took
                 self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
                 alloc = NodeAlloc(node, (), slot)
-                self.starts.append(Start(r.id, Placement((alloc,)), m, verdict.borrowed))
+                # What a team borrows is held by its preemptible jobs (quota.py).
+                borrowed = verdict.borrowed and self.preemptible(r)
+                self.starts.append(Start(r.id, Placement((alloc,)), m, borrowed))
                 self.mig_started.append((ends, node, slot))
                 if self._mig_ends is not None and ends is not None:
                     kind = self.mig_index.kind_at(node, slot)
@@ -1107,14 +1129,26 @@ class _Cycle:
         self.searches += 1
         profile, now = r.mig_profile or "", self.now
         priority = self.preempts_for_priority(r)
-        best: tuple[tuple[object, ...], str, float, list[tuple[Candidate, str]]] | None = None
+        relayout = policy.mig_repartition
+        if relayout and any(
+            self.mig_index.relayout_possible(profile, m, r.pool, r.cluster) for m in models
+        ):
+            return None  # an idle GPU can be re-laid out for it: no job need stop
+        best: (
+            tuple[
+                tuple[object, ...], str, float, list[tuple[Candidate, str]], tuple[str, int], bool
+            ]
+            | None
+        ) = None
         for m in models:
             share = _fraction(m, profile, self.mig_tables) or gpus
             reclaims = policy.quotas and first_tier and self.ledger.within_nominal(r.team, m, share)
 
             kind = partial(self.slice_victim, r, reclaims, priority)
             eligible = partial(_is_some, kind)
-            for model, ids in self.mig_index.victim_sets(profile, m, r.pool, r.cluster, eligible):
+            for model, ids, gpu, whole in self.mig_index.victim_sets(
+                profile, m, r.pool, r.cluster, eligible, relayout=relayout, job_id=r.id
+            ):
                 victims = [(holders[i][0], kind(i) or "") for i in ids]
                 new = [(c, k) for c, k in victims if k != "leaving"]
                 lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
@@ -1126,16 +1160,20 @@ class _Cycle:
                     ids,
                 )
                 if best is None or rank < best[0]:
-                    best = (rank, model, share, victims)
+                    best = (rank, model, share, victims, gpu, whole)
         if best is None:
             return None
-        _, model, share, victims = best
+        _, model, share, victims, gpu, whole = best
         if not any(k == "reclaim" for _, k in victims):
             lost = sum(holders[c.id][1] * (now - c.start) for c, k in victims if k == "priority")
             if not self.worth_losing(lost, share, partial(self.mig_free_at, r)):
                 return None
         self.ledger.commit(r.team, model, share, self.preemptible(r))
         self.record_victims(r, model, victims)
+        if whole:
+            # The GPU empties for r: no other job takes its free instances meanwhile (in the
+            # next cycles, mark_leaving reserves it until r claims it again here).
+            self.mig_index.reserve(*gpu, r.id)
         return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
 
     def slice_victim(
@@ -1166,7 +1204,7 @@ class _Cycle:
         this cycle's victims excepted: their preemptors take their instances)."""
         if self._mig_ends is None:
             if self.mig_index is None:
-                self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
+                self.mig_index = self.new_mig_index()
             index, claimed = self.mig_index, self.claimed
             heaps: dict[mig.InstanceKind, list[float]] = {}
             held = (
@@ -1246,9 +1284,12 @@ class _Cycle:
         # holds seven slices gets no GPU laid out for the eighth.
         trial = self.ledger.fork()
         requests = []
+        never = self.never
         for i in order:
             k = kind_of[i]
-            if not slices[k]:
+            # A request no MIG GPU can serve (model, pool, cluster, table) takes no quota
+            # from the requests behind it.
+            if not slices[k] or (never and never[k]):
                 continue
             gpus = kind_demand[k]
             assert gpus is not None
@@ -1257,6 +1298,8 @@ class _Cycle:
             ends = None if r.time_limit_s is None else self.now + r.time_limit_s
             preemptible = self.preemptible(r)
             for m in models:
+                if not self.mig_serves(r, m):
+                    continue  # its share of m's quota would hold back others for nothing
                 share = _fraction(m, r.mig_profile or "", self.mig_tables) or gpus
                 if trial.check(r.team, m, share, preemptible, ends).ok:
                     trial.commit(r.team, m, share, preemptible, ends)
@@ -1265,7 +1308,7 @@ class _Cycle:
         if not requests:
             return []
         if self.mig_index is None:
-            self.mig_index = mig.MigIndex(self.s.nodes, self.mig_tables)
+            self.mig_index = self.new_mig_index()
         return self.mig_index.plan(requests)
 
     # -- waits -------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from bisect import insort
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -455,6 +455,10 @@ class MigIndex:
         self._claims: dict[tuple[str, int, int], str] = {}
         # Instances take() handed out: who holds what this cycle (taken_ahead).
         self._taken: list[tuple[_Gpu, _Instance]] = []
+        # GPUs being emptied for a relayout, by (node, GPU): the job they are held for (None:
+        # all their holders are leaving, for a job this cycle has not named yet). take() and
+        # plan() give their free instances to no other job: otherwise they never go idle.
+        self._reserved: dict[tuple[str, int], str | None] = {}
         # In name order: decisions must not depend on the order of the snapshot's nodes.
         for node in sorted(nodes, key=lambda n: n.name):
             if node.state != "up" or not (node.mig or node.mig_gpus):
@@ -476,6 +480,28 @@ class MigIndex:
                 )
                 self._gpus.append(gpu)
                 self._by_key[gpu.order] = gpu
+
+    def mark_leaving(self, leaving: Collection[str]) -> None:
+        """Reserve the GPUs all of whose holders are leaving (preempted): they are being
+        emptied for a job that preempted them, which claims them again (reserve) when its
+        turn comes. Until they are idle no other job takes their free instances."""
+        if not leaving:
+            return
+        for gpu in self._gpus:
+            holders = [i.job_id for i in gpu.instances if i.job_id is not None]
+            if holders and all(h in leaving for h in holders):
+                self._reserved.setdefault(gpu.order, None)
+
+    def reserve(self, node: str, gpu: int, job_id: str) -> None:
+        """Hold a GPU whose holders are leaving for job_id: no other job takes from it."""
+        if (node, gpu) in self._by_key:
+            self._reserved[(node, gpu)] = job_id
+
+    def reserved_for_other(self, gpu: _Gpu, job_id: str | None) -> bool:
+        """Is this GPU being emptied for a job other than job_id (or for a job not yet known)?"""
+        if gpu.order not in self._reserved:
+            return False
+        return job_id is None or self._reserved[gpu.order] != job_id
 
     def _set_instances(self, gpu: _Gpu, instances: list[_Instance]) -> None:
         for inst in gpu.instances:
@@ -525,7 +551,11 @@ class MigIndex:
     def free_count(
         self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
     ) -> int:
-        return sum(1 for _ in self._free(profile, gpu_model, pool, cluster=cluster))
+        return sum(
+            1
+            for gpu, _ in self._free(profile, gpu_model, pool, cluster=cluster)
+            if gpu.order not in self._reserved
+        )
 
     def take(
         self,
@@ -553,7 +583,8 @@ class MigIndex:
                 (
                     (gpu, inst)
                     for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
-                    if include_relaid or gpu.order not in self._relaid
+                    if (include_relaid or gpu.order not in self._relaid)
+                    and not self.reserved_for_other(gpu, job_id)
                 ),
                 key=lambda c: (
                     claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
@@ -614,28 +645,53 @@ class MigIndex:
         pool: str | None,
         cluster: str | None,
         eligible: Callable[[str], bool],
-    ) -> list[tuple[str, tuple[str, ...]]]:
-        """Ways to make room for a slice by stopping jobs: (GPU model, the jobs) when each
-        holds an instance the request may use, or when together they hold every instance of
-        a GPU whose table offers the profile (idle, it can be re-laid out). Only jobs for
-        which `eligible(job_id)` is true; GPUs in (node, index) order."""
-        found: list[tuple[str, tuple[str, ...]]] = []
+        *,
+        relayout: bool = True,
+        job_id: str | None = None,
+    ) -> list[tuple[str, tuple[str, ...], tuple[str, int], bool]]:
+        """Ways to make room for a slice by stopping jobs: (GPU model, the jobs, the GPU,
+        whether they are all its holders) when each holds an instance the request may use,
+        or (with `relayout`: the GPU may be re-laid out) when together they hold every
+        instance of a GPU whose table offers the profile (idle, it can be re-laid out). Only
+        jobs for which `eligible(job_id)` is true, and GPUs not being emptied for another job
+        than `job_id`; GPUs in (node, index) order, jobs by id."""
+        found: list[tuple[str, tuple[str, ...], tuple[str, int], bool]] = []
         for gpu in self._gpus:
             if gpu.idle or not gpu.accepts(gpu_model, pool, cluster):
+                continue
+            if gpu.order in self._reserved and self._reserved[gpu.order] not in (None, job_id):
                 continue
             holders = [i for i in gpu.instances if i.job_id is not None]
             usable = [i for i in holders if _names(gpu, i, profile)]
             for inst in usable:
                 assert inst.job_id is not None
                 if eligible(inst.job_id):
-                    found.append((gpu.model, (inst.job_id,)))
+                    found.append((gpu.model, (inst.job_id,), gpu.order, len(holders) == 1))
             if (
-                holders != usable[:1]  # else the one holder's instance serves: found above
+                relayout
+                and holders != usable[:1]  # else the one holder's instance serves: found above
                 and _spec(gpu.table, profile) is not None
                 and all(eligible(i.job_id or "") for i in holders)
             ):
-                found.append((gpu.model, tuple(dict.fromkeys(i.job_id or "" for i in holders))))
+                ids = tuple(sorted({i.job_id or "" for i in holders}))
+                found.append((gpu.model, ids, gpu.order, True))
         return found
+
+    def relayout_possible(
+        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
+    ) -> bool:
+        """Is there an idle GPU, neither re-laid out nor meant for a job by the last plan()
+        nor being emptied, that such a request may use and whose table offers the profile?"""
+        planned = set(self._planned_for.values())
+        return any(
+            gpu.idle
+            and gpu.order not in self._relaid
+            and gpu.order not in planned
+            and gpu.order not in self._reserved
+            and gpu.accepts(gpu_model, pool, cluster)
+            and _spec(gpu.table, profile) is not None
+            for gpu in self._gpus
+        )
 
     def release(self, node: str, slot: MigSlot) -> None:
         """Free the instance a job held. A GPU the index left out (node not up, GPU unusable)
@@ -669,7 +725,10 @@ class MigIndex:
             range(len(requests)),
             key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
         )
-        spare = _Spare(self, [g for g in self._gpus if not g.idle], requests)
+        # A GPU being emptied for a job gives its free instances to no other request.
+        spare = _Spare(
+            self, [g for g in self._gpus if not g.idle and g.order not in self._reserved], requests
+        )
         idle = [g for g in self._gpus if g.idle and g.table is not None]
         capacity = sum(g.table.compute_slices for g in idle if g.table)
         packing = _Packing(idle)
