@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import subprocess
 import tempfile
 import threading
@@ -24,6 +23,7 @@ from queue_service.backends.slurm.ssh import SSHConnection
 from scheduler import mig
 
 from .conftest import lab_backend, request, wait_for
+from .test_ssh import sshd
 
 A100 = "A100-SXM4-80GB"
 
@@ -251,39 +251,8 @@ class _SilentSftp(paramiko.ServerInterface):
 
 @pytest.fixture
 def silent_sftp() -> Iterator[SSHConnection]:
-    host_key = paramiko.RSAKey.generate(2048)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    port = listener.getsockname()[1]
-    transports: list[paramiko.Transport] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(sock)
-            transport.add_server_key(host_key)
-            transport.start_server(server=_SilentSftp())
-            transports.append(transport)
-
-    threading.Thread(target=serve, daemon=True).start()
-    known = paramiko.HostKeys()
-    known.add(f"[127.0.0.1]:{port}", host_key.get_name(), host_key)
-    connection = SSHConnection(
-        host="127.0.0.1",
-        port=port,
-        user="slurm",
-        key=paramiko.RSAKey.generate(2048),
-        known_hosts=known,
-        command_timeout_s=1.0,
-    )
-    yield connection
-    listener.close()
-    for transport in transports:
-        transport.close()
+    with sshd(_SilentSftp()) as connection:
+        yield connection
 
 
 def test_an_sftp_session_the_login_node_never_starts_times_out(

@@ -4,6 +4,7 @@ exception that leaves a job dispatching with no word (docs/slurm.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -106,9 +107,10 @@ class _Stalling(paramiko.ServerInterface):
         return False
 
 
-@pytest.fixture
-def stalling_sshd() -> Iterator[SSHConnection]:
-    release = threading.Event()
+@contextlib.contextmanager
+def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
+    """An in-process sshd that behaves as `server` says, and a connection to it with its host
+    key pinned and a command timeout of 1 s."""
     host_key = paramiko.RSAKey.generate(2048)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -124,7 +126,7 @@ def stalling_sshd() -> Iterator[SSHConnection]:
                 return
             transport = paramiko.Transport(sock)
             transport.add_server_key(host_key)
-            transport.start_server(server=_Stalling(release))
+            transport.start_server(server=server)
             transports.append(transport)
 
     threading.Thread(target=serve, daemon=True).start()
@@ -138,12 +140,21 @@ def stalling_sshd() -> Iterator[SSHConnection]:
         known_hosts=known,
         command_timeout_s=1.0,
     )
-    yield connection
-    release.set()
-    connection.close()
-    listener.close()
-    for transport in transports:
-        transport.close()
+    try:
+        yield connection
+    finally:
+        connection.close()
+        listener.close()
+        for transport in transports:
+            transport.close()
+
+
+@pytest.fixture
+def stalling_sshd() -> Iterator[SSHConnection]:
+    release = threading.Event()
+    with sshd(_Stalling(release)) as connection:
+        yield connection
+        release.set()
 
 
 def test_a_command_the_login_node_never_answers_times_out(stalling_sshd: SSHConnection) -> None:
