@@ -62,6 +62,16 @@ def create_stored_but_unanswered(sim: Any) -> None:
     sim.api.inject(Fault("status", code=503, method="POST", path_contains="/jobs", times=2))
 
 
+def unanswered_submit(people: Any, cluster: Any, sim: Any) -> Job:
+    """Alice's job after the embedded loop's first pass, whose create the cluster stored
+    but whose answer was lost."""
+    job = submit_job(people["alice"], spec(name="unsure", cluster=cluster.name)).job
+    create_stored_but_unanswered(sim)
+    run_once()
+    job.refresh_from_db()
+    return job
+
+
 def dispatching(job: Job, cluster: Any) -> Job:
     """The job as a worker holds it while it submits: admitted to the cluster, then moved to
     dispatching (dispatch_job's first step), with what dispatch_request reads."""
@@ -74,12 +84,8 @@ def test_a_create_stored_but_unanswered_leaves_the_job_dispatching_and_a_cancel_
     k8s: Any, people: Any
 ) -> None:
     with k8s as (cluster, sim):
-        job = submit_job(people["alice"], spec(name="unsure", cluster=cluster.name)).job
-        create_stored_but_unanswered(sim)
+        job = unanswered_submit(people, cluster, sim)
 
-        run_once()
-
-        job.refresh_from_db()
         assert (job.state, job.external_id, job.reason["code"]) == (
             S.DISPATCHING,
             "",
@@ -104,9 +110,7 @@ def test_a_transient_error_retries_the_same_attempt_and_adopts_what_the_cluster_
     k8s: Any, people: Any
 ) -> None:
     with k8s as (cluster, sim):
-        job = submit_job(people["alice"], spec(name="unsure", cluster=cluster.name)).job
-        create_stored_but_unanswered(sim)
-        run_once()
+        job = unanswered_submit(people, cluster, sim)
 
         run_once()
 
@@ -203,10 +207,7 @@ def test_a_job_suspended_while_its_submit_is_retried_is_stopped_once_named_and_w
     k8s: Any, people: Any
 ) -> None:
     with k8s as (cluster, sim):
-        job = submit_job(people["alice"], spec(name="unsure", cluster=cluster.name)).job
-        create_stored_but_unanswered(sim)
-        run_once()
-        job.refresh_from_db()
+        job = unanswered_submit(people, cluster, sim)
         assert (job.state, job.reason["code"]) == (S.DISPATCHING, "dispatch_retry")
 
         suspend_job(people["alice"], job)
