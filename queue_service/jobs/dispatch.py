@@ -258,8 +258,9 @@ STOP_SENT = "stop_sent"  # an event: a stop of this attempt went to the cluster
 
 def stop_job(job_id: str) -> None:
     """Stop a stopping job on its backend. Safe to run twice: a repeat (the task delivered
-    again, its retry after an error that came once the stop had gone through, the sync's
-    re-send) finds the job ended by the first stop, and that end is the stop's."""
+    again, the sync's re-send) after a stop the cluster answered finds the job ended by that
+    stop, and the end is the stop's. After a stop that failed on its way (an error leaves
+    unknown whether it arrived), a job found ended keeps its own end."""
     job = Job.objects.select_related("cluster").get(pk=job_id)
     if job.state not in Job.STOPPING or not job.external_id:
         return
