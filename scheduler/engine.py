@@ -43,6 +43,10 @@ _at_node = itemgetter(0, 1)
 _Where = tuple[str | None, str | None, str | None]
 
 
+# Above any priority class value: the plan's order puts tier 0 first (mig_request).
+FIRST_TIER_BONUS = 1 << 40
+
+
 @dataclass(frozen=True)
 class _Failure:
     """Why a group of equivalent jobs failed this cycle; later members share the verdict."""
@@ -1044,9 +1048,13 @@ class _Cycle:
         index.mark_leaving({j.request.id for j in self.s.running if j.preempting_since is not None})
         return index
 
-    def mig_request(self, r: JobRequest) -> mig.MigRequest:
+    def mig_request(self, r: JobRequest, *, first_tier: bool = False) -> mig.MigRequest:
+        # A job within its team's nominal comes before any borrower in the plan, as in the
+        # order: else the plan gives an idle GPU to borrowers of a higher class, the job then
+        # reclaims from them, and they take the GPU back as soon as they are requeued.
+        value = self.value(r) + (FIRST_TIER_BONUS if first_tier else 0)
         return mig.MigRequest(
-            r.id, r.mig_profile or "", r.gpu_model, r.pool, self.value(r), r.kind, r.cluster
+            r.id, r.mig_profile or "", r.gpu_model, r.pool, value, r.kind, r.cluster
         )
 
     def try_mig(self, r: JobRequest, gpus: float, first_tier: bool) -> Reason | None:
@@ -1285,7 +1293,7 @@ class _Cycle:
         trial = self.ledger.fork()
         requests = []
         never = self.never
-        for i in order:
+        for rank, i in enumerate(order):
             k = kind_of[i]
             # A request no MIG GPU can serve (model, pool, cluster, table) takes no quota
             # from the requests behind it.
@@ -1303,7 +1311,7 @@ class _Cycle:
                 share = _fraction(m, r.mig_profile or "", self.mig_tables) or gpus
                 if trial.check(r.team, m, share, preemptible, ends).ok:
                     trial.commit(r.team, m, share, preemptible, ends)
-                    requests.append(self.mig_request(r))
+                    requests.append(self.mig_request(r, first_tier=rank < self.first_tier))
                     break
         if not requests:
             return []

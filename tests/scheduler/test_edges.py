@@ -790,3 +790,23 @@ def test_random_mig_simulations_keep_every_rule(workload, policy) -> None:  # ty
     simulate(cluster, jobs, "gpuq", policy=policy, observe=check)
     assert not check.problems, check.problems[:5]
     assert not check.ping_pong(), check.ping_pong()[:5]
+
+
+def test_a_reclaim_that_needs_a_relayout_gets_the_idle_gpu_before_borrowers_of_a_higher_class() -> (
+    None
+):
+    """Found by the random simulation above in CI: team b's low 7g.80gb job, within its
+    nominal, reclaimed a GPU from borrowers of a higher class; the plan, ordered by class
+    alone, then gave the emptied GPU back to those borrowers, and it reclaimed again every
+    30 s. The plan orders jobs within their nominal first, as the order does."""
+    import scheduler.types as types
+    import scheduler.workload as workload
+
+    text = (Path(__file__).parent / "data" / "mig_reclaim_loop.txt").read_text()
+    names = {**vars(types), **vars(workload)}
+    cluster, jobs = eval(text.split("#POLICY")[0], names)  # noqa: S307 (our own data file)
+    policy = eval(text.split("#POLICY")[1], names)  # noqa: S307
+    check = Checker(cluster, policy, len(jobs))
+    simulate(cluster, jobs, "gpuq", policy=policy, observe=check)
+    assert not check.problems, check.problems[:5]
+    assert not check.ping_pong(), check.ping_pong()[:5]
