@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from scheduler import mig, schedule
@@ -556,10 +556,13 @@ PROFILES = {
     A30: ["1g.6gb", "1g.6gb", "2g.12gb", "4g.24gb"],
 }
 PREEMPTIBLE = {c.name: c.preemptible for c in DEFAULT_PRIORITY_CLASSES}
-# A fixed seed (and no example database): the same examples every run. Seed 8 once reached
-# a preemption loop (a GPU emptied for a relayout retaken by the victims) at about the 65th.
+# Derandomized, with no example database: the same examples every run, whatever ran before
+# in the process (with @seed(8) they also followed from the hypothesis tests run earlier, so
+# the full suite met a loop a run of this file never did: mig_reclaim_loop.txt). @seed(8)
+# reached another loop (a GPU emptied for a relayout retaken by its victims) at about the 65th.
 SIM = settings(
     max_examples=300,
+    derandomize=True,
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
@@ -781,7 +784,6 @@ class Checker:
         return out
 
 
-@seed(8)
 @SIM
 @given(mig_workloads(), st.sampled_from(SIM_POLICIES))
 def test_random_mig_simulations_keep_every_rule(workload, policy) -> None:  # type: ignore[no-untyped-def]
