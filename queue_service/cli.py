@@ -33,7 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import IO, Any, NoReturn, TypeVar
 
@@ -841,24 +841,23 @@ def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
     """The job's output from the start; with -f, what follows too until the job ends (as
     `tail -f`, or `kubectl logs -f`); --json: the API's chunks as read, in one list."""
     if args.json:
-        return _dump(log_chunks(api, args.id, args.stream), out)
+        return _dump(list(log_chunks(api, args.id, args.stream)), out)
     write_logs(api, args.id, args.stream, args.follow, args.interval, out)
     return 0
 
 
-def log_chunks(api: Api, ident: str, stream: str) -> list[Any]:
+def log_chunks(api: Api, ident: str, stream: str) -> Iterator[dict[str, Any]]:
     """The API's answers for the log from offset 0 to the end of what there is."""
-    chunks: list[Any] = []
     offset = 0
     while True:
-        chunk = api.call(
+        chunk: dict[str, Any] = api.call(
             "GET",
             f"jobs/{ident}/logs/",
             query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
         )
-        chunks.append(chunk)
+        yield chunk
         if chunk["eof"] or chunk["next_offset"] == offset:
-            return chunks
+            return
         offset = chunk["next_offset"]
 
 
@@ -870,27 +869,12 @@ def write_logs(
     if follow:
         follow_streams(api, ident, interval_s, {stream: out})
         return
-    offset = 0
-    while True:
-        chunk = api.call(
-            "GET",
-            f"jobs/{ident}/logs/",
-            query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
-        )
-        data = base64.b64decode(chunk["data_base64"])
-        _write(data, out)
-        if chunk["eof"]:
-            return
-        if not data:
-            if chunk["next_offset"] == 0:  # silence would look like an empty log
-                state = api.call("GET", f"jobs/{ident}/")["state"]
-                where = " on stderr" if stream == "stderr" else ""
-                print(
-                    f"gpuq: no output yet{where} (the job is {state}); -f waits for it",
-                    file=sys.stderr,
-                )
-            return
-        offset = chunk["next_offset"]
+    for chunk in log_chunks(api, ident, stream):
+        _write(base64.b64decode(chunk["data_base64"]), out)
+    if not chunk["eof"] and chunk["next_offset"] == 0:  # silence would look like an empty log
+        state = api.call("GET", f"jobs/{ident}/")["state"]
+        where = " on stderr" if stream == "stderr" else ""
+        print(f"gpuq: no output yet{where} (the job is {state}); -f waits for it", file=sys.stderr)
 
 
 def cmd_me(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
