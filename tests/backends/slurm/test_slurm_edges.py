@@ -23,7 +23,7 @@ from queue_service.backends.slurm.ssh import SSHConnection
 from scheduler import mig
 
 from .conftest import lab_backend, request, wait_for
-from .test_ssh import sshd
+from .sshd_fakes import LetsAnyoneIn, sshd
 
 A100 = "A100-SXM4-80GB"
 
@@ -232,18 +232,9 @@ def test_mig_in_use_flags_follow_the_gres_index_order_per_profile() -> None:
 # -- every remote call has a timeout -----------------------------------------------------------
 
 
-class _SilentSftp(paramiko.ServerInterface):
+class _SilentSftp(LetsAnyoneIn):
     """An sshd that accepts the sftp subsystem and then never says a word (an sftp-server
     stuck on a hung home directory mount, or a loaded login node)."""
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "publickey"
-
-    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        return paramiko.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        return paramiko.OPEN_SUCCEEDED
 
     def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
         return True  # accepted, but no SFTP server ever answers the client's version

@@ -4,8 +4,6 @@ exception that leaves a job dispatching with no word (docs/slurm.md)."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +14,8 @@ import pytest
 
 from queue_service.backends.base import BackendError
 from queue_service.backends.slurm.ssh import SSHConnection, parse_known_hosts
+
+from .sshd_fakes import LetsAnyoneIn, sshd
 
 GOOD = (
     "[127.0.0.1]:2222 ssh-ed25519 "
@@ -82,21 +82,12 @@ def test_a_job_for_a_cluster_with_a_damaged_host_key_fails_with_why(people: Any)
     assert job.reason["message"] == "known_hosts line 1 is not a host key"
 
 
-class _Stalling(paramiko.ServerInterface):
+class _Stalling(LetsAnyoneIn):
     """An sshd that lets the client in and open a channel, then never answers its request
     (a login node under heavy load, or a hung PAM session hook)."""
 
     def __init__(self, release: threading.Event) -> None:
         self.release = release
-
-    def get_allowed_auths(self, username: str) -> str:
-        return "publickey"
-
-    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        return paramiko.AUTH_SUCCESSFUL
-
-    def check_channel_request(self, kind: str, chanid: int) -> int:
-        return paramiko.OPEN_SUCCEEDED
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         self.release.wait(30)
@@ -105,48 +96,6 @@ class _Stalling(paramiko.ServerInterface):
     def check_channel_subsystem_request(self, channel: paramiko.Channel, name: str) -> bool:
         self.release.wait(30)
         return False
-
-
-@contextlib.contextmanager
-def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
-    """An in-process sshd that behaves as `server` says, and a connection to it with its host
-    key pinned and a command timeout of 1 s."""
-    host_key = paramiko.RSAKey.generate(2048)
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    port = listener.getsockname()[1]
-    transports: list[paramiko.Transport] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                sock, _ = listener.accept()
-            except OSError:
-                return
-            transport = paramiko.Transport(sock)
-            transport.add_server_key(host_key)
-            transport.start_server(server=server)
-            transports.append(transport)
-
-    threading.Thread(target=serve, daemon=True).start()
-    known = paramiko.HostKeys()
-    known.add(f"[127.0.0.1]:{port}", host_key.get_name(), host_key)
-    connection = SSHConnection(
-        host="127.0.0.1",
-        port=port,
-        user="slurm",
-        key=paramiko.RSAKey.generate(2048),
-        known_hosts=known,
-        command_timeout_s=1.0,
-    )
-    try:
-        yield connection
-    finally:
-        connection.close()
-        listener.close()
-        for transport in transports:
-            transport.close()
 
 
 @pytest.fixture
