@@ -447,26 +447,29 @@ def follow_streams(
     the job as it ended. The end is the job's state, not the logs' eof: a backend sees its
     process end before gpuq's next sync records it, an attempt's log ends where a suspend
     or a requeue stopped it, and a lost job's never does. A new attempt writes new logs:
-    they are read from the start."""
+    they are read from the start (known by the attempt each chunk says it was read from;
+    from an older server, whose chunks do not say, by the job read before them)."""
     offsets = dict.fromkeys(sinks, 0)
-    attempts = state = None
+    attempts: dict[str, Any] = dict.fromkeys(sinks)  # the attempt each offset counts in
+    state = None
     patiently = Patience(interval_s)
+
+    def read_at(stream: str, offset: int) -> dict[str, Any]:
+        query: dict[str, str | int] = {"offset": offset, "limit": LOG_CHUNK, "stream": stream}
+        return patiently(functools.partial(api.call, "GET", f"jobs/{ident}/logs/", query=query))
+
     while True:
         job: dict[str, Any] = patiently(lambda: api.call("GET", f"jobs/{ident}/"))
-        if job["attempts"] != attempts:
-            attempts, offsets = job["attempts"], dict.fromkeys(sinks, 0)
         if job["state"] != state and job["state"] == "suspended":
             print(f"gpuq: job {ident} is suspended; following it once resumed", file=sys.stderr)
         state = job["state"]
         read = False
         for stream, sink in sinks.items():
-            query: dict[str, str | int] = {
-                "offset": offsets[stream],
-                "limit": LOG_CHUNK,
-                "stream": stream,
-            }
-            chunk = patiently(
-                functools.partial(api.call, "GET", f"jobs/{ident}/logs/", query=query)
+            chunk, attempts[stream] = _chunk_of_one_attempt(
+                functools.partial(read_at, stream),
+                offsets[stream],
+                attempts[stream],
+                job["attempts"],
             )
             data = base64.b64decode(chunk["data_base64"])
             _write(data, sink)
@@ -476,6 +479,22 @@ def follow_streams(
             return job
         if not read:
             time.sleep(interval_s)
+
+
+def _chunk_of_one_attempt(
+    read_at: Callable[[int], dict[str, Any]], offset: int, attempt: Any, unsaid: Any
+) -> tuple[dict[str, Any], Any]:
+    """The chunk at `offset`, counted in the log of `attempt`, and the attempt it was read
+    from. A chunk of another attempt (a requeue or restart since the offset was counted)
+    is read again from that attempt's start: at the old offset it would skip the new log's
+    first bytes, or repeat them once the change was seen. A chunk that does not say its
+    attempt (an older server) is taken to be of attempt `unsaid`."""
+    while True:
+        chunk = read_at(offset)
+        said = chunk.get("attempt", unsaid)
+        if said == attempt or offset == 0:
+            return chunk, said
+        offset, attempt = 0, said
 
 
 def _write(data: bytes, sink: IO[str]) -> None:
@@ -847,16 +866,19 @@ def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
 
 
 def log_chunks(api: Api, ident: str, stream: str) -> Iterator[dict[str, Any]]:
-    """The API's answers for the log from offset 0 to the end of what there is."""
-    offset = 0
+    """The API's answers for the log from offset 0 to the end of what there is; a new
+    attempt that starts meanwhile is read from its own start (as `logs -f` reads it)."""
+
+    def at(offset: int) -> dict[str, Any]:
+        query: dict[str, str | int] = {"offset": offset, "limit": LOG_CHUNK, "stream": stream}
+        chunk: dict[str, Any] = api.call("GET", f"jobs/{ident}/logs/", query=query)
+        return chunk
+
+    offset, attempt = 0, None
     while True:
-        chunk: dict[str, Any] = api.call(
-            "GET",
-            f"jobs/{ident}/logs/",
-            query={"offset": offset, "limit": LOG_CHUNK, "stream": stream},
-        )
+        chunk, attempt = _chunk_of_one_attempt(at, offset, attempt, attempt)
         yield chunk
-        if chunk["eof"] or chunk["next_offset"] == offset:
+        if chunk["eof"] or chunk["next_offset"] == chunk["offset"]:
             return
         offset = chunk["next_offset"]
 

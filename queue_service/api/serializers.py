@@ -173,6 +173,11 @@ class LogChunkSerializer(serializers.Serializer):
     eof = serializers.BooleanField(help_text="the job ended and nothing follows")
     text = serializers.CharField(help_text="the bytes as UTF-8, invalid sequences replaced")
     data_base64 = serializers.CharField(help_text="the bytes themselves")
+    attempt = serializers.IntegerField(
+        min_value=0,
+        help_text="the job's attempt whose log this is (0: none yet); each attempt's log"
+        " starts at offset 0, so an offset counts only in the attempt it was read from",
+    )
 
 
 # No site has a million GPUs: a larger quota is a typo, and the ceiling keeps the scheduler's

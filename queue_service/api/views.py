@@ -236,6 +236,9 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 "eof": chunk.eof,
                 "text": chunk.data.decode("utf-8", errors="replace"),
                 "data_base64": base64.b64encode(chunk.data).decode(),
+                # The attempt of the row whose external id the log was read by: a job read
+                # before this one can name an attempt since requeued or restarted.
+                "attempt": job.attempts,
             }
         )
 
