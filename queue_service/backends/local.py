@@ -33,7 +33,7 @@ from .base import (
     SubmitResult,
     job_env,
 )
-from .local_runner import group_members, start_time
+from .local_runner import group_members, signal_process, start_time
 
 DEFAULT_WORKDIR = Path("var/local-jobs")
 RUNNER = "queue_service.backends.local_runner"
@@ -50,6 +50,9 @@ class LocalBackend:
         base = cluster.settings.get("workdir") or _default_workdir() / cluster.name
         self.workdir = Path(base).resolve()
         self.grace_s = float(cluster.settings.get("grace_s", 10))
+
+    def close(self) -> None:
+        """Nothing to let go of: every call opens and closes its own files."""
 
     # --- inventory ---------------------------------------------------------------------------
 
@@ -266,19 +269,20 @@ def _kill_ranks(job_dir: Path) -> None:
     """SIGKILL the process groups of a job whose supervisor is gone: those started.json
     names that are still this job's, known by what a rank's `cd` does not change (a group
     id alone may by now be another program's): its leader, by pid and start time, or a
-    member carrying the job's GPUQ_JOB_ID and GPUQ_ATTEMPT (the leader may have exited)."""
+    member carrying the job's GPUQ_JOB_ID and GPUQ_ATTEMPT (the leader may have exited).
+    Then what the job started outside those groups (see _kill_escaped)."""
+    marks = {
+        b"GPUQ_JOB_ID=" + os.fsencode(job_dir.parent.name),
+        b"GPUQ_ATTEMPT=" + os.fsencode(job_dir.name),
+    }
     try:
         started = json.loads((job_dir / "started.json").read_text())
         pgids = [int(p) for p in started["pids"]]
         starts = started.get("starts")
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return
+        pgids, starts = [], []  # none named: what carries the marks is still the job's
     if not isinstance(starts, list) or len(starts) != len(pgids):
         starts = [None] * len(pgids)  # written by an older supervisor
-    marks = {
-        b"GPUQ_JOB_ID=" + os.fsencode(job_dir.parent.name),
-        b"GPUQ_ATTEMPT=" + os.fsencode(job_dir.name),
-    }
     for pgid, start in zip(pgids, starts, strict=True):
         if pgid <= 1:
             continue
@@ -287,6 +291,23 @@ def _kill_ranks(job_dir: Path) -> None:
         if leader or any(_carries(pid, marks) for pid in members):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
+    _kill_escaped(marks)
+
+
+def _kill_escaped(marks: set[bytes]) -> None:
+    """SIGKILL every process carrying the job's GPUQ_JOB_ID and GPUQ_ATTEMPT: what it started
+    in a session of its own (`setsid`, a daemon's double fork) was reparented past its dead
+    supervisor, out of reach of its descendants and of the ranks' groups. A process that
+    cleared those from its environment cannot be told from another program's without a
+    cgroup: it runs on."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            pid = int(entry.name)
+            start = start_time(pid)
+            if start is not None and _carries(pid, marks):
+                signal_process(pid, start, signal.SIGKILL)  # if still the process read
 
 
 def _carries(pid: int, marks: set[bytes]) -> bool:

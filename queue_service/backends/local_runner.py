@@ -5,11 +5,21 @@ process per allocated node (rank), and writes result.json when the job ends: exi
 timeout, cancellation (SIGTERM to the supervisor, or cancel.json found at start), or the first
 failing rank stopping the gang. Each rank runs in its own process group, in DIR/work (DIR holds
 gpuq's own files), so the whole tree is signalled: whatever a rank leaves in its group when it
-exits gets TERM, then KILL after the grace, before the verdict is written."""
+exits gets TERM, then KILL after the grace, before the verdict is written.
+
+On Linux the supervisor is also a child subreaper (prctl PR_SET_CHILD_SUBREAPER): what the job
+orphans (a process started in a new session with `setsid`, a daemon's double fork) is
+reparented to it, not to init, so every process the job started stays its descendant. A stop,
+and the end of the ranks, signal every descendant as they signal the ranks' groups, the
+supervisor reaps what is reparented to it, and the verdict waits until it has no child left:
+nothing the job started outlives it (as Slurm's cgroup and Kubernetes' pod do), without root
+or cgroups. A descendant is known by its pid and start time, checked once it is pinned by a
+pidfd, so a pid reused meanwhile by another program is not signalled."""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -22,6 +32,7 @@ from typing import Any
 
 POLL_S = 0.1
 KILL_WAIT_S = 5.0  # after SIGKILL: a process stuck in the kernel (D state) cannot be waited for
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
@@ -72,6 +83,92 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def become_subreaper() -> bool:
+    """Makes orphaned descendants reparent to this process (Linux 3.4+), which must then reap
+    them. Not inherited by the ranks (fork clears it). Elsewhere, or if the kernel refuses,
+    False: the supervisor then stops the ranks' process groups only, as it did before, and
+    what a job starts in a new session escapes it."""
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(root: int) -> list[tuple[int, int, int]]:
+    """(pid, process group, start time) of every running (not zombie) descendant of `root`,
+    from one read of /proc's parent pids (/proc/PID/task/TID/children needs a kernel option
+    not every kernel has). A process forked during the read may be missed: callers repeat."""
+    children: dict[int, list[tuple[int, str, int, int]]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+            ppid, pgid, start = int(fields[1]), int(fields[2]), int(fields[19])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append((int(entry.name), fields[0], pgid, start))
+    found: list[tuple[int, int, int]] = []
+    todo = [root]
+    seen = {root}
+    while todo:
+        for pid, state, pgid, start in children.get(todo.pop(), []):
+            if pid in seen:
+                continue
+            seen.add(pid)
+            todo.append(pid)
+            if state != "Z":
+                found.append((pid, pgid, start))
+    return found
+
+
+def signal_process(pid: int, start: int, sig: int) -> None:
+    """Signals the process `pid` if it is still the one that started at `start`: pinned by a
+    pidfd first (Linux 5.3+), so one that ends after the check is not replaced by a process
+    given the same pid; without pidfds, checked just before the kill."""
+    fd = None
+    if sys.platform == "linux":
+        with contextlib.suppress(OSError):
+            fd = os.pidfd_open(pid)
+    try:
+        if start_time(pid) != start:
+            return
+        if fd is None:
+            os.kill(pid, sig)
+        else:
+            signal.pidfd_send_signal(fd, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def reap(procs: list[subprocess.Popen[bytes]]) -> bool:
+    """Waits for every child that has ended (a rank through its Popen, which keeps its
+    status; an orphan reparented to the subreaper directly) and says whether any child is
+    left. Every live descendant has a live chain of parents up to us (a parent that dies
+    hands its children to us), so no child left means nothing of the job is left."""
+    ranks = {p.pid: p for p in procs if p.returncode is None}
+    while True:
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        if ended is None:
+            return True  # children, none of them ended
+        rank = ranks.pop(ended.si_pid, None)
+        if rank is not None:
+            if rank.poll() is None:
+                return True  # not waited for after all: its status is Popen's, next turn
+        else:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(ended.si_pid, 0)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -112,11 +209,29 @@ def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
         os.killpg(proc.pid, sig)
 
 
+def signal_job(procs: list[subprocess.Popen[bytes]], sig: int, subreaper: bool) -> None:
+    """The ranks' process groups (each at once, a fork cannot race it), then, as a subreaper,
+    every other descendant: what left its rank's group (a new session, a daemon). Each
+    process gets the signal once."""
+    for p in procs:
+        signal_group(p, sig)
+    if subreaper:
+        groups = {p.pid for p in procs}
+        for pid, pgid, start in descendants(os.getpid()):
+            if pgid not in groups:
+                signal_process(pid, start, sig)
+
+
 def supervise(
-    job_dir: Path, stopping: dict[str, Any], procs: list[subprocess.Popen[bytes]]
+    job_dir: Path,
+    stopping: dict[str, Any],
+    procs: list[subprocess.Popen[bytes]],
+    subreaper: bool = False,
 ) -> None:
     """Runs the ranks (appended to `procs`) to the end and writes the verdict. `stopping`
-    is filled by the SIGTERM handler main() installs before anyone can know our pid."""
+    is filled by the SIGTERM handler main() installs before anyone can know our pid;
+    `subreaper`: we are one, so every descendant is stopped and waited for, not only the
+    ranks' process groups."""
     req = json.loads((job_dir / "request.json").read_text())
     if (job_dir / "cancel.json").exists():  # cancelled before our pid could be signalled
         stopping.setdefault("why", "cancelled")
@@ -151,8 +266,7 @@ def supervise(
                     )
                 )
     except OSError as exc:
-        for p in procs:
-            signal_group(p, signal.SIGKILL)
+        signal_job(procs, signal.SIGKILL, subreaper)
         write_json(
             job_dir / "result.json",
             {"state": "failed", "exit_code": 127, "reason": f"could not start: {exc.strerror}"},
@@ -175,6 +289,9 @@ def supervise(
     kill_at: float | None = None
     while True:
         leaders = [p.poll() is None for p in procs]  # poll() every rank, every turn
+        # As a subreaper: orphans that ended are waited for every turn (no zombies pile up
+        # in a long job), and whether any process of the job is left is known without /proc.
+        left = reap(procs) if subreaper else None
         now = time.monotonic()
         if any(leaders):
             if limit and now - started > limit:
@@ -188,19 +305,20 @@ def supervise(
         else:
             if ended_at is None:
                 ended_at = now
-            if not any(group_members(p.pid) for p in procs):
+            if left is None:
+                left = any(group_members(p.pid) for p in procs)
+            if not left:
                 break
             if kill_at is not None and now - kill_at > KILL_WAIT_S:
                 break
         if term_at is None and (stopping or ended_at is not None):
             if stopping:
                 grace = cancel_grace(job_dir, grace)
-            for p in procs:
-                signal_group(p, signal.SIGTERM)
+            signal_job(procs, signal.SIGTERM, subreaper)
             term_at = now
         if term_at is not None and now - term_at > grace:
-            for p in procs:  # again each turn: a fork may have raced the first
-                signal_group(p, signal.SIGKILL)
+            # Again each turn: a fork may have raced the first.
+            signal_job(procs, signal.SIGKILL, subreaper)
             kill_at = kill_at or now
         time.sleep(POLL_S)
     assert ended_at is not None  # the loop ends only once no leader is left
@@ -234,6 +352,7 @@ def main() -> int:
         signal.signal(sig, signal.SIG_DFL)
     if os.fork() > 0:
         os._exit(0)
+    subreaper = become_subreaper()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
@@ -254,10 +373,10 @@ def main() -> int:
     os.close(fd)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        supervise(job_dir, stopping, procs)
+        supervise(job_dir, stopping, procs, subreaper)
     except Exception as exc:  # a crash must leave no rank unsupervised, and a verdict
-        for p in procs:
-            signal_group(p, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            signal_job(procs, signal.SIGKILL, subreaper)
         with contextlib.suppress(OSError):
             write_json(
                 job_dir / "result.json",
