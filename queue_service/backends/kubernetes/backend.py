@@ -8,10 +8,13 @@ causes)."""
 
 from __future__ import annotations
 
+import re
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import httpx2
 import msgspec
@@ -36,7 +39,7 @@ from ..base import (
     SubmitResult,
 )
 from .config import K8sSettings
-from .inventory import MIG_CONFIG_LABEL, MIG_STATE_LABEL, inventory
+from .inventory import MIG_CONFIG_LABEL, MIG_STATE_LABEL, inventory, node_mig_strategy
 from .manifests import (
     ATTEMPT_LABEL,
     COMPLETION_INDEX,
@@ -63,6 +66,14 @@ TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 TOO_LARGE = "etcdserver: request is too large"
 MIG_LAYOUT_STATES = ("pending", "rebooting", "success", "failed")
 RELEASE_TRIES = 3
+# The kubelet's log timestamp (timestamps=true): RFC3339 with a fixed-width fraction, then
+# a space, at the start of every line (not of a line's later CRI entries: kubernetes#113481).
+LOG_PREFIX = re.compile(
+    rb"(?P<second>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?(?P<zone>Z|[+-]\d\d:\d\d) "
+)
+LOG_PODS_KEPT = 64  # pods whose log positions a backend remembers
+LOG_CURSORS_KEPT = 128  # positions remembered per pod
+LOG_MIN_READ = 64 * 1024
 
 
 def load_config(settings: K8sSettings) -> SingleConfig:
@@ -87,6 +98,64 @@ def _api_message(exc: ApiError) -> str:
         f"{c.field}: {c.message}" for c in causes if c.message and c.message not in (message or "")
     ]
     return "; ".join([message or f"HTTP {status.code}", *missing])
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """A position in a container's log that a read can resume from: `into` bytes into the
+    `run`-th of the consecutive lines stamped `stamp` (the kubelet's timestamp, as sent)."""
+
+    stamp: bytes
+    run: int
+    into: int
+    lead: int = 0  # bytes a sinceTime read sends before this line (its second's lines)
+
+    def since_time(self) -> str:
+        """sinceTime for a read that starts at or before this position: the API server
+        hands sinceTime to the kubelet in whole seconds (time.RFC3339)."""
+        m = LOG_PREFIX.match(self.stamp + b" ")
+        assert m is not None
+        return (m["second"] + m["zone"]).decode()
+
+
+class LogLine(NamedTuple):
+    stamp: bytes | None  # None: the unstamped tail of a line that began before sinceTime
+    data: bytes
+    lead: int  # bytes of the answer from its first line in this line's second to this line
+
+
+class LogFormatError(Exception):
+    """An answer to timestamps=true that is not one stamp per line."""
+
+
+def split_stamped_log(body: bytes, *, resumed: bool, cut: bool) -> list[LogLine]:
+    """Lines of a timestamps=true answer. A line that began before sinceTime comes without
+    its stamp (its first entry was skipped), and only as the first; a stamp that limitBytes
+    cut short is left out."""
+    pieces = body.split(b"\n")
+    lines: list[LogLine] = []
+    at = 0  # where the piece starts in the answer
+    second_at, second = 0, b""
+    for i, piece in enumerate(pieces):
+        last = i == len(pieces) - 1
+        if not last:
+            piece += b"\n"
+        elif not piece:
+            break
+        m = LOG_PREFIX.match(piece)
+        if m is not None:
+            if m["second"] != second and not (i == 1 and lines and lines[0].stamp is None):
+                second_at, second = at, m["second"]
+            second = m["second"]  # the zone stays the same within one log
+            lines.append(LogLine(piece[: m.end() - 1], piece[m.end() :], at - second_at))
+        elif i == 0 and resumed:
+            lines.append(LogLine(None, piece, 0))
+        elif last and cut:
+            break
+        else:
+            raise LogFormatError(f"no timestamp at the start of line {i + 1}")
+        at += len(piece)
+    return lines
 
 
 def _retry_after(response: httpx2.Response | None) -> float | None:
@@ -117,6 +186,9 @@ class KubernetesBackend:
         self._raw = AdapterClient(config, ConnectionParams(timeout=timeout, trust_env=False))
         self._sleep = sleep
         self._clock = clock
+        # (namespace, pod, uid) -> log offset -> where that offset is: see logs().
+        self._log_cursors: OrderedDict[tuple[str, str, str], dict[int, LogCursor]] = OrderedDict()
+        self._log_lock = threading.Lock()
 
     def close(self) -> None:
         self.client.close()
@@ -158,7 +230,7 @@ class KubernetesBackend:
 
     def submit(self, job: DispatchRequest) -> SubmitResult:
         try:
-            plan = build(job, self.settings)
+            plan = build(job, self.settings, self._node_mig_strategy(job))
         except ManifestError as exc:
             raise BackendError(str(exc), permanent=True) from None
         workload, *owned = plan.objects
@@ -183,6 +255,21 @@ class KubernetesBackend:
                 # its workload must not run on.
                 raise self._discard(plan.ref, created, exc) from None
         return SubmitResult(plan.ref.external_id, adopted=adopted)
+
+    def _node_mig_strategy(self, job: DispatchRequest) -> str | None:
+        """The `nvidia.com/mig.strategy` label (GPU feature discovery's) of the node a MIG
+        job is placed on: one GET. None (the cluster's `mig_strategy` applies) for a node
+        without it, or gone: its pod would wait in vain either way."""
+        if not job.mig_profile or not job.placement:
+            return None
+        name = job.placement[0].node
+        try:
+            node = self._call(
+                f"get node {name}", lambda: self.client.get(Node, name), passthrough=(404,)
+            ).to_dict()
+        except ApiError:
+            return None
+        return node_mig_strategy(node)
 
     def _discard(self, ref: ObjectRef, workload: Obj, cause: BackendError) -> BackendError:
         """Delete a workload whose submit failed for good, with gpuq's finalizer, so it goes
@@ -385,9 +472,18 @@ class KubernetesBackend:
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
     ) -> LogChunk:
-        """Rank 0's log. The API serves a log from its start (limitBytes) or its tail, not
-        from an offset: read offset+limit bytes and slice. Kubernetes merges stdout and
-        stderr into one log, served as stdout; stderr is always empty."""
+        """Rank 0's log. Kubernetes merges stdout and stderr into one log, served as
+        stdout; stderr is always empty.
+
+        The pod log API has no byte offset: it serves a log from its start (limitBytes),
+        its tail, or from a time (sinceTime, in whole seconds). So reads are made with
+        timestamps=true, the stamps taken off again (bytes stay exact), and the backend
+        remembers, per pod, where each offset it answered up to lies (a LogCursor). A read
+        at such an offset resumes with sinceTime from there and costs `limit` bytes plus
+        the stamps (31 bytes a line) plus the lines of the same second before it; a read
+        at another offset walks from the nearest position known below it (the log's start
+        at worst: offset+limit bytes). Positions are per process: a download whose reads
+        land on several workers re-reads, per read, what that worker did not see."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
@@ -416,17 +512,95 @@ class KubernetesBackend:
         pod = rank0_pod(pods)
         if pod is None:
             return LogChunk(b"", offset, eof=False)
-        data = self._read_log(ref.namespace, pod["metadata"]["name"], offset + limit)
-        chunk = data[offset : offset + limit]
+        chunk = self._log_chunk(ref.namespace, pod, offset, limit)
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
         return LogChunk(chunk, offset + len(chunk), eof=finished and len(chunk) < limit)
 
+    def _log_chunk(self, namespace: str, pod: Mapping[str, Any], offset: int, limit: int) -> bytes:
+        meta = pod["metadata"]
+        key = (namespace, meta["name"], meta.get("uid", ""))
+        with self._log_lock:
+            known = self._log_cursors.get(key, {})
+            base = max((o for o in known if o <= offset), default=0)
+            start = known.get(base)
+        try:
+            try:
+                data, cursor = self._walk_log(namespace, meta["name"], start, offset - base, limit)
+            except LookupError:  # the position is gone (rotated away): walk from the start
+                data, cursor = self._walk_log(namespace, meta["name"], None, offset, limit)
+        except LogFormatError:  # not the kubelet's stamps: read offset+limit and slice
+            data = self._read_log(namespace, meta["name"], offset + limit)[offset:]
+            return data[:limit]
+        if cursor is not None:
+            with self._log_lock:
+                kept = self._log_cursors.setdefault(key, {})
+                self._log_cursors.move_to_end(key)
+                kept[offset + len(data)] = cursor
+                while len(kept) > LOG_CURSORS_KEPT:
+                    del kept[min(kept)]
+                while len(self._log_cursors) > LOG_PODS_KEPT:
+                    self._log_cursors.popitem(last=False)
+        return data
+
+    def _walk_log(
+        self, namespace: str, pod: str, start: LogCursor | None, skip: int, want: int
+    ) -> tuple[bytes, LogCursor | None]:
+        """From `start` (the log's start when None), pass `skip` bytes, then take up to
+        `want`: the bytes and the position after them. Each answer is bounded by
+        limitBytes; a read that stopped short goes on from where it got to. LookupError
+        when `start` is not in the log any more."""
+        out = bytearray()
+        cursor = start
+        budget = 0
+        while True:
+            need = skip + want - len(out)
+            lead = cursor.lead if cursor is not None else 0
+            budget = max(budget, lead + need + need // 4 + LOG_MIN_READ)
+            params = {"container": CONTAINER, "timestamps": "true", "limitBytes": str(budget)}
+            if cursor is not None:
+                params["sinceTime"] = cursor.since_time()
+            body = self._read_log_with(namespace, pod, params)
+            cut = len(body) >= budget
+            lines = split_stamped_log(body, resumed=cursor is not None, cut=cut)
+            first, into = 0, 0
+            if cursor is not None:
+                found = _find_line(lines, cursor)
+                if found is None:
+                    if not cut:
+                        raise LookupError(cursor)
+                    budget *= 2  # the same second holds more than this answer
+                    continue
+                first, into = found, cursor.into
+            before = (cursor, skip, len(out))
+            run = cursor.run if cursor is not None else 0
+            for i in range(first, len(lines)):
+                stamp, data, lead = lines[i]
+                if i > first:
+                    run = run + 1 if stamp == lines[i - 1].stamp else 0
+                    into = 0
+                if stamp is None:
+                    raise LogFormatError("an unstamped line after the resumed one")
+                passed = min(skip, len(data) - into)
+                skip, into = skip - passed, into + passed
+                taken = data[into : into + want - len(out)]
+                out += taken
+                into += len(taken)
+                cursor = LogCursor(stamp, run, into, lead)
+                if len(out) >= want:
+                    return bytes(out), cursor
+            if not cut:
+                return bytes(out), cursor
+            if (cursor, skip, len(out)) == before:
+                budget *= 2  # nothing new in this answer: ask for more
+
     def _read_log(self, namespace: str, pod: str, limit_bytes: int) -> bytes:
+        return self._read_log_with(
+            namespace, pod, {"container": CONTAINER, "limitBytes": str(limit_bytes)}
+        )
+
+    def _read_log_with(self, namespace: str, pod: str, params: dict[str, str]) -> bytes:
         def get() -> bytes:
-            response = self._raw.get(
-                f"api/v1/namespaces/{namespace}/pods/{pod}/log",
-                params={"container": CONTAINER, "limitBytes": str(limit_bytes)},
-            )
+            response = self._raw.get(f"api/v1/namespaces/{namespace}/pods/{pod}/log", params=params)
             if response.status_code == 400:  # container not started yet
                 return b""
             if response.is_error:
@@ -467,6 +641,16 @@ class KubernetesBackend:
         obj = self._call(f"get node {node}", lambda: self.client.get(Node, node)).to_dict()
         state = (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL, "")
         return state if state in MIG_LAYOUT_STATES else "unknown"
+
+
+def _find_line(lines: Sequence[LogLine], cursor: LogCursor) -> int | None:
+    """The index of the cursor's line: the `run`-th of consecutive lines stamped alike."""
+    run = 0
+    for i, line in enumerate(lines):
+        run = run + 1 if i and line.stamp == lines[i - 1].stamp else 0
+        if line.stamp == cursor.stamp and run == cursor.run:
+            return i
+    return None
 
 
 def rank0_pod(pods: Sequence[Mapping[str, Any]]) -> Obj | None:

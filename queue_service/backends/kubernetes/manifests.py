@@ -11,6 +11,7 @@ is doubled because the kubelet expands `$(VAR)` in command, args and env values.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base import DispatchRequest, job_env
-from .config import K8sSettings
+from .config import MIG_STRATEGIES, K8sSettings
 
 JOB_ID_LABEL = "gpuq.io/job-id"
 TEAM_LABEL = "gpuq.io/team"
@@ -443,7 +444,14 @@ def _check_size(plan: Plan) -> Plan:
     return plan
 
 
-def build(job: DispatchRequest, settings: K8sSettings) -> Plan:
+def build(
+    job: DispatchRequest, settings: K8sSettings, node_mig_strategy: str | None = None
+) -> Plan:
+    """`node_mig_strategy`: the `nvidia.com/mig.strategy` label of the node a MIG job is
+    placed on, which wins over the cluster's `mig_strategy` (the default for nodes
+    without it): the resource a pod requests must be the one its node offers."""
+    if job.mig_profile and node_mig_strategy in MIG_STRATEGIES:
+        settings = dataclasses.replace(settings, mig_strategy=node_mig_strategy)
     return _check_size(_build(job, settings))
 
 

@@ -16,7 +16,10 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
   resourceVersion older than the kept history;
 - delete with propagationPolicy (Foreground / Background / Orphan; batch/v1 Jobs default to
   Orphan), finalizers holding an object with deletionTimestamp;
-- pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps;
+- pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps; sinceTime in
+  whole seconds (the API server forwards it to the kubelet as RFC3339 without a fraction),
+  kept per CRI entry; timestamps with nanoseconds, written only where a line starts (the
+  kubelet since kubernetes#113481, 1.26); `log_bytes_sent` counts the log bytes answered;
 - size limits: 413 for a request body over 3 MiB, 500 "etcdserver: request is too large"
   for an object over etcd's 1.5 MiB;
 - faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
@@ -161,6 +164,22 @@ MAX_STORED_BYTES = 1536 * 1024
 def check_stored_size(obj: dict[str, Any]) -> None:
     if len(json.dumps(obj, separators=(",", ":")).encode()) > MAX_STORED_BYTES:
         raise ApiError(500, "", "etcdserver: request is too large")
+
+
+def log_timestamp(t: float) -> str:
+    """The kubelet's log timestamp: RFC3339 with nanoseconds, fixed width."""
+    whole = int(t // 1)
+    nanos = round((t - whole) * 1e9)
+    if nanos >= 1_000_000_000:
+        whole, nanos = whole + 1, nanos - 1_000_000_000
+    return datetime.fromtimestamp(whole, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{nanos:09d}Z"
+
+
+def _parse_rfc3339(text: str) -> float:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise ApiError(400, "BadRequest", f'parsing time "{text}" as RFC3339 failed') from None
 
 
 def now_rfc3339(t: float | None = None) -> str:
@@ -583,6 +602,7 @@ class FakeApiServer:
         self.requests: list[Request] = []
         self.token = token
         self.watch_timeout_s = 30.0
+        self.log_bytes_sent = 0  # the bodies of pod log answers, as sent
         self._stopping = threading.Event()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         server.daemon_threads = True
@@ -1005,17 +1025,26 @@ class FakeApiServer:
                 )
             lines = list(self.store.logs.get((namespace, name, container), []))
             now = self.store.clock()
+        since = float("-inf")
         if q.get("sinceSeconds"):
-            lines = [ln for ln in lines if ln.at >= now - int(q["sinceSeconds"])]
+            since = now - int(q["sinceSeconds"])
+        if q.get("sinceTime"):
+            # The API server hands sinceTime to the kubelet as time.RFC3339: whole seconds.
+            since = max(since, float(int(_parse_rfc3339(q["sinceTime"]))))
         if q.get("tailLines"):
             lines = lines[-int(q["tailLines"]) :] if int(q["tailLines"]) > 0 else []
-        if q.get("timestamps") == "true":
-            data = b"".join(
-                now_rfc3339(ln.at).replace("Z", ".000000000Z").encode() + b" " + ln.data
-                for ln in lines
-            )
-        else:
-            data = b"".join(ln.data for ln in lines)
+        # As the kubelet's ReadLogs: an entry older than `since` is skipped, and the
+        # timestamp goes only where a line starts (an entry after one that did not end its
+        # line carries none, even when that one was skipped).
+        out: list[bytes] = []
+        at_line_start = True
+        for ln in lines:
+            if ln.at >= since:
+                if q.get("timestamps") == "true" and at_line_start:
+                    out.append(log_timestamp(ln.at).encode() + b" ")
+                out.append(ln.data)
+            at_line_start = not ln.data or ln.data.endswith(b"\n")
+        data = b"".join(out)
         if q.get("limitBytes"):
             data = data[: int(q["limitBytes"])]
         return data
@@ -1126,6 +1155,8 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 data = api.pod_log(namespace or "", name or "", q)
                 if drop_after:
                     return self._drop()
+                with api.store.lock:
+                    api.log_bytes_sent += len(data)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(data)))
