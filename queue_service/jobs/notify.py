@@ -14,7 +14,9 @@ looks whether it was the first to start or whether every task has ended, and sto
 notice under a unique key, so that of two tasks ending together one tells. No array row is
 locked in a move's transaction: the cycle moves many jobs in one transaction, and a lock
 taken in the middle of it would deadlock with a user's move. Requeues are told per task, and
-so is every move of a task whose `notify` was changed on that task alone."""
+so is every move of a task whose `notify` was changed on that task alone (in what it asks of
+starts and ends: a task that differs from its array only in `requeue` is told of those once,
+with the array)."""
 
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ MAX_ATTEMPTS = 30
 MAX_BACKOFF_S = 3600
 LEASE = timedelta(minutes=5)  # longer than a send can take (EMAIL_TIMEOUT per call)
 DUE_BATCH = 100
+# What is told per task even in an array (the array's start and end are told once for it).
+PER_TASK = frozenset({"requeue"})
 
 
 def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, Any]) -> None:
@@ -60,9 +64,11 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
         if event is not None:
             array_id, job_id, told = job.array_id, job.pk, event
             transaction.on_commit(lambda: tell_array(array_id, job_id, told), robust=True)
-        if set(wanted) == set(shared):
-            # The array's own setting: its start and end are told for the array, once.
-            wanted = [e for e in wanted if e == "requeue"]
+        if set(wanted) - PER_TASK == set(shared) - PER_TASK:
+            # The array's own setting for starts and ends (requeues are told per task, so a
+            # task asking for them differently still is): its start and end are told for the
+            # array, once.
+            wanted = [e for e in wanted if e in PER_TASK]
         # Otherwise it was changed on this task alone (as the job page offers): this task's
         # moves are told as a lone job's, besides what the array's setting tells.
     if not wanted:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -113,6 +114,42 @@ def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -
         )
     elif frm in Job.RUNNING_STATES and to not in Job.RUNNING_STATES:
         JobRun.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now, ended_by=to)
+
+
+def record_unseen_run(job: Job, started_at: datetime) -> bool:
+    """Open the run of a job being stopped that no sync saw running, once its cluster tells it
+    ran (seen running now, or an end only a run leaves): it is charged from `started_at` like
+    any other run, and its run ends with the job's move out of the running states. Once per
+    attempt, and only while the job is still where it was read (its row locked: a sync and a
+    stop that learn it at once open one run). True if it opened one."""
+    attempt = max(job.attempts, 1)
+    with transaction.atomic():
+        same = Job.objects.select_for_update().filter(
+            pk=job.pk, state=job.state, attempts=job.attempts
+        )
+        if not list(same.values_list("pk")) or job.runs.filter(attempt=attempt).exists():
+            return False
+        JobRun.objects.create(
+            job=job,
+            attempt=attempt,
+            team_id=job.team_id,
+            user_id=job.user_id,
+            cluster_id=job.cluster_id,
+            gpus=job.gpus,
+            gpu_model=job.gpu_model,
+            placement=job.placement,
+            started_at=started_at,
+        )
+        same.update(started_at=started_at)  # not updated_at: the stop's clock (overdue) runs on
+        note(
+            job,
+            "ran_unseen",
+            "it had started on the cluster before it was asked to stop (no sync saw it"
+            " running): its run counts from when it was handed over or last seen waiting",
+            {"attempt": attempt, "started_at": started_at.isoformat()},
+        )
+    job.started_at = started_at
+    return True
 
 
 def note(job: Job, code: str, message: str, details: dict[str, Any] | None = None) -> None:
@@ -369,6 +406,24 @@ def can_manage(user: Any, job: Job) -> bool:
     ).exists()
 
 
+CANCEL_REQUESTED = "cancel_requested"  # the event of a cancel that stops a job on its cluster
+
+
+def cancelled_reason(job: Job, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reason of a job its stop ended after a user cancelled it: gpuq's own code and
+    words, as for a job cancelled before it reached a cluster, whatever the cluster called the
+    end (kept in `details`)."""
+    asked = (
+        job.events.filter(code=CANCEL_REQUESTED)
+        .order_by("-at", "-id")
+        .values_list("details", flat=True)
+        .first()
+    )
+    by = (asked or {}).get("by")
+    message = f"cancelled by {by}" if by else "cancelled on request"
+    return {"code": "cancelled", "message": message, "details": details or {}}
+
+
 def cancel_job(user: Any, job: Job) -> Job:
     """Cancel a job the user owns (or administers). Not yet on a backend: cancelled at once;
     on a backend: cancelling until the backend confirms."""
@@ -392,7 +447,11 @@ def cancel_job(user: Any, job: Job) -> Job:
                     reason={"code": "cancelled", "message": f"cancelled by {user}", "details": {}},
                 )
             transition(
-                job, S.CANCELLING, code="cancel_requested", message=f"cancel requested by {user}"
+                job,
+                S.CANCELLING,
+                code=CANCEL_REQUESTED,
+                message=f"cancel requested by {user}",
+                details={"by": str(user)},
             )
         except StaleState:
             continue
