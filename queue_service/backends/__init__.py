@@ -32,10 +32,15 @@ def get_backend(cluster: ClusterConfig) -> Backend:
         if backend is None:
             module = importlib.import_module(_MODULES[cluster.kind])
             backend = module.create(cluster)
-            for old in [k for k in _cache if k[0] == cluster.id]:
-                del _cache[old]
+            replaced = [_cache.pop(k) for k in [k for k in _cache if k[0] == cluster.id]]
             _cache[key] = backend
-        return backend
+        else:
+            replaced = []
+    # Nothing else holds a replaced backend's connections: a call still using one fails as
+    # a transient error and is retried on the new backend.
+    for old in replaced:
+        old.close()
+    return backend
 
 
 __all__ = ["Backend", "BackendError", "ClusterConfig", "get_backend", "kinds"]

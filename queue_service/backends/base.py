@@ -55,6 +55,11 @@ class NodeInfo:
     mig_instances: tuple[MigInstanceInfo, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     reason: str = ""  # why it is drained/down, as the backend reports it
+    # What the node offers jobs (Slurm's CPUTot and RealMemory, Kubernetes' allocatable cpu
+    # and memory in MiB); None: unknown, no constraint. A job asking a larger share of them
+    # than of the GPUs is charged the GPUs it makes unusable (jobs/snapshot.py, Footprints).
+    cpus: int | None = None
+    memory_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,3 +189,7 @@ class Backend(Protocol):
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
     ) -> LogChunk: ...
+
+    def close(self) -> None:
+        """Let go of connections: the registry calls it on a backend it replaces."""
+        ...

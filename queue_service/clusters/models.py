@@ -46,6 +46,11 @@ class Node(models.Model):
     mig_proposals = models.JSONField(default=dict, blank=True)
     state = models.CharField(max_length=8, choices=State.choices, default=State.UP)
     reason = models.CharField(max_length=256, blank=True, default="")
+    # CPUs and memory (MiB) the node offers jobs, as inventory reports them; null: unknown
+    # (no constraint). A job asking more of them per GPU than the node's share is charged
+    # for the GPUs it makes unusable (jobs/snapshot.py, Footprints).
+    cpus = models.PositiveIntegerField(null=True, blank=True)
+    memory_mb = models.PositiveBigIntegerField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -5,11 +5,12 @@ read the state they act on, and backends' submit adopts what an interrupted call
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
@@ -27,7 +28,14 @@ from queue_service.clusters.models import Cluster, Node
 
 from .models import Job, JobEvent
 from .notify import deliver_due
-from .services import StaleState, note, request_cycle, transition
+from .services import (
+    StaleState,
+    cancelled_reason,
+    note,
+    record_unseen_run,
+    request_cycle,
+    transition,
+)
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -56,14 +64,23 @@ def backend_for(cluster: Cluster) -> Any:
 
 
 def dispatch_request(job: Job) -> DispatchRequest:
+    """The backend's view of an admitted job. The scheduler may have placed more GPUs per
+    node than the job asks (its footprint: CPUs or memory charged in GPUs); those are held
+    idle, and the backend is given only the job's own, the first of each node's. A Slurm job
+    that gives no memory asks for its footprint's share of the node's (the least over its
+    nodes), so that Slurm never hands it the whole node (SelectTypeParameters=CR_*_Memory)."""
     spec = job.spec
     command = spec["command"]
     checkpoint = spec.get("checkpoint") or {}
     retries = spec.get("retries") or {}
+    own = spec["gpus_per_node"]
+    memory_mb = spec.get("memory")
+    if memory_mb is None and job.cluster is not None and job.cluster.kind == "slurm":
+        memory_mb = _footprint_memory_mb(job)
     placement = tuple(
         AllocatedNode(
             node=a["node"],
-            gpus=tuple(a.get("gpus", ())),
+            gpus=tuple(a.get("gpus", ()))[:own],
             mig_gpu=(a.get("mig") or {}).get("gpu"),
             mig_profile=(a.get("mig") or {}).get("profile"),
             mig_start=(a.get("mig") or {}).get("start"),
@@ -84,7 +101,7 @@ def dispatch_request(job: Job) -> DispatchRequest:
         gpu_model=job.gpu_model or spec.get("gpu_model"),
         mig_profile=spec.get("mig_profile"),
         cpus_per_gpu=spec.get("cpus_per_gpu"),
-        memory_mb=spec.get("memory"),
+        memory_mb=memory_mb,
         time_limit_s=spec.get("time_limit"),
         priority=job.priority_class.name,
         retries_max=int(retries.get("max", 0)),
@@ -100,6 +117,21 @@ def dispatch_request(job: Job) -> DispatchRequest:
             else ArrayTask(str(job.array_id), job.array_index, job.array.size)
         ),
     )
+
+
+def _footprint_memory_mb(job: Job) -> int | None:
+    """Each node's memory per GPU times the GPUs the job holds there, the least over its
+    nodes (whole GPUs only); None when a node's memory is unknown."""
+    held = {a["node"]: len(a.get("gpus", ())) for a in job.placement if not a.get("mig")}
+    if not held or not all(held.values()):
+        return None
+    nodes = Node.objects.filter(cluster_id=job.cluster_id, name__in=held)
+    shares = [
+        held[n.name] * n.memory_mb // n.gpus
+        for n in nodes.only("name", "gpus", "memory_mb")
+        if n.memory_mb and n.gpus
+    ]
+    return min(shares) if len(shares) == len(held) else None
 
 
 def dispatch_job(job_id: str) -> None:
@@ -268,6 +300,7 @@ def stop_job(job_id: str) -> None:
     grace = settings.GPUQ_PREEMPTION_GRACE_S
     repeat, sent = _note_stop(job, grace)
     backend = backend_for(job.cluster)
+    _charge_before_stop(job, backend)
     try:
         stopping = backend.cancel(job.external_id, grace_s=grace)
         # The cluster answered: this stop reached it (an error leaves that unknown, and the
@@ -290,6 +323,36 @@ def stop_job(job_id: str) -> None:
     # yet): its end is its own, so an exit 0 is a success, not a cancellation.
     note(job, "ended_before_stop", "it had already ended when the stop reached the cluster")
     _apply_status(job, status, stopped=False)
+
+
+def _charge_before_stop(job: Job, backend: Any) -> None:
+    """A job asked to stop before any sync saw it running (queued, or being handed over, as
+    far as gpuq knew) may run on the cluster all the same: asked first, so that a run the
+    stop ends is charged (the end a stop leaves seldom tells whether the job had started).
+    A failed look is no reason not to stop it."""
+    if not _unseen(job):
+        return
+    try:
+        status = backend.poll([job.external_id]).get(job.external_id)
+    except BackendError as exc:
+        log.warning("job %s: could not look whether it runs before its stop: %s", job.pk, exc)
+        return
+    if status is not None and status.state == RemoteState.RUNNING:
+        record_unseen_run(job, _earliest_start(job))
+
+
+def _unseen(job: Job) -> bool:
+    """Being stopped, with no run of this attempt recorded: no sync saw it running."""
+    return job.state in Job.STOPPING and not job.runs.filter(attempt=max(job.attempts, 1)).exists()
+
+
+def _ran(status: JobStatus) -> bool:
+    """Whether the end a cluster reports is one only a job that started leaves: any but lost,
+    and a cancel only with an exit code (a signal's: Slurm's wait status 15 is 143). A job
+    cancelled while it waited has none (None, or Slurm's 0)."""
+    if status.state == RemoteState.CANCELLED:
+        return bool(status.exit_code)
+    return status.state in RemoteState.TERMINAL and status.state != RemoteState.LOST
 
 
 def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
@@ -341,7 +404,7 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
             elif _stop_overdue(job, status):
                 # The stop was lost (its worker died) or did not take. Sent as a task of its
                 # own: a stop may wait out the grace, which would hold up this whole sync.
-                request_stop(job)
+                send_stop_again(job)
         except ValueError:
             # A move the state table does not allow is our bug; it must not stop the sync
             # of every other job of the cluster, every time.
@@ -351,6 +414,34 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     if counts["changed"]:
         request_cycle()
     return counts
+
+
+def send_stop_again(job: Job) -> None:
+    """The sync's second stop of a job: a task (Celery), or in the embedded mode a thread of
+    its own, started after the surrounding commit. Never inline: a stop may wait out the
+    grace on the cluster (Slurm's TERM, a wait for the end, then scancel), and every other job
+    of the cluster, every other cluster, the cycle and dispatch would wait for it. A thread
+    that dies with its process leaves the stop lost: sent again once overdue."""
+    if settings.CELERY_BROKER_URL or not job.external_id:
+        request_stop(job)
+        return
+    job_id = str(job.pk)
+    transaction.on_commit(
+        lambda: threading.Thread(
+            target=_stop_apart, args=(job_id,), name=f"gpuq-stop-{job_id}", daemon=True
+        ).start()
+    )
+
+
+def _stop_apart(job_id: str) -> None:
+    try:
+        stop_job(job_id)
+    except BackendError as exc:
+        log.warning("job %s: its stop failed, and is sent again later: %s", job_id, exc.message)
+    except Exception:
+        log.exception("job %s: its stop failed", job_id)
+    finally:
+        connection.close()  # the thread's own connection
 
 
 def _store_inventory(cluster: Cluster, inventory: list[NodeInfo]) -> None:
@@ -368,6 +459,8 @@ def _store_inventory(cluster: Cluster, inventory: list[NodeInfo]) -> None:
                 "reason": info.reason[:256],
                 "labels": dict(info.labels),
                 "mig_enabled": info.mig,
+                "cpus": info.cpus,
+                "memory_mb": info.memory_mb,
                 "mig": [
                     {
                         "gpu": m.gpu,
@@ -418,6 +511,8 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                     **fields,
                 )
                 return True
+            if _unseen(job):  # it started before it was asked to stop, unseen until now
+                record_unseen_run(job, _earliest_start(job))
             return False
         if job.state in (S.QUEUED, S.DISPATCHING) and remote != RemoteState.LOST:
             # It started and ended between two polls: record the start, so the timeline
@@ -430,6 +525,10 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 started_at=_earliest_start(job),
                 reason={},
             )
+        elif _ran(status) and _unseen(job):
+            # Asked to stop while gpuq knew it queued, it had started meanwhile: its run is
+            # charged as one seen, up to the end recorded now.
+            record_unseen_run(job, _earliest_start(job))
         if stopped and job.state == S.SUSPENDING and remote != RemoteState.TIMEOUT:
             # However it ended once asked to stop (a clean exit after its checkpoint, the
             # cluster's kill), it waits suspended, holding nothing; its exit code, cluster and
@@ -451,6 +550,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 target, fields["placement"] = S.SUSPENDED, []
             else:
                 target = S.CANCELLED
+                fields["reason"] = cancelled_reason(job, {"cluster": _said(status)})
             transition(
                 job,
                 target,
@@ -463,24 +563,42 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
         if remote in RETRYABLE:
             return _end_or_requeue(job, status, RETRYABLE[remote], fields)
         target = REMOTE_TO_STATE[remote]
+        code, message = remote, status.reason or status.native_state
+        reason = _reason(remote, status.reason)
         # A job told to stop may catch SIGTERM and exit by itself (0 after a checkpoint, or
-        # non-zero): it still ended because we asked. Its exit code is kept.
+        # non-zero): it still ended because we asked. Its exit code is kept, and the reason is
+        # gpuq's (who cancelled it), not the cluster's name for the end (Slurm's `CANCELLED by
+        # 0`, a pod's Error), which the reason's details keep.
         if stopped and job.state == S.CANCELLING and target != S.TIMEOUT:
             target = S.CANCELLED
+            reason = cancelled_reason(job, {"cluster": _said(status)})
+            code = "cancelled"
+            said = status.reason or status.native_state or remote
+            message = f"{reason['message']}; the cluster reported: {said}"
         if stopped and job.state == S.PREEMPTING and target != S.TIMEOUT:
             return _end_or_requeue(job, status, "preemption", fields)
         transition(
             job,
             target,
-            code=remote,
-            message=status.reason or status.native_state,
+            code=code,
+            message=message,
             exit_code=status.exit_code,
-            reason=_reason(remote, status.reason),
+            reason=reason,
             **fields,
         )
         return True
     except StaleState:
         return False
+
+
+def _said(status: JobStatus) -> dict[str, Any]:
+    """What the cluster reported of an end, for a reason's details."""
+    return {
+        "state": status.state,
+        "native_state": status.native_state,
+        "reason": status.reason,
+        "exit_code": status.exit_code,
+    }
 
 
 def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, Any]) -> bool:
@@ -538,19 +656,32 @@ def apply_mig_layout(node_id: int, config: str) -> None:
 
 
 def _earliest_start(job: Job) -> datetime:
-    """When a job whose start no sync saw began, at the earliest: when it was handed to the
-    cluster, or the cluster's last sync (which saw it waiting) if later. Its run counts from
-    there: never less than it ran, more only by what it waited on the cluster unseen."""
+    """When a job whose start no sync saw began, at the earliest: when its attempt's dispatch
+    began (the cluster may start it as soon as it is asked, before the answer is recorded),
+    or the cluster's last sync if that saw it waiting (it polled the job once it was queued).
+    Its run counts from there: never less than it ran, more only by what it waited on the
+    cluster unseen."""
     now = timezone.now()
-    seen = [
+    latest: dict[str, datetime] = {}
+    for state, at in (
         job.events.filter(to_state__in=(S.QUEUED, S.DISPATCHING))
         .order_by("-at", "-id")
-        .values_list("at", flat=True)
-        .first()
-    ]
-    if job.cluster is not None:
-        seen.append(job.cluster.last_sync_at)
-    return min(max((at for at in seen if at is not None), default=now), now)
+        .values_list("to_state", "at")
+    ):
+        latest.setdefault(state, at)
+        if len(latest) == 2:
+            break
+    dispatched, queued = latest.get(S.DISPATCHING), latest.get(S.QUEUED)
+    start = dispatched or queued or now
+    synced = job.cluster.last_sync_at if job.cluster is not None else None
+    if (
+        synced is not None
+        and queued is not None
+        and (dispatched is None or queued >= dispatched)  # this attempt's
+        and synced > queued
+    ):
+        start = max(start, synced)
+    return min(start, now)
 
 
 def _stop_overdue(job: Job, status: JobStatus | None) -> bool:

@@ -97,6 +97,9 @@ class Held:
 
     waiting: dict[str, st.Reason] = dataclasses.field(default_factory=dict)
     never: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> why it never can
+    # Jobs the scheduler sees charged more GPUs than they ask (their CPUs or memory): id ->
+    # (the GPUs per node charged, why), added to their wait reasons (charged_reason).
+    charged: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
 
     def ids(self) -> frozenset[str]:
         return frozenset(self.waiting) | frozenset(self.never)
@@ -236,23 +239,31 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
         .annotate(preemptions=Count("events", filter=Q(events__to_state=S.PREEMPTING)))
     )
     holders = _mig_holders(active)
-    nodes = tuple(
-        _node(n, holders)
-        for n in Node.objects.filter(cluster__enabled=True).select_related("cluster")
-    )
+    node_rows = list(Node.objects.filter(cluster__enabled=True).select_related("cluster"))
+    nodes = tuple(_node(n, holders) for n in node_rows)
+    footprints = Footprints(node_rows)
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
     rows = _pending_rows()
     held = held_back(rows)
     out = {_uuid(i) for i in held.ids()}
-    pending = tuple(
-        st.PendingJob(
-            request=_request_of(*row[:SPEC], json.loads(row[SPEC]), *row[SPEC + 1 : ATTEMPTS]),
-            attempts=row[ATTEMPTS],
+    pending_jobs = []
+    for row in rows:
+        if row[ID] in out:
+            continue
+        spec = json.loads(row[SPEC])
+        fitted = footprints.fit(
+            _request_of(*row[:SPEC], spec, *row[SPEC + 1 : ATTEMPTS]),
+            spec.get("cpus_per_gpu"),
+            spec.get("memory"),
         )
-        for row in rows
-        if row[ID] not in out
-    )
+        if isinstance(fitted, st.Reason):  # no node it could use has its CPUs or memory
+            held.waiting[str(row[ID])] = fitted
+            continue
+        if fitted.gpus_per_node != spec["gpus_per_node"]:
+            held.charged[fitted.id] = footprint_note(fitted.gpus_per_node, spec)
+        pending_jobs.append(st.PendingJob(request=fitted, attempts=row[ATTEMPTS]))
+    pending = tuple(pending_jobs)
     running = tuple(
         st.RunningJob(
             request=_request(j),
@@ -313,7 +324,9 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
 
 
 def _request(job: Job) -> st.JobRequest:
-    return _request_of(
+    """A running job's request, with the GPUs per node its placement holds: its footprint
+    when it was admitted (CPUs or memory charged in GPUs), whatever the inventory says now."""
+    request = _request_of(
         job.id,
         job.team.slug,
         job.priority_class.name,
@@ -323,6 +336,10 @@ def _request(job: Job) -> st.JobRequest:
         job.pinned_cluster,
         job.cluster.name if job.cluster else None,
     )
+    held = max((len(a.get("gpus", ())) for a in job.placement), default=0)
+    if not request.mig_profile and held > request.gpus_per_node:
+        return dataclasses.replace(request, gpus_per_node=held)
+    return request
 
 
 def _request_of(
@@ -348,6 +365,196 @@ def _request_of(
         time_limit_s=float(spec["time_limit"]) if spec.get("time_limit") else None,
         kind=kind,
         cluster=cluster if pinned_cluster else None,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeShape:
+    """What a node offers a job, as far as its footprint goes."""
+
+    cluster: str
+    gpu_model: str
+    pool: str | None
+    mig: bool
+    gpus: int
+    cpus: int | None  # None: unknown, no constraint
+    memory_mb: int | None
+
+
+def footprint_on(gpus: int, cpus: int | None, memory_mb: int | None, node: NodeShape) -> int | None:
+    """GPUs a job is charged per node on this node (Slurm's MAX_TRES billing): the most of
+    its GPUs, its CPUs over the node's CPUs per GPU and its memory over the node's memory per
+    GPU, rounded up. A job taking most of a node's CPUs makes its GPUs unusable, so it holds
+    them; it never takes more CPUs (memory) than its footprint's share of the node. None:
+    the node has fewer CPUs or less memory than the job asks per node."""
+    footprint = gpus
+    for asked, offered in ((cpus, node.cpus), (memory_mb, node.memory_mb)):
+        if asked and offered:
+            if asked > offered:
+                return None
+            footprint = max(footprint, -(-asked * node.gpus // offered))
+    return footprint
+
+
+# What a job's footprint depends on: GPUs per node, MIG, cluster, model and pool it is
+# limited to, CPUs and memory per node.
+_FitKey = tuple[int, bool, str | None, str | None, str | None, int | None, int | None]
+
+
+class Footprints:
+    """Jobs' requests with their CPUs and memory charged in GPUs, against the nodes of one
+    snapshot. Nodes differ: a job is charged the largest footprint over the nodes it could
+    use (its cluster when pinned, its GPU model, whole-GPU or MIG nodes) that can hold it at
+    all, so it fits wherever the scheduler puts it. Nodes too small for it are kept away by
+    narrowing it to the cluster, model or pool of those that can hold it when that tells them
+    apart, else by charging past their GPUs while a node that can hold it still fits it. A
+    job no such node can hold gets a reason instead (`unsatisfiable`: it is never
+    dispatched). MIG jobs are charged their slice; only whether a node can hold them is
+    checked. Jobs asking no CPUs and no memory are unchanged (footprint = GPUs)."""
+
+    def __init__(self, nodes: Collection[Node]) -> None:
+        self.shapes = tuple(
+            sorted(
+                {
+                    NodeShape(
+                        n.cluster.name,
+                        n.gpu_model,
+                        n.pool or None,
+                        n.mig_enabled,
+                        n.gpus,
+                        n.cpus or None,
+                        n.memory_mb or None,
+                    )
+                    for n in nodes
+                },
+                key=repr,
+            )
+        )
+        self._fits: dict[_FitKey, dict[str, Any] | st.Reason] = {}
+
+    def fit(
+        self, request: st.JobRequest, cpus_per_gpu: int | None, memory_mb: int | None
+    ) -> st.JobRequest | st.Reason:
+        if not cpus_per_gpu and not memory_mb:
+            return request
+        # Per node, as the backends ask: --cpus-per-task, Kubernetes' cpu request.
+        cpus = cpus_per_gpu * max(1, request.gpus_per_node) if cpus_per_gpu else None
+        key = (
+            request.gpus_per_node,
+            bool(request.mig_profile),
+            request.cluster,
+            request.gpu_model,
+            request.pool,
+            cpus,
+            memory_mb or None,
+        )
+        fitted = self._fits.get(key)
+        if fitted is None:
+            fitted = self._fits[key] = self._fit(*key)
+        if isinstance(fitted, st.Reason):
+            return fitted
+        return dataclasses.replace(request, **fitted) if fitted else request
+
+    def _fit(
+        self,
+        gpus: int,
+        mig: bool,
+        cluster: str | None,
+        model: str | None,
+        pool: str | None,
+        cpus: int | None,
+        memory_mb: int | None,
+    ) -> dict[str, Any] | st.Reason:
+        eligible = [
+            n
+            for n in self.shapes
+            if n.mig == mig
+            and (cluster is None or n.cluster == cluster)
+            and (model is None or n.gpu_model == model)
+            and (pool is None or n.pool == pool)
+        ]
+        on = [(n, footprint_on(gpus, cpus, memory_mb, n)) for n in eligible]
+        holding = [(n, f) for n, f in on if f is not None]
+        if not eligible:
+            return {}  # no such node at all: the scheduler says so
+        if not holding:
+            return _too_large(eligible, cpus, memory_mb, cluster, model, mig)
+        if mig:
+            return {}
+        footprint = max(f for _, f in holding)
+        changes: dict[str, Any] = {"gpus_per_node": footprint} if footprint != gpus else {}
+        too_small = [n for n, f in on if f is None and n.gpus >= footprint]
+        if not too_small:
+            return changes
+        for field, given in (("cluster", cluster), ("gpu_model", model), ("pool", pool)):
+            values = {getattr(n, field) for n, _ in holding}
+            if given is None and len(values) == 1:
+                value = values.pop()
+                if value is not None and all(getattr(n, field) != value for n in too_small):
+                    return {**changes, field: value}
+        past = max(n.gpus for n in too_small) + 1
+        if any(n.gpus >= past for n, _ in holding):
+            changes["gpus_per_node"] = past
+        return changes
+
+
+def footprint_note(charged: int, spec: dict[str, Any]) -> tuple[int, str]:
+    """The GPUs per node a job is charged beyond its own, and what for (its spec's CPUs and
+    memory per node, as the backends ask them)."""
+    asked = []
+    if spec.get("cpus_per_gpu"):
+        asked.append(f"{spec['cpus_per_gpu'] * max(1, spec['gpus_per_node'])} CPUs")
+    if spec.get("memory"):
+        asked.append(f"{spec['memory']} MB of memory")
+    return charged, f"charged {charged} GPUs per node for its {' and '.join(asked)} per node"
+
+
+def charged_reason(reason: st.Reason, note: tuple[int, str]) -> st.Reason:
+    """A wait reason in the scheduler's words, which count GPUs charged, with what they are
+    charged for: a user who asked for one GPU is told why "6 free GPU" are needed."""
+    charged, why = note
+    return st.Reason(
+        reason.code,
+        f"{reason.message} ({why})",
+        (*reason.details, ("gpus_charged_per_node", charged)),
+    )
+
+
+def _too_large(
+    nodes: list[NodeShape],
+    cpus: int | None,
+    memory_mb: int | None,
+    cluster: str | None,
+    model: str | None,
+    mig: bool,
+) -> st.Reason:
+    """Why no node the job could use can hold its CPUs or memory (all such nodes' are known:
+    a node of unknown CPUs or memory holds any)."""
+    kind = (f"{model} " if model else "") + ("MIG " if mig else "")
+    where = f"of cluster {cluster}" if cluster else "of any cluster"
+    most_cpus = max((n.cpus or 0 for n in nodes), default=0)
+    most_memory = max((n.memory_mb or 0 for n in nodes), default=0)
+    if cpus and cpus > most_cpus:
+        message = f"needs {cpus} CPUs per node; {kind}nodes {where} have at most {most_cpus}"
+    elif memory_mb and memory_mb > most_memory:
+        message = (
+            f"needs {memory_mb} MB of memory per node; {kind}nodes {where} have at most"
+            f" {most_memory} MB"
+        )
+    else:
+        message = (
+            f"needs {cpus} CPUs and {memory_mb} MB of memory per node; no {kind}node {where}"
+            " has both"
+        )
+    return st.Reason(
+        "unsatisfiable",
+        message,
+        (
+            ("cpus_per_node", cpus),
+            ("memory_mb_per_node", memory_mb),
+            ("max_cpus", most_cpus),
+            ("max_memory_mb", most_memory),
+        ),
     )
 
 
@@ -471,8 +678,9 @@ def apply_decisions(
                 placement=_placement_json(start.placement),
                 gpu_model=start.gpu_model,
                 # A slice's share of a GPU is known once its model is (1/7, or 1/4 on an
-                # A30): usage and the quota report count it as the scheduler did.
-                gpus=requested_gpus(job.spec, start.gpu_model),
+                # A30), and whole GPUs are the footprint the scheduler placed (CPUs and
+                # memory charged in GPUs): usage and the quota report count as it did.
+                gpus=_charged_gpus(job.spec, start),
                 borrowed=start.borrowed,
                 admitted_at=now,
                 queue_position=None,
@@ -514,7 +722,15 @@ def apply_decisions(
             victims.append(job)
         except StaleState:
             continue
-    _store_waits(decisions.waits, now, held.waiting)
+    waits = decisions.waits
+    if held.charged:
+        waits = tuple(
+            w._replace(reason=charged_reason(w.reason, held.charged[w.job_id]))
+            if w.job_id in held.charged
+            else w
+            for w in waits
+        )
+    _store_waits(waits, now, held.waiting)
     never = 0
     for job in Job.objects.filter(pk__in=list(held.never), state=S.PENDING):
         message = held.never[str(job.pk)]
@@ -538,6 +754,12 @@ def apply_decisions(
         "cancelled_after": never,
         "relayouts": relaid,
     }
+
+
+def _charged_gpus(spec: dict[str, Any], start: st.Start) -> float:
+    if spec.get("mig_profile"):
+        return requested_gpus(spec, start.gpu_model)
+    return float(sum(len(a.gpus) for a in start.placement.allocs))
 
 
 def _placement_json(placement: st.Placement) -> list[dict[str, Any]]:
@@ -773,6 +995,7 @@ def preview_job(
                 "estimated_start": None,
             }
     snap, _, _ = build_snapshot(now)
+    nodes = Node.objects.filter(cluster__enabled=True).select_related("cluster")
     request = st.JobRequest(
         id=PREVIEW_ID,
         team=team_slug,
@@ -786,8 +1009,21 @@ def preview_job(
         kind=spec.get("kind", "training"),
         cluster=pinned_cluster,
     )
-    snap = dataclasses.replace(snap, pending=(*snap.pending, st.PendingJob(request)))
+    fitted = Footprints(list(nodes)).fit(request, spec.get("cpus_per_gpu"), spec.get("memory"))
+    if isinstance(fitted, st.Reason):
+        return {
+            "starts_now": False,
+            "reason": _reason_json(fitted),
+            "position": None,
+            "estimated_start": None,
+        }
+    snap = dataclasses.replace(snap, pending=(*snap.pending, st.PendingJob(fitted)))
     decisions = decide(snap, now)
+    note = (
+        footprint_note(fitted.gpus_per_node, spec)
+        if fitted.gpus_per_node != spec["gpus_per_node"]
+        else None
+    )
     if any(s.job_id == PREVIEW_ID for s in decisions.starts):
         return {"starts_now": True, "reason": None, "position": None, "estimated_start": None}
     wait = next((w for w in decisions.waits if w.job_id == PREVIEW_ID), None)
@@ -796,7 +1032,7 @@ def preview_job(
     est = wait.estimated_start
     return {
         "starts_now": False,
-        "reason": _reason_json(wait.reason),
+        "reason": _reason_json(charged_reason(wait.reason, note) if note else wait.reason),
         "position": wait.position,
         "estimated_start": datetime.fromtimestamp(est, tz=now.tzinfo) if est is not None else None,
     }

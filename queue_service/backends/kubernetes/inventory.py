@@ -25,6 +25,7 @@ COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # GFD's: single | mixed (| none)
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "gpuq.io/")
 _PROFILE = re.compile(r"^(\d)g\.(\d+)gb(\+me)?$")
 _SINGLE_PRODUCT = re.compile(r"^(?P<model>.+)-MIG-(?P<profile>\dg\.\d+gb(\+me)?)$")
@@ -54,6 +55,43 @@ def parse_quantity_int(value: Any) -> int:
         return int(str(value))
     except ValueError:
         return 0
+
+
+# Kubernetes quantity suffixes (k8s.io/apimachinery resource.Quantity): binary, decimal.
+_QUANTITY = re.compile(
+    r"^([+]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E))?$"
+)
+_SUFFIX = {
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    **{s: 1024.0 ** (i + 1) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))},
+}
+
+
+def parse_quantity(value: Any) -> float | None:
+    """A quantity (`96`, `95500m`, `1056374068Ki`, `512Gi`, `1e9`) as a number; None if it
+    is not one."""
+    match = _QUANTITY.match(str(value).strip())
+    if match is None:
+        return None
+    number, exponent, suffix = match.groups()
+    if exponent:
+        return float(number + exponent)
+    return float(number) * _SUFFIX.get(suffix or "", 1.0)
+
+
+def _cpus_and_memory(allocatable: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """Allocatable CPUs (whole: 95500m is 95) and memory in MiB; None: not reported."""
+    cpu = parse_quantity(allocatable.get("cpu", ""))
+    memory = parse_quantity(allocatable.get("memory", ""))
+    cpus = int(cpu) if cpu is not None and cpu >= 1 else None
+    mib = int(memory // 2**20) if memory is not None and memory >= 2**20 else None
+    return cpus, mib
 
 
 def _parse(profile: str) -> tuple[int, int] | None:
@@ -323,6 +361,15 @@ def _physical_gpus(
     return max(-(-devices // max(per, 1)), 1)
 
 
+def node_mig_strategy(node: Obj) -> str | None:
+    """The MIG strategy a node's device plugin runs, from GPU feature discovery's
+    `nvidia.com/mig.strategy` label (single | mixed); None without it (the cluster's
+    `mig_strategy` setting is the default)."""
+    labels: Mapping[str, str] = node.get("metadata", {}).get("labels") or {}
+    value = labels.get(MIG_STRATEGY_LABEL)
+    return value if value in ("single", "mixed") else None
+
+
 def node_info(
     node: Obj, settings: K8sSettings, used: Sequence[tuple[str, str]] = ()
 ) -> NodeInfo | None:
@@ -383,6 +430,7 @@ def node_info(
         for k, v in labels.items()
         if k.startswith(KEPT_LABEL_PREFIXES) or k == settings.pool_label
     }
+    cpus, node_memory_mb = _cpus_and_memory(allocatable)
     return NodeInfo(
         name=node["metadata"]["name"],
         gpu_model=model,
@@ -393,6 +441,8 @@ def node_info(
         mig_instances=instances,
         labels=kept,
         reason=reason,
+        cpus=cpus,
+        memory_mb=node_memory_mb,
     )
 
 

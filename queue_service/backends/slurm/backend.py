@@ -235,6 +235,13 @@ class SlurmBackend:
     def __repr__(self) -> str:
         return f"SlurmBackend({self.name!r}, {self.connection.where})"
 
+    def close(self) -> None:
+        """Close the cluster user's connection and every account's; each reconnects on use."""
+        with self._accounts_lock:
+            accounts = list(self._accounts.values())
+        for account in (self._default, *accounts):
+            account.connection.close()
+
     def _run(self, command: str, stdin: bytes | None = None) -> Result:
         return self.connection.run(command, stdin=stdin)
 
@@ -316,12 +323,20 @@ class SlurmBackend:
     # -- inventory -------------------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
-        result = self._run(commands.sinfo(self.settings.script.partition))
-        if result.rc != 0:
-            raise parsers.command_error(
-                "sinfo", result.stderr, result.rc, rejection_is_permanent=False
-            )
-        return parsers.parse_sinfo(result.stdout, self.settings.script.gres_map)
+        """GPUs and states (one `sinfo`), then each node's CPUs and memory (a second, small
+        `sinfo`: the first's format is fixed by its captured output)."""
+        partition = self.settings.script.partition
+        results = []
+        for command in (commands.sinfo(partition), parsers.sinfo_resources(partition)):
+            result = self._run(command)
+            if result.rc != 0:
+                raise parsers.command_error(
+                    "sinfo", result.stderr, result.rc, rejection_is_permanent=False
+                )
+            results.append(result.stdout)
+        return parsers.parse_sinfo(
+            results[0], self.settings.script.gres_map, parsers.parse_sinfo_resources(results[1])
+        )
 
     # -- submit ----------------------------------------------------------------------------
 

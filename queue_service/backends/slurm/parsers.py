@@ -1,12 +1,14 @@
 """Pure parsers for what Slurm's commands print, and the mapping of Slurm's words to gpuq's.
 
-Formats are the ones `commands.py` asks for (`|`-separated, no header); every parser is
-tested against output captured from the real lab in tests/backends/slurm/data/.
+Formats are the ones `commands.py` asks for, and `sinfo_resources` here (`|`-separated, no
+header); every parser is tested against output captured from the real lab in
+tests/backends/slurm/data/.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -365,13 +367,42 @@ def pack_mig(
     return len(gpus), tuple(instances)
 
 
-def parse_sinfo(text: str, gres_map: Mapping[str, str]) -> list[NodeInfo]:
+# A node's CPUs (CPUTot) and memory (RealMemory, MB): what gpuq charges CPUs and memory by.
+SINFO_RESOURCES_FORMAT = "NodeList:|,CPUs:|,Memory:"
+
+
+def sinfo_resources(partition: str | None) -> str:
+    where = f" -p {shlex.quote(partition)}" if partition else ""
+    return f"sinfo -h -N{where} -O {shlex.quote(SINFO_RESOURCES_FORMAT)}"
+
+
+def parse_sinfo_resources(text: str) -> dict[str, tuple[int | None, int | None]]:
+    """`sinfo -N -O NodeList:|,CPUs:|,Memory:` rows -> {node: (CPUs, memory MB)}. Slurm's
+    default RealMemory is 1 (a node whose memory is not configured): unknown, as is anything
+    not a number."""
+    found: dict[str, tuple[int | None, int | None]] = {}
+    for name, cpus, memory in _rows(text, 3):
+        cpus, memory = cpus.strip(), memory.strip()
+        found[name.strip()] = (
+            int(cpus) if cpus.isdigit() and int(cpus) > 0 else None,
+            int(memory) if memory.isdigit() and int(memory) > 1 else None,
+        )
+    return found
+
+
+def parse_sinfo(
+    text: str,
+    gres_map: Mapping[str, str],
+    resources: Mapping[str, tuple[int | None, int | None]] | None = None,
+) -> list[NodeInfo]:
     """`sinfo -N -O NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:`
     rows -> one NodeInfo per node (a node in several partitions appears once).
 
     GRES types are reverse-mapped through gres_map (unmapped types keep their own name). A
     node whose GRES types are MIG profiles is mig=True; its GPU model comes from a node feature
-    that gres_map knows (e.g. Features=a100 with {"A100-SXM4-80GB": "a100"})."""
+    that gres_map knows (e.g. Features=a100 with {"A100-SXM4-80GB": "a100"}). CPUs and memory
+    come from `resources` (parse_sinfo_resources); a node it does not name has them unknown."""
+    resources = resources or {}
     to_name = {gres_type: name for name, gres_type in gres_map.items()}
     rows: dict[str, list[str]] = {}
     for row in _rows(text, 7):
@@ -411,6 +442,8 @@ def parse_sinfo(text: str, gres_map: Mapping[str, str]) -> list[NodeInfo]:
                 mig_instances=instances,
                 labels={"slurm.partitions": partitions, "slurm.features": ",".join(feature_list)},
                 reason="" if reason.strip() in ("none", "") else reason.strip(),
+                cpus=resources.get(name, (None, None))[0],
+                memory_mb=resources.get(name, (None, None))[1],
             )
         )
     return nodes
