@@ -514,9 +514,14 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             if _unseen(job):  # it started before it was asked to stop, unseen until now
                 record_unseen_run(job, _earliest_start(job))
             return False
-        if job.state in (S.QUEUED, S.DISPATCHING) and remote != RemoteState.LOST:
+        if (
+            job.state in (S.QUEUED, S.DISPATCHING)
+            and remote != RemoteState.LOST
+            and (remote != RemoteState.CANCELLED or _ran(status))
+        ):
             # It started and ended between two polls: record the start, so the timeline
-            # and usage accounting hold.
+            # and usage accounting hold (not for a job cancelled on the cluster while it
+            # waited there: that end leaves no exit code, and it never ran).
             transition(
                 job,
                 S.RUNNING,

@@ -313,3 +313,38 @@ def test_a_stop_sent_again_by_the_sync_does_not_hold_up_the_sync_in_the_embedded
         assert time.monotonic() < deadline, moves(stuck)
         time.sleep(0.2)
         sync_cluster(local_cluster.pk)
+
+
+def queued_on_cluster(people: Any, cluster: Any) -> Job:
+    """A job gpuq handed to a cluster, seen queued there; nobody in gpuq asked it to stop."""
+    job = submit_job(people["alice"], spec(gpus_per_node=GPUS)).job
+    Job.objects.filter(pk=job.pk).update(
+        state=S.QUEUED, external_id="4652", attempts=1, cluster=cluster
+    )
+    job.events.create(from_state=S.DISPATCHING, to_state=S.QUEUED, code="dispatched")
+    return Job.objects.select_related("cluster").get(pk=job.pk)
+
+
+@pytest.mark.parametrize(
+    ("status", "charged"),
+    [
+        # an admin's scancel while it waited for resources: it never ran
+        (parse_squeue("4652|CANCELLED|0|Resources")["4652"], False),
+        # scancelled while it ran, between two syncs
+        (parse_squeue("4652|CANCELLED|15|None")["4652"], True),
+        # it ran and failed between two syncs
+        (JobStatus("4652", RemoteState.FAILED, exit_code=3, reason="exit code 3"), True),
+    ],
+    ids=["cancelled-waiting", "cancelled-running", "failed"],
+)
+def test_a_queued_job_ended_on_its_cluster_is_charged_only_when_its_end_says_it_ran(
+    people: Any, local_cluster: Any, status: JobStatus, charged: bool
+) -> None:
+    job = queued_on_cluster(people, local_cluster)
+
+    _apply_status(job, status)
+
+    job.refresh_from_db()
+    assert job.state == (S.CANCELLED if status.state == RemoteState.CANCELLED else S.FAILED)
+    assert JobRun.objects.filter(job=job).exists() == charged
+    assert job.started_at is not None if charged else job.started_at is None
