@@ -32,7 +32,7 @@ DEFAULT_WORKDIR = "~/.gpuq/jobs"
 # A portable Unix user name: it is also the prefix of the external ids of its jobs, before ":".
 _UNIX_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
 _TEAM_SLUG = re.compile(r"[-A-Za-z0-9_]{1,64}")
-ACCOUNT_KEYS = ("user", "private_key", "private_key_file", "workdir")
+ACCOUNT_KEYS = ("user", "private_key", "private_key_file", "workdir", "account", "qos")
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,9 @@ class SlurmAccount:
     team: str
     user: str
     workdir: str
+    # Its own Slurm account and QOS (None: the cluster's `account` and `qos` settings).
+    slurm_account: str | None = None
+    qos: str | None = None
 
 
 def _accounts(settings: Mapping[str, Any], user: str, workdir: str) -> dict[str, SlurmAccount]:
@@ -110,7 +113,24 @@ def _accounts(settings: Mapping[str, Any], user: str, workdir: str) -> dict[str,
             ):
                 raise fail(f"{where}.workdir", f"is also accounts.{other_team}'s workdir")
         seen.setdefault(name, (given, team))
-        accounts[team] = SlurmAccount(team=team, user=name, workdir=account_workdir)
+        slurm: dict[str, str | None] = {}
+        for key in ("account", "qos"):
+            value = entry.get(key)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise fail(f"{where}.{key}", "must be a string")
+                try:
+                    script.directive_value(key, value)
+                except BackendError as exc:
+                    raise fail(f"{where}.{key}", exc.message) from None
+            slurm[key] = value
+        accounts[team] = SlurmAccount(
+            team=team,
+            user=name,
+            workdir=account_workdir,
+            slurm_account=slurm["account"],
+            qos=slurm["qos"],
+        )
     return accounts
 
 
@@ -278,6 +298,19 @@ class SlurmBackend:
         entry = self.settings.accounts.get(team)
         return self._default if entry is None else self._account(entry.user)
 
+    def script_options(self, team: str) -> script.ScriptOptions:
+        """The cluster's script settings, with the Slurm account and QOS of the team's
+        account where it names its own."""
+        opts = self.settings.script
+        entry = self.settings.accounts.get(team)
+        if entry is None:
+            return opts
+        return dataclasses.replace(
+            opts,
+            account=entry.slurm_account or opts.account,
+            qos=entry.qos or opts.qos,
+        )
+
     def account_connection(self, team: str) -> SSHConnection:
         """The connection the team's jobs go through."""
         return self._team_account(team).connection
@@ -353,7 +386,7 @@ class SlurmBackend:
         account = self._team_account(job.team)
         workdir = self._workdir(account)
         job_dir = script.job_dir(workdir, job)
-        text = script.render(job, self.settings.script, workdir).encode()
+        text = script.render(job, self.script_options(job.team), workdir).encode()
         if not account.connection.make_dir(job_dir):
             # An earlier submit of this attempt got at least as far as creating its directory.
             return self._adopt_or_resubmit(account, job, job_dir, text)
