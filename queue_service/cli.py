@@ -450,7 +450,7 @@ def follow_streams(
     they are read from the start (known by the attempt each chunk says it was read from;
     from an older server, whose chunks do not say, by the job read before them)."""
     offsets = dict.fromkeys(sinks, 0)
-    attempts: dict[str, Any] = dict.fromkeys(sinks)  # the attempt each offset counts in
+    attempts: dict[str, Any] = dict.fromkeys(sinks)  # the log each offset counts in
     state = None
     patiently = Patience(interval_s)
 
@@ -484,14 +484,15 @@ def follow_streams(
 def _chunk_of_one_attempt(
     read_at: Callable[[int], dict[str, Any]], offset: int, attempt: Any, unsaid: Any
 ) -> tuple[dict[str, Any], Any]:
-    """The chunk at `offset`, counted in the log of `attempt`, and the attempt it was read
-    from. A chunk of another attempt (a requeue or restart since the offset was counted)
-    is read again from that attempt's start: at the old offset it would skip the new log's
-    first bytes, or repeat them once the change was seen. A chunk that does not say its
-    attempt (an older server) is taken to be of attempt `unsaid`."""
+    """The chunk at `offset`, counted in the log `attempt` names ((attempt, log_id), or None
+    before the first read), and the log it was read from. A chunk of another log (a
+    requeue, or a restart in place since the offset was counted) is read again from that
+    log's start: at the old offset it would skip the new log's first bytes, or repeat them
+    once the change was seen. A chunk that does not say its attempt (an older server) is
+    taken to be of attempt `unsaid`."""
     while True:
         chunk = read_at(offset)
-        said = chunk.get("attempt", unsaid)
+        said = (chunk.get("attempt", unsaid), chunk.get("log_id", ""))
         if said == attempt or offset == 0:
             return chunk, said
         offset, attempt = 0, said
@@ -876,7 +877,7 @@ def log_chunks(api: Api, ident: str, stream: str) -> Iterator[dict[str, Any]]:
 
     offset, attempt = 0, None
     while True:
-        chunk, attempt = _chunk_of_one_attempt(at, offset, attempt, attempt)
+        chunk, attempt = _chunk_of_one_attempt(at, offset, attempt, None)
         yield chunk
         if chunk["eof"] or chunk["next_offset"] == chunk["offset"]:
             return

@@ -178,6 +178,12 @@ class LogChunkSerializer(serializers.Serializer):
         help_text="the job's attempt whose log this is (0: none yet); each attempt's log"
         " starts at offset 0, so an offset counts only in the attempt it was read from",
     )
+    log_id = serializers.CharField(
+        allow_blank=True,
+        help_text="which log of the attempt this is, when the cluster restarted it in place"
+        " (a container restarted in its pod): a new log_id starts over at offset 0, as a new"
+        " attempt does; empty when the attempt has one log",
+    )
 
 
 # No site has a million GPUs: a larger quota is a typo, and the ceiling keeps the scheduler's

@@ -239,6 +239,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                 # The attempt of the row whose external id the log was read by: a job read
                 # before this one can name an attempt since requeued or restarted.
                 "attempt": job.attempts,
+                "log_id": chunk.source,
             }
         )
 

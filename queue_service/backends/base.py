@@ -166,6 +166,10 @@ class LogChunk:
     data: bytes
     next_offset: int
     eof: bool = False  # the job is finished and nothing more will come
+    # Which log of the attempt the bytes are of, when it can have several that each start
+    # over at offset 0 (a container restarted in its pod, a Volcano gang recreated): the
+    # backend's name for it; "" when an attempt has one log.
+    source: str = ""
 
 
 class Backend(Protocol):

@@ -386,13 +386,16 @@ def footprint_on(gpus: int, cpus: int | None, memory_mb: int | None, node: NodeS
     its GPUs, its CPUs over the node's CPUs per GPU and its memory over the node's memory per
     GPU, rounded up. A job taking most of a node's CPUs makes its GPUs unusable, so it holds
     them; it never takes more CPUs (memory) than its footprint's share of the node. None:
-    the node has fewer CPUs or less memory than the job asks per node."""
+    the node has fewer CPUs or less memory than the job asks per node. A job of no GPUs is
+    charged only the GPUs whose whole share it takes (rounded down): a few CPUs must not
+    hold a GPU idle and wait for one to come free."""
     footprint = gpus
     for asked, offered in ((cpus, node.cpus), (memory_mb, node.memory_mb)):
         if asked and offered:
             if asked > offered:
                 return None
-            footprint = max(footprint, -(-asked * node.gpus // offered))
+            share = asked * node.gpus // offered if gpus == 0 else -(-asked * node.gpus // offered)
+            footprint = max(footprint, share)
     return footprint
 
 
@@ -495,7 +498,10 @@ class Footprints:
         past = max(n.gpus for n in too_small) + 1
         if any(n.gpus >= past for n, _ in holding):
             changes["gpus_per_node"] = past
-        return changes
+            return changes
+        # Nothing the scheduler sees keeps it off the nodes too small for it: placed there,
+        # the cluster would refuse it. It waits, saying what would let it run.
+        return _inseparable(holding, too_small, cpus, memory_mb)
 
 
 def footprint_note(charged: int, spec: dict[str, Any]) -> tuple[int, str]:
@@ -517,6 +523,25 @@ def charged_reason(reason: st.Reason, note: tuple[int, str]) -> st.Reason:
         reason.code,
         f"{reason.message} ({why})",
         (*reason.details, ("gpus_charged_per_node", charged)),
+    )
+
+
+def _inseparable(
+    holding: list[tuple[NodeShape, int | None]],
+    too_small: list[NodeShape],
+    cpus: int | None,
+    memory_mb: int | None,
+) -> st.Reason:
+    asked = " and ".join(
+        a for a in (f"{cpus} CPUs" if cpus else "", f"{memory_mb} MB" if memory_mb else "") if a
+    )
+    small = sorted({f"{n.cluster}/{n.gpu_model}/{n.pool or '-'}" for n in too_small})
+    return st.Reason(
+        "unsatisfiable",
+        f"needs {asked} per node, which only some nodes of {', '.join(small)} have; the others"
+        " look the same to the scheduler (cluster, GPU model, pool, GPUs), so it cannot be kept"
+        " off them: ask for fewer, or give the larger nodes a pool of their own and ask for it",
+        (("cpus_per_node", cpus), ("memory_mb_per_node", memory_mb)),
     )
 
 
@@ -724,12 +749,20 @@ def apply_decisions(
             continue
     waits = decisions.waits
     if held.charged:
-        waits = tuple(
-            w._replace(reason=charged_reason(w.reason, held.charged[w.job_id]))
-            if w.job_id in held.charged
-            else w
-            for w in waits
-        )
+        # One reason object per distinct (reason, note): the write sends each once.
+        noted: dict[tuple[int, tuple[int, str]], st.Reason] = {}
+
+        def with_note(w: st.Wait) -> st.Wait:
+            note = held.charged.get(w.job_id)
+            if note is None:
+                return w
+            key = (id(w.reason), note)
+            reason = noted.get(key)
+            if reason is None:
+                reason = noted[key] = charged_reason(w.reason, note)
+            return w._replace(reason=reason)
+
+        waits = tuple(with_note(w) for w in waits)
     _store_waits(waits, now, held.waiting)
     never = 0
     for job in Job.objects.filter(pk__in=list(held.never), state=S.PENDING):

@@ -14,6 +14,7 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple, TypeVar
 
 import httpx2
@@ -74,6 +75,7 @@ LOG_PREFIX = re.compile(
 LOG_PODS_KEPT = 64  # pods whose log positions a backend remembers
 LOG_CURSORS_KEPT = 128  # positions remembered per pod
 LOG_MIN_READ = 64 * 1024
+LOG_RESUME_MARGIN_S = 2  # see LogCursor.since_time
 
 
 def load_config(settings: K8sSettings) -> SingleConfig:
@@ -112,10 +114,15 @@ class LogCursor:
 
     def since_time(self) -> str:
         """sinceTime for a read that starts at or before this position: the API server
-        hands sinceTime to the kubelet in whole seconds (time.RFC3339)."""
+        hands sinceTime to the kubelet in whole seconds (time.RFC3339), and the kubelet
+        sends every entry stamped at or after it. LOG_RESUME_MARGIN_S earlier than the
+        line's second: a line can follow a later-stamped one in the file (the runtime
+        stamps an entry before it takes the log's write lock, so stderr and stdout cross;
+        a clock stepped back), and such a line is sent only if the margin covers it."""
         m = LOG_PREFIX.match(self.stamp + b" ")
         assert m is not None
-        return (m["second"] + m["zone"]).decode()
+        second = datetime.fromisoformat((m["second"] + m["zone"]).decode())
+        return (second - timedelta(seconds=LOG_RESUME_MARGIN_S)).isoformat().replace("+00:00", "Z")
 
 
 class LogLine(NamedTuple):
@@ -222,6 +229,12 @@ class KubernetesBackend:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except msgspec.DecodeError as exc:  # a proxy or a half-written answer
                 last = f"unreadable answer: {exc}"
+            except RuntimeError as exc:
+                # httpx's "client has been closed": the registry replaced this backend (its
+                # cluster's settings changed) while the call ran. The new backend retries.
+                if "closed" not in str(exc):
+                    raise
+                raise BackendError(f"{what}: {exc}", permanent=False) from None
             if attempt < self.settings.max_retries:
                 self._sleep(min(delay, self.settings.retry_after_cap_s))
         raise BackendError(f"{what}: {last} (gave up after retries)", permanent=False)
@@ -265,9 +278,9 @@ class KubernetesBackend:
         name = job.placement[0].node
         try:
             node = self._call(
-                f"get node {name}", lambda: self.client.get(Node, name), passthrough=(404,)
+                f"get node {name}", lambda: self.client.get(Node, name), passthrough=(403, 404)
             ).to_dict()
-        except ApiError:
+        except ApiError:  # gone, or no `get` on nodes (inventory needs only `list`)
             return None
         return node_mig_strategy(node)
 
@@ -514,11 +527,13 @@ class KubernetesBackend:
             return LogChunk(b"", offset, eof=False)
         chunk = self._log_chunk(ref.namespace, pod, offset, limit)
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        return LogChunk(chunk, offset + len(chunk), eof=finished and len(chunk) < limit)
+        return LogChunk(
+            chunk, offset + len(chunk), eof=finished and len(chunk) < limit, source=log_source(pod)
+        )
 
     def _log_chunk(self, namespace: str, pod: Mapping[str, Any], offset: int, limit: int) -> bytes:
         meta = pod["metadata"]
-        key = (namespace, meta["name"], meta.get("uid", ""))
+        key = (namespace, meta["name"], log_source(pod))
         with self._log_lock:
             known = self._log_cursors.get(key, {})
             base = max((o for o in known if o <= offset), default=0)
@@ -554,7 +569,10 @@ class KubernetesBackend:
         budget = 0
         while True:
             need = skip + want - len(out)
-            lead = cursor.lead if cursor is not None else 0
+            # A resumed read starts at its line's second (less the margin), and re-reads
+            # the line up to the position: a line with no newline (a progress bar's \r) is
+            # read again from its start each time, the one case the API cannot resume.
+            lead = cursor.lead + cursor.into if cursor is not None else 0
             budget = max(budget, lead + need + need // 4 + LOG_MIN_READ)
             params = {"container": CONTAINER, "timestamps": "true", "limitBytes": str(budget)}
             if cursor is not None:
@@ -589,7 +607,8 @@ class KubernetesBackend:
                 if len(out) >= want:
                     return bytes(out), cursor
             if not cut:
-                return bytes(out), cursor
+                # A position is only where the bytes handed out end: not past the log's end.
+                return bytes(out), cursor if skip == 0 else None
             if (cursor, skip, len(out)) == before:
                 budget *= 2  # nothing new in this answer: ask for more
 
@@ -641,6 +660,15 @@ class KubernetesBackend:
         obj = self._call(f"get node {node}", lambda: self.client.get(Node, node)).to_dict()
         state = (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL, "")
         return state if state in MIG_LAYOUT_STATES else "unknown"
+
+
+def log_source(pod: Mapping[str, Any]) -> str:
+    """Which log of the attempt a pod's main container writes: a gang that Volcano recreates
+    (the same pod names, a new uid) and a container the kubelet restarts in its pod each
+    write a log that starts over."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    restarts = next((c.get("restartCount", 0) for c in statuses if c.get("name") == CONTAINER), 0)
+    return f"{(pod.get('metadata') or {}).get('uid', '')}/{restarts}"
 
 
 def _find_line(lines: Sequence[LogLine], cursor: LogCursor) -> int | None:

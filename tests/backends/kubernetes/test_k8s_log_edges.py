@@ -1,0 +1,134 @@
+"""Kubernetes log reads stay byte-exact (a specification, against the fake API
+server, whose pod log answers follow the kubelet's ReadLogs: an entry older than sinceTime is
+skipped whatever its place in the file, limitBytes counts the stamps)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import FakeClock, make_backend, request
+from k8s_fakeapi import FakeApiServer
+from k8s_sim import Sim
+
+from queue_service.backends.kubernetes import KubernetesBackend
+
+
+def started(api: FakeApiServer, sim: Sim, clock: FakeClock) -> tuple[KubernetesBackend, str, Any]:
+    b = make_backend(api, clock, workload="indexed")
+    eid = b.submit(request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb")).external_id
+    return b, eid, sim.run(eid)[0]
+
+
+def read_all(b: KubernetesBackend, eid: str, offset: int, limit: int) -> bytes:
+    out = bytearray()
+    while True:
+        chunk = b.logs(eid, offset=offset, limit=limit)
+        out += chunk.data
+        if chunk.eof or not chunk.data:
+            return bytes(out)
+        offset = chunk.next_offset
+
+
+def test_a_read_past_the_end_of_a_growing_log_does_not_shift_later_reads(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """A reader may ask at any offset, e.g. one it kept from before; past the end it gets
+    nothing, and once the log has grown that far the same offset names the same bytes."""
+    b, eid, pod = started(api, sim, clock)
+    now = clock()
+    log = bytearray()
+    for i in range(5):
+        line = f"line {i:04d}\n".encode()  # 10 bytes
+        sim.log(pod, line, at=now - 100 + i)
+        log += line
+    assert b.logs(eid, offset=120, limit=10).data == b""  # past the end (50 bytes)
+    for i in range(5, 40):
+        line = f"line {i:04d}\n".encode()
+        sim.log(pod, line, at=now - 100 + i)
+        log += line
+    assert b.logs(eid, offset=120, limit=10).data == bytes(log[120:130])
+    assert b.logs(eid, offset=200, limit=30).data == bytes(log[200:230])
+
+
+def test_a_line_written_after_a_later_stamped_line_is_not_lost_on_resume(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """containerd stamps a line when its stream's goroutine reads it, then takes the file's
+    lock: a stderr line stamped x.999999 can land after a stdout line stamped (x+1).000001
+    (and an NTP step back does the same for whole seconds). The kubelet filters sinceTime
+    per entry, not per file position: a resume must not drop the earlier-stamped line."""
+    b, eid, pod = started(api, sim, clock)
+    s = float(int(clock()) - 100)
+    sim.log(pod, b"stdout: step 1\n", at=s + 1.000001)  # written first, stamped later
+    first = b.logs(eid, offset=0, limit=1 << 16)
+    assert first.data == b"stdout: step 1\n"
+    sim.log(pod, b"stderr: warning\n", at=s + 0.999999)  # stamped earlier, written second
+    sim.log(pod, b"stdout: step 2\n", at=s + 2.5)
+    sim.succeed(eid)
+    rest = read_all(b, eid, first.next_offset, 1 << 16)
+    assert rest == b"stderr: warning\nstdout: step 2\n"
+
+
+def test_a_reader_following_the_log_through_a_volcano_restart_in_place_sees_the_new_run(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """Volcano's RestartJob (PodFailed/PodEvicted) recreates the gang under the same pod
+    names and the same gpuq attempt: the master's log starts over. A reader that keeps
+    reading at next_offset (as `gpuq logs -f` does while the attempt stays the same) must
+    get the restarted run's output, not skip its first bytes."""
+    b = make_backend(api, clock, workload="volcano")
+    eid = b.submit(request(nodes=1, retries_max=2)).external_id
+    master = sim.run(eid)[0]
+    now = clock()
+    run1 = b"".join(f"run 1 step {i:03d}\n".encode() for i in range(20))
+    sim.log(master, run1, at=now - 50)
+    got = bytearray()
+    offset = 0
+    chunk = b.logs(eid, offset=offset, limit=1 << 16)
+    got += chunk.data
+    offset = chunk.next_offset
+    assert bytes(got) == run1
+    sim.evict(eid)  # Volcano: RestartJob, the gang is created again
+    clock.now += 5
+    master = next(p for p in sim.run(eid) if p["metadata"]["name"] == master["metadata"]["name"])
+    run2 = b"".join(f"run 2 step {i:03d}\n".encode() for i in range(30))
+    source = chunk.source
+    for i in range(30):
+        sim.log(master, run2[i * 15 : (i + 1) * 15], at=clock() + i * 0.01)  # a line
+        chunk = b.logs(eid, offset=offset, limit=1 << 16)
+        if chunk.source != source:  # another log: it starts over (the CLI does the same)
+            source, offset = chunk.source, 0
+            chunk = b.logs(eid, offset=0, limit=1 << 16)
+        got += chunk.data
+        offset = chunk.next_offset
+    assert bytes(got) == run1 + run2, bytes(got[len(run1) :])
+
+
+def test_following_a_progress_bar_that_never_ends_its_line_stays_exact_at_the_old_cost(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """tqdm redraws its bar with \\r and no \\n: a training job's stderr is one line that
+    grows for hours, which the runtime writes as 16 KiB partial CRI entries, stamped by the
+    kubelet only where the line starts. The pod log API cannot resume inside a line, so
+    each read re-reads the line from its start (docs/kubernetes.md): quadratic, as every
+    read was before, but about what reading the log from its start each time costs."""
+    b, eid, pod = started(api, sim, clock)
+    start = clock() - 4000
+    log = bytearray()
+    entry = b"".join(f"\r{i:5d}/99999 [##########] loss 0.1234".encode() for i in range(400))
+    entry = entry[: 16 * 1024]
+    offset = 0
+    got = bytearray()
+    from_the_start = 0  # what offset+limit reads of the log as it then was would cost
+    for i in range(128):  # 2 MiB, an entry every 10 s
+        sim.log(pod, entry, at=start + i * 10)
+        log += entry
+        from_the_start += min(len(log), offset + 64 * 1024) + 31 * (i + 1)
+        chunk = b.logs(eid, offset=offset, limit=64 * 1024)
+        got += chunk.data
+        offset = chunk.next_offset
+    sim.succeed(eid)
+    got += read_all(b, eid, offset, 64 * 1024)
+    assert bytes(got) == bytes(log)
+    # Measured: 1.01 x (the stamps, and the margin before the line's second).
+    assert api.log_bytes_sent <= 1.05 * from_the_start, (api.log_bytes_sent, from_the_start)
