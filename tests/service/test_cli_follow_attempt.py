@@ -197,3 +197,26 @@ def test_a_log_chunk_says_which_attempt_it_was_read_from_to_the_team_only(
         assert response.json()["attempt"] == 3
     else:
         assert "attempt" not in response.json()
+
+
+def test_a_chunk_of_another_log_of_the_same_attempt_is_read_from_its_start() -> None:
+    """A gang the cluster recreated in place (Volcano) or a restarted container keeps the
+    attempt but starts a new log, which the chunk names (`log_id`): read from its start, as a
+    new attempt is, not at the offset counted in the old log."""
+    from queue_service.cli import _chunk_of_one_attempt
+
+    logs = {"pod-a/0": b"first run, all of it\n", "pod-b/0": b"second\n"}
+    now = ["pod-a/0"]
+    reads: list[int] = []
+
+    def read_at(offset: int) -> dict[str, Any]:
+        reads.append(offset)
+        data = logs[now[0]][offset:]
+        return {"attempt": 2, "log_id": now[0], "offset": offset, "data": data}
+
+    chunk, log = _chunk_of_one_attempt(read_at, 0, None, 2)
+    assert (chunk["data"], log) == (logs["pod-a/0"], (2, "pod-a/0"))
+    now[0] = "pod-b/0"
+    chunk, log = _chunk_of_one_attempt(read_at, len(logs["pod-a/0"]), log, 2)
+    assert (chunk["data"], log) == (b"second\n", (2, "pod-b/0"))
+    assert reads == [0, len(logs["pod-a/0"]), 0]
