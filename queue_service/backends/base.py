@@ -159,6 +159,9 @@ class JobStatus:
     exit_code: int | None = None
     reason: str = ""  # the backend's own words (Slurm pending reason, pod reason)
     native_state: str = ""  # e.g. "NODE_FAIL", "Evicted"
+    # Whether an ended job ever ran, where the backend can tell (a cancel's end alone often
+    # cannot: sacct's `CANCELLED 0:0` is the same whether it ran or not). None: unknown.
+    started: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -239,7 +239,15 @@ def _verdict(external_id: str, job_dir: Path) -> JobStatus | None:
     if not (exit_code is None or type(exit_code) is int) or not isinstance(reason, str):
         return None
     state = str(data["state"])
-    return JobStatus(external_id, state, exit_code=exit_code, reason=reason, native_state=state)
+    started = data.get("started")
+    return JobStatus(
+        external_id,
+        state,
+        exit_code=exit_code,
+        reason=reason,
+        native_state=state,
+        started=started if isinstance(started, bool) else None,
+    )
 
 
 def _read_pid(path: Path) -> int | None:

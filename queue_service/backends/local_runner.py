@@ -239,7 +239,12 @@ def supervise(
     if stopping:
         write_json(
             job_dir / "result.json",
-            {"state": "cancelled", "exit_code": None, "reason": "cancelled before it started"},
+            {
+                "state": "cancelled",
+                "exit_code": None,
+                "reason": "cancelled before it started",
+                "started": False,
+            },
         )
         return
     command = req["command"]

@@ -347,11 +347,13 @@ def _unseen(job: Job) -> bool:
 
 
 def _ran(status: JobStatus) -> bool:
-    """Whether the end a cluster reports is one only a job that started leaves: any but lost,
-    and a cancel only with an exit code (a signal's: Slurm's wait status 15 is 143). A job
-    cancelled while it waited has none (None, or Slurm's 0)."""
+    """Whether the end a cluster reports may be that of a job that ran: any but lost, and a
+    cancel unless its backend can tell it never started (squeue's pending reason, the local
+    cluster's cancel before the start). Where nothing tells (sacct's `0:0`, a deleted
+    Kubernetes workload), it is charged: a run missed is lost for good, and the charge runs
+    only from when the job was handed over."""
     if status.state == RemoteState.CANCELLED:
-        return bool(status.exit_code)
+        return status.started is not False
     return status.state in RemoteState.TERMINAL and status.state != RemoteState.LOST
 
 

@@ -386,16 +386,15 @@ def footprint_on(gpus: int, cpus: int | None, memory_mb: int | None, node: NodeS
     its GPUs, its CPUs over the node's CPUs per GPU and its memory over the node's memory per
     GPU, rounded up. A job taking most of a node's CPUs makes its GPUs unusable, so it holds
     them; it never takes more CPUs (memory) than its footprint's share of the node. None:
-    the node has fewer CPUs or less memory than the job asks per node. A job of no GPUs is
-    charged only the GPUs whose whole share it takes (rounded down): a few CPUs must not
-    hold a GPU idle and wait for one to come free."""
+    the node has fewer CPUs or less memory than the job asks per node. A job of no GPUs that
+    asks CPUs or memory is charged too, rounded up like any: rounded down, any number of
+    them would fit one node's GPUs and overcommit its CPUs."""
     footprint = gpus
     for asked, offered in ((cpus, node.cpus), (memory_mb, node.memory_mb)):
         if asked and offered:
             if asked > offered:
                 return None
-            share = asked * node.gpus // offered if gpus == 0 else -(-asked * node.gpus // offered)
-            footprint = max(footprint, share)
+            footprint = max(footprint, -(-asked * node.gpus // offered))
     return footprint
 
 
@@ -490,11 +489,43 @@ class Footprints:
         if not too_small:
             return changes
         for field, given in (("cluster", cluster), ("gpu_model", model), ("pool", pool)):
-            values = {getattr(n, field) for n, _ in holding}
-            if given is None and len(values) == 1:
-                value = values.pop()
-                if value is not None and all(getattr(n, field) != value for n in too_small):
-                    return {**changes, field: value}
+            if given is not None:
+                continue
+            # A value some nodes that hold it have and no node too small for it has: the
+            # one whose nodes offer the most GPUs (then by name), charged over its nodes.
+            small = {getattr(n, field) for n in too_small}
+            offered: dict[str, int] = {}
+            for n, _ in holding:
+                value = getattr(n, field)
+                if value is not None and value not in small:
+                    offered[value] = offered.get(value, 0) + n.gpus
+            if offered:
+                value = min(offered, key=lambda v: (-offered[v], v))
+                charged = max(f for n, f in holding if getattr(n, field) == value and f is not None)
+                narrowed: dict[str, Any] = {field: value}
+                if charged != gpus:
+                    narrowed["gpus_per_node"] = charged
+                return narrowed
+        # Each value is shared with small nodes: a cluster, model and pool together may not be.
+        offered_by: dict[tuple[str, str, str | None], int] = {}
+        for n, _ in holding:
+            key = (n.cluster, n.gpu_model, n.pool)
+            offered_by[key] = offered_by.get(key, 0) + n.gpus
+        for c, m, p in sorted(offered_by, key=lambda k: (-offered_by[k], repr(k))):
+            if (cluster is not None and c != cluster) or (pool is not None and p != pool):
+                continue
+            if any(
+                n.cluster == c and n.gpu_model == m and (p is None or n.pool == p)
+                for n in too_small
+            ):
+                continue
+            narrowed = {"cluster": c, "gpu_model": m} | ({"pool": p} if p else {})
+            charged = max(
+                f
+                for n, f in holding
+                if f is not None and (n.cluster, n.gpu_model) == (c, m) and (not p or n.pool == p)
+            )
+            return narrowed | ({"gpus_per_node": charged} if charged != gpus else {})
         past = max(n.gpus for n in too_small) + 1
         if any(n.gpus >= past for n, _ in holding):
             changes["gpus_per_node"] = past
@@ -535,7 +566,12 @@ def _inseparable(
     asked = " and ".join(
         a for a in (f"{cpus} CPUs" if cpus else "", f"{memory_mb} MB" if memory_mb else "") if a
     )
-    small = sorted({f"{n.cluster}/{n.gpu_model}/{n.pool or '-'}" for n in too_small})
+    large = {(n.cluster, n.gpu_model, n.pool) for n, _ in holding}
+    small = sorted(
+        f"{c}/{m}/{p or '-'}"
+        for c, m, p in {(n.cluster, n.gpu_model, n.pool) for n in too_small}
+        if (c, m, p) in large
+    ) or ["its cluster, GPU model and pool"]
     return st.Reason(
         "unsatisfiable",
         f"needs {asked} per node, which only some nodes of {', '.join(small)} have; the others"

@@ -49,12 +49,13 @@ def test_a_job_the_larger_nodes_pool_tells_apart_runs_there(people: Any, tmp_pat
     assert (job.state, [a["node"] for a in job.placement]) == (S.ADMITTED, ["large"]), job.reason
 
 
-def test_a_cpu_only_job_asking_a_few_cpus_holds_no_gpu(people: Any, tmp_path: Any) -> None:
-    """A job of no GPUs (gpus_per_node: 0) asking 2 of a node's 96 CPUs makes no GPU
-    unusable (the node's 8 GPUs keep 94 CPUs between them). Rounding its 1/6 of a GPU's
-    CPUs up to a whole GPU holds a GPU idle and charges the team's GPU quota for it: eight
-    such jobs fill an 8-GPU node whose CPUs are nearly all free, and while the GPUs are busy
-    it cannot start at all (before the footprint it started at once)."""
+def test_a_cpu_only_job_asking_cpus_is_charged_a_gpu_and_waits_while_all_are_busy(
+    people: Any, tmp_path: Any
+) -> None:
+    """A job of no GPUs asking 2 of a node's 96 CPUs is charged a whole GPU (rounded up,
+    as any job): rounded down, any number of such jobs would fit the node and overcommit its
+    CPUs (test_charge_and_footprint_edges.py: twelve 11-CPU jobs on 96 CPUs). So while every
+    GPU is busy it waits, saying what it is charged for; a job asking nothing starts."""
     cluster_of(tmp_path, ("n1", 8, 96, 1_000_000))
     busy = [submit(people, name=f"gpu{i}") for i in range(8)]
     run_cycle()
@@ -65,5 +66,6 @@ def test_a_cpu_only_job_asking_a_few_cpus_holds_no_gpu(people: Any, tmp_path: An
     run_cycle()
 
     bare, small = fresh(bare, small)
-    assert bare.state == S.ADMITTED  # a CPU-only job asking nothing starts beside them
-    assert (small.state, small.gpus) == (S.ADMITTED, 0.0), (small.state, small.reason)
+    assert bare.state == S.ADMITTED
+    assert small.state == S.PENDING
+    assert "charged 1 GPUs per node for its 2 CPUs per node" in small.reason["message"]

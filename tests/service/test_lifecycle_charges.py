@@ -183,7 +183,12 @@ def cancelled_while_queued(people: Any, cluster: Any) -> Job:
         (parse_squeue("4651|CANCELLED|0|Resources")["4651"], False),
         # the local cluster's "cancelled before it started"
         (
-            JobStatus("4651", RemoteState.CANCELLED, reason="cancelled before it started"),
+            JobStatus(
+                "4651",
+                RemoteState.CANCELLED,
+                reason="cancelled before it started",
+                started=False,
+            ),
             False,
         ),
         # the cluster forgot it: nothing says it ran

@@ -232,7 +232,7 @@ class KubernetesBackend:
             except RuntimeError as exc:
                 # httpx's "client has been closed": the registry replaced this backend (its
                 # cluster's settings changed) while the call ran. The new backend retries.
-                if "closed" not in str(exc):
+                if "client has been closed" not in str(exc):
                     raise
                 raise BackendError(f"{what}: {exc}", permanent=False) from None
             if attempt < self.settings.max_retries:

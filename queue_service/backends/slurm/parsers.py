@@ -91,12 +91,21 @@ def job_status(external_id: str, native: str, reason: str, exit_code: int | None
     if word == "CANCELLED" and rest.startswith("by "):
         text = f"cancelled by uid {rest[3:].strip()}"
     terminal = state in RemoteState.TERMINAL
+    started = None
+    if word == "CANCELLED":
+        # squeue: a job scancelled while it ran ends with its signal's wait status (15), one
+        # cancelled while it waited with 0 and its pending reason; sacct says 0:0 for both.
+        if exit_code:
+            started = True
+        elif slurm_reason:
+            started = False
     return JobStatus(
         external_id=external_id,
         state=state,
         exit_code=exit_code if terminal else None,
         reason=text,
         native_state=word,
+        started=started,
     )
 
 
