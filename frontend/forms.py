@@ -325,6 +325,13 @@ class YamlLine:
     number: int
     text: str
     errors: tuple[str, ...] = ()
+    gap: bool = False  # stands for lines left out between the errors' neighbourhoods
+
+
+# A refused file is listed whole up to this many lines; past it, only the lines around its
+# errors: each listed line is markup, and the textarea already echoes the text once.
+LISTING_WHOLE = 200
+LISTING_AROUND = 3
 
 
 def yaml_listing(
@@ -349,5 +356,23 @@ def yaml_listing(
                 by_line.setdefault(line, []).append(where)
             else:
                 loose.append(where)
-    listing = [YamlLine(i, t, tuple(by_line.get(i, ()))) for i, t in enumerate(lines, start=1)]
+    if len(lines) <= LISTING_WHOLE:
+        shown = range(1, len(lines) + 1)
+    else:
+        near = {
+            n
+            for line in by_line
+            for n in range(line - LISTING_AROUND, line + LISTING_AROUND + 1)
+            if 1 <= n <= len(lines)
+        }
+        shown = sorted(near or range(1, LISTING_AROUND * 2 + 2))
+    listing: list[YamlLine] = []
+    previous = 0
+    for i in shown:
+        if i > previous + 1:
+            listing.append(YamlLine(i - 1, "", gap=True))
+        listing.append(YamlLine(i, lines[i - 1], tuple(by_line.get(i, ()))))
+        previous = i
+    if previous < len(lines):
+        listing.append(YamlLine(len(lines), "", gap=True))
     return listing, loose

@@ -149,13 +149,48 @@ def dispatch_job(job_id: str) -> None:
         pk=job_id
     )
     if job.state == S.ADMITTED:
+        gone = _placement_gone(job)
         try:
+            if gone is not None:
+                # Placed on what is no longer there to take it: placed again, not failed.
+                transition(
+                    job,
+                    S.PENDING,
+                    code="placement_gone",
+                    message=gone,
+                    placement=[],
+                    cluster=job.cluster if job.pinned_cluster else None,
+                    reason=_reason("placement_gone", gone),
+                )
+                request_cycle()
+                return
             transition(job, S.DISPATCHING, code="dispatching", attempts=job.attempts + 1)
         except StaleState:
             return
     elif not _claim(job, RETRY):
         return
     submit_admitted(job)
+
+
+def _placement_gone(job: Job) -> str | None:
+    """Why an admitted job's placement no longer stands (its cluster was disabled, or a node
+    left it or is draining since the cycle placed it), or None."""
+    if job.cluster is None:
+        return None
+    if not job.cluster.enabled:
+        return f"its cluster {job.cluster.name} was disabled before the job was handed to it"
+    names = {a["node"] for a in job.placement}
+    up = set(
+        Node.objects.filter(cluster=job.cluster, name__in=names, state=Node.State.UP).values_list(
+            "name", flat=True
+        )
+    )
+    if names - up:
+        left = ", ".join(sorted(names - up))
+        return (
+            f"node {left} of {job.cluster.name} stopped taking work before the job was handed to it"
+        )
+    return None
 
 
 RETRY = "dispatch_retry"  # the reason of a job whose last submit failed transiently
@@ -267,6 +302,17 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
                 "cancelled",
                 f"cancelled; the cluster refused it: {exc.message}",
             )
+        elif job.state == S.SUSPENDING:
+            # Nothing ran: it waits suspended as asked, and a resume places it again.
+            if _try(
+                job,
+                S.SUSPENDED,
+                code="suspended",
+                message=f"suspended; the cluster refused it meanwhile: {exc.message}",
+                placement=[],
+            ):
+                return
+            continue
         else:
             to, code, message = S.FAILED, "dispatch_failed", exc.message
         if _try(job, to, code=code, message=message, reason=_reason(code, message)):
@@ -282,7 +328,9 @@ def request_stop(job: Job) -> None:
 
         transaction.on_commit(lambda: cancel_job.delay(str(job.pk)))
     else:
-        transaction.on_commit(lambda: stop_job(str(job.pk)))
+        # robust: one victim's failed stop must not drop the other hooks of the commit (the
+        # cycle's other stops, its dispatches); the sync sends a lost stop again.
+        transaction.on_commit(lambda: stop_job(str(job.pk)), robust=True)
 
 
 STOP_SENT = "stop_sent"  # an event: a stop of this attempt went to the cluster

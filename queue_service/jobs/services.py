@@ -219,12 +219,7 @@ def submit_job(
     serializer.is_valid(raise_exception=True)
     spec = dict(serializer.validated_data)
     team = resolve_team(user, spec.pop("team"))
-    cluster_name = spec.pop("cluster")
-    cluster = None
-    if cluster_name is not None:
-        cluster = Cluster.objects.filter(name=cluster_name, enabled=True).first()
-        if cluster is None:
-            raise ValidationError({"cluster": [f"no enabled cluster named {cluster_name!r}"]})
+    cluster = enabled_cluster(spec.pop("cluster"))
     check_after(user, spec.get("after", ()))
     check_notify(user, spec)
     array: ArraySpec | None = spec.pop("array", None)
@@ -721,13 +716,24 @@ def _coalesce(key: str, *, ttl_s: int) -> bool:
     return bool(client.set(key, "1", nx=True, ex=ttl_s))
 
 
+def enabled_cluster(name: str | None) -> Cluster | None:
+    """The enabled cluster a spec pins, or None when it pins none; a 400 on `cluster` else."""
+    if name is None:
+        return None
+    cluster = Cluster.objects.filter(name=name, enabled=True).first()
+    if cluster is None:
+        raise ValidationError({"cluster": [f"no enabled cluster named {name!r}"]})
+    return cluster
+
+
 def preview_submit(user: Any, data: dict[str, Any]) -> dict[str, Any]:
     """Validate like submit_job, then ask the scheduler what would happen; stores nothing."""
     serializer = JobSpecSerializer(data=data)
     serializer.is_valid(raise_exception=True)
     spec = dict(serializer.validated_data)
     team = resolve_team(user, spec.pop("team"))
-    cluster = spec.pop("cluster")
+    pinned = enabled_cluster(spec.pop("cluster"))
+    cluster = pinned.name if pinned is not None else None
     check_after(user, spec.get("after", ()))
     check_notify(user, spec)
     from .snapshot import preview_job

@@ -241,7 +241,9 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
     holders = _mig_holders(active)
     node_rows = list(Node.objects.filter(cluster__enabled=True).select_related("cluster"))
     nodes = tuple(_node(n, holders) for n in node_rows)
-    footprints = Footprints(node_rows)
+    # Nodes that take work (a gone node, marked down, must neither keep a job off the ones
+    # left nor raise its charge there).
+    footprints = Footprints([n for n in node_rows if n.state != Node.State.DOWN])
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
     rows = _pending_rows()
@@ -1078,7 +1080,9 @@ def preview_job(
         kind=spec.get("kind", "training"),
         cluster=pinned_cluster,
     )
-    fitted = Footprints(list(nodes)).fit(request, spec.get("cpus_per_gpu"), spec.get("memory"))
+    fitted = Footprints(list(nodes.exclude(state=Node.State.DOWN))).fit(
+        request, spec.get("cpus_per_gpu"), spec.get("memory")
+    )
     if isinstance(fitted, st.Reason):
         return {
             "starts_now": False,
