@@ -75,6 +75,7 @@ LOG_PREFIX = re.compile(
 LOG_PODS_KEPT = 64  # pods whose log positions a backend remembers
 LOG_CURSORS_KEPT = 128  # positions remembered per pod
 LOG_MIN_READ = 64 * 1024
+LOG_MAX_ANSWER = 8 * 1024 * 1024  # what one log answer may hold in memory (see _walk_log)
 LOG_RESUME_MARGIN_S = 2  # see LogCursor.since_time
 
 
@@ -573,7 +574,9 @@ class KubernetesBackend:
             # the line up to the position: a line with no newline (a progress bar's \r) is
             # read again from its start each time, the one case the API cannot resume.
             lead = cursor.lead + cursor.into if cursor is not None else 0
-            budget = max(budget, lead + need + need // 4 + LOG_MIN_READ)
+            # What is to be passed or taken comes in answers of at most LOG_MAX_ANSWER: a
+            # read far into a large log walks it, never holding all of it at once.
+            budget = max(budget, lead + min(LOG_MAX_ANSWER, need + need // 4 + LOG_MIN_READ))
             params = {"container": CONTAINER, "timestamps": "true", "limitBytes": str(budget)}
             if cursor is not None:
                 params["sinceTime"] = cursor.since_time()

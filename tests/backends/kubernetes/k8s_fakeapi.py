@@ -603,6 +603,7 @@ class FakeApiServer:
         self.token = token
         self.watch_timeout_s = 30.0
         self.log_bytes_sent = 0  # the bodies of pod log answers, as sent
+        self.log_answer_max = 0  # the largest of them
         self._stopping = threading.Event()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         server.daemon_threads = True
@@ -1157,6 +1158,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                     return self._drop()
                 with api.store.lock:
                     api.log_bytes_sent += len(data)
+                    api.log_answer_max = max(api.log_answer_max, len(data))
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(data)))

@@ -132,3 +132,29 @@ def test_following_a_progress_bar_that_never_ends_its_line_stays_exact_at_the_ol
     assert bytes(got) == bytes(log)
     # Measured: 1.01 x (the stamps, and the margin before the line's second).
     assert api.log_bytes_sent <= 1.05 * from_the_start, (api.log_bytes_sent, from_the_start)
+
+
+def test_a_read_far_past_a_large_logs_end_holds_no_more_than_a_bounded_answer(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, monkeypatch: Any
+) -> None:
+    """Any reader may ask for any offset (the API takes up to 1 TiB). With no position known
+    below it, the read walks the log from its start; in one answer of offset+limit bytes a
+    multi-GB log would sit whole in the web worker's memory. It walks in bounded answers
+    (a small bound here, so that a small log spans several)."""
+    from queue_service.backends.kubernetes import backend as k8s
+
+    monkeypatch.setattr(k8s, "LOG_MAX_ANSWER", 256 * 1024)
+    b, eid, pod = started(api, sim, clock)
+    start = clock() - 10_000
+    line = b"x" * 99 + b"\n"
+    log = bytearray()
+    for i in range(3 * k8s.LOG_MAX_ANSWER // len(line)):  # three answers' worth
+        sim.log(pod, line, at=start + i * 0.01)
+        log += line
+
+    assert b.logs(eid, offset=1 << 40, limit=1 << 20).data == b""
+    # a resumed answer also holds the lines before its position (its seconds, the margin)
+    lines_of_3_s = 300 * (len(line) + 31)
+    assert api.log_answer_max <= k8s.LOG_MAX_ANSWER + lines_of_3_s, api.log_answer_max
+    # and the bytes stay exact at offsets walked to that way
+    assert b.logs(eid, offset=len(log) - 250, limit=100).data == bytes(log[-250:-150])
