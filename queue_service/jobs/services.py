@@ -101,19 +101,24 @@ def transition(
 def _record_run(job: Job, frm: str, to: str, now: Any, fields: dict[str, Any]) -> None:
     """A run starts when a job enters running and ends when it leaves the running states."""
     if to == S.RUNNING and frm not in Job.RUNNING_STATES:
-        JobRun.objects.create(
-            job=job,
-            attempt=max(job.attempts, 1),
-            team_id=job.team_id,
-            user_id=job.user_id,
-            cluster_id=job.cluster_id,
-            gpus=job.gpus,
-            gpu_model=job.gpu_model,
-            placement=job.placement,
-            started_at=fields.get("started_at") or now,
-        )
+        _open_run(job, fields.get("started_at") or now)
     elif frm in Job.RUNNING_STATES and to not in Job.RUNNING_STATES:
         JobRun.objects.filter(job=job, ended_at__isnull=True).update(ended_at=now, ended_by=to)
+
+
+def _open_run(job: Job, started_at: Any) -> None:
+    """The run of the job's current attempt, charged from `started_at` (its GPUs as placed)."""
+    JobRun.objects.create(
+        job=job,
+        attempt=max(job.attempts, 1),
+        team_id=job.team_id,
+        user_id=job.user_id,
+        cluster_id=job.cluster_id,
+        gpus=job.gpus,
+        gpu_model=job.gpu_model,
+        placement=job.placement,
+        started_at=started_at,
+    )
 
 
 def record_unseen_run(job: Job, started_at: datetime) -> bool:
@@ -129,17 +134,7 @@ def record_unseen_run(job: Job, started_at: datetime) -> bool:
         )
         if not list(same.values_list("pk")) or job.runs.filter(attempt=attempt).exists():
             return False
-        JobRun.objects.create(
-            job=job,
-            attempt=attempt,
-            team_id=job.team_id,
-            user_id=job.user_id,
-            cluster_id=job.cluster_id,
-            gpus=job.gpus,
-            gpu_model=job.gpu_model,
-            placement=job.placement,
-            started_at=started_at,
-        )
+        _open_run(job, started_at)
         same.update(started_at=started_at)  # not updated_at: the stop's clock (overdue) runs on
         note(
             job,
