@@ -110,6 +110,12 @@ class ArrayTask:
     count: int  # tasks in the array
 
 
+def cpus_per_node(cpus_per_gpu: int, gpus_per_node: int) -> int:
+    """The CPUs a job asks on each node (`cpus_per_gpu` per GPU; a job of no GPUs asks it
+    once): what Slurm's --cpus-per-task, a pod's cpu request and gpuq's charge all count."""
+    return cpus_per_gpu * max(1, gpus_per_node)
+
+
 def job_env(job: DispatchRequest) -> dict[str, str]:
     """The GPUQ_* variables every job sees on every backend (the backend adds placement:
     node rank, GPUs, MIG slice)."""

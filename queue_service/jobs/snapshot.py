@@ -21,6 +21,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 import scheduler
+from queue_service.backends.base import cpus_per_node
 from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler import types as st
@@ -442,7 +443,7 @@ class Footprints:
         if not cpus_per_gpu and not memory_mb:
             return request
         # Per node, as the backends ask: --cpus-per-task, Kubernetes' cpu request.
-        cpus = cpus_per_gpu * max(1, request.gpus_per_node) if cpus_per_gpu else None
+        cpus = cpus_per_node(cpus_per_gpu, request.gpus_per_node) if cpus_per_gpu else None
         key = (
             request.gpus_per_node,
             bool(request.mig_profile),
@@ -542,7 +543,7 @@ def footprint_note(charged: int, spec: dict[str, Any]) -> tuple[int, str]:
     memory per node, as the backends ask them)."""
     asked = []
     if spec.get("cpus_per_gpu"):
-        asked.append(f"{spec['cpus_per_gpu'] * max(1, spec['gpus_per_node'])} CPUs")
+        asked.append(f"{cpus_per_node(spec['cpus_per_gpu'], spec['gpus_per_node'])} CPUs")
     if spec.get("memory"):
         asked.append(f"{spec['memory']} MB of memory")
     return charged, f"charged {charged} GPUs per node for its {' and '.join(asked)} per node"

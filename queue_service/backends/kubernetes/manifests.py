@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import DispatchRequest, job_env
+from ..base import DispatchRequest, cpus_per_node, job_env
 from .config import MIG_STRATEGIES, K8sSettings
 
 JOB_ID_LABEL = "gpuq.io/job-id"
@@ -191,7 +191,7 @@ def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
     requests: dict[str, str] = dict(gpus)
     limits: dict[str, str] = dict(gpus)
     if job.cpus_per_gpu:
-        requests["cpu"] = str(job.cpus_per_gpu * max(job.gpus_per_node, 1))
+        requests["cpu"] = str(cpus_per_node(job.cpus_per_gpu, job.gpus_per_node))
     if job.memory_mb:
         requests["memory"] = limits["memory"] = f"{job.memory_mb}Mi"
     out: dict[str, Any] = {}

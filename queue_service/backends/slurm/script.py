@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from queue_service.backends.base import BackendError, DispatchRequest, job_env
+from queue_service.backends.base import BackendError, DispatchRequest, cpus_per_node, job_env
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Values that go into #SBATCH lines: sbatch splits those itself, so no blanks or quotes.
@@ -158,7 +158,7 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
     if (spec := gres(job, opts.gres_map)) is not None:
         lines.append(f"--gres={spec}")
     if job.cpus_per_gpu:
-        lines.append(f"--cpus-per-task={job.cpus_per_gpu * max(1, job.gpus_per_node)}")
+        lines.append(f"--cpus-per-task={cpus_per_node(job.cpus_per_gpu, job.gpus_per_node)}")
     if job.memory_mb:
         lines.append(f"--mem={job.memory_mb}M")
     if job.time_limit_s:
