@@ -26,10 +26,16 @@ from .workload import InputError, csv_text, parse_cluster, parse_jobs
 
 
 def _read(path: str) -> str:
+    """The file's text; a UTF-8 byte order mark (as spreadsheets write) is not part of it."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
+        data = Path(path).read_bytes()
+    except OSError as e:
         raise InputError(f"{path}: line 1, field -: cannot read ({e})") from e
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise InputError(f"{path}: line {line}, field -: not UTF-8 ({e.reason})") from e
 
 
 def _per_policy(path: str, policy: str, several: bool) -> Path:
@@ -46,25 +52,53 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     several = len(policies) > 1
-    report = {}
+    outputs = [args.out] if args.out else []
     for name in policies:
-        result = simulate(cluster, jobs, name, timer=time.perf_counter)
-        report[name] = result.report
-        print(summary(result))
-        if args.jobs_out:
-            _per_policy(args.jobs_out, name, several).write_text(
-                csv_text(JOBS_OUT_COLUMNS, jobs_rows(result))
-            )
-        if args.runs_out:
-            _per_policy(args.runs_out, name, several).write_text(
-                csv_text(RUNS_COLUMNS, runs_rows(result))
-            )
-    if args.out:
-        # allow_nan=False: an inf or NaN would be written as Infinity/NaN, which is not JSON.
-        Path(args.out).write_text(
-            json.dumps({"policies": report}, indent=2, allow_nan=False) + "\n"
-        )
+        outputs += [
+            str(_per_policy(path, name, several)) for path in (args.jobs_out, args.runs_out) if path
+        ]
+    # Before a run of minutes, not after it: an output that cannot be a file.
+    for out in outputs:
+        problem = _unwritable(Path(out))
+        if problem:
+            print(f"error: {out}: cannot write ({problem})", file=sys.stderr)
+            return 2
+    report = {}
+    try:
+        for name in policies:
+            result = simulate(cluster, jobs, name, timer=time.perf_counter)
+            report[name] = result.report
+            print(summary(result))
+            if args.jobs_out:
+                _write(
+                    _per_policy(args.jobs_out, name, several),
+                    csv_text(JOBS_OUT_COLUMNS, jobs_rows(result)),
+                )
+            if args.runs_out:
+                _write(
+                    _per_policy(args.runs_out, name, several),
+                    csv_text(RUNS_COLUMNS, runs_rows(result)),
+                )
+        if args.out:
+            # allow_nan=False: an inf or NaN would be written as Infinity/NaN, not JSON.
+            _write(Path(args.out), json.dumps({"policies": report}, indent=2, allow_nan=False))
+    except OSError as e:
+        print(f"error: {e.filename}: cannot write ({e.strerror or e})", file=sys.stderr)
+        return 2
     return 0
+
+
+def _unwritable(path: Path) -> str:
+    """Why `path` cannot be written as a file ("" when nothing is known against it)."""
+    if path.is_dir():
+        return "it is a directory"
+    if not path.parent.is_dir():
+        return f"no directory {str(path.parent)!r}"
+    return ""
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

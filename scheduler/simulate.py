@@ -308,10 +308,12 @@ def simulate(
             if act is None or act.job.preempting_since is not None:
                 continue
             act.job = replace(act.job, preempting_since=now)
-            preemptions += 1
-            outcomes[p.job_id].preemptions += 1
             exit_at = now + policy.preemption_grace_s
+            # A run that ends within its grace completes: that is no preemption (RUNS.csv
+            # has no preempted run for it), though the scheduler asked for one.
             if exit_at < act.deadline:
+                preemptions += 1
+                outcomes[p.job_id].preemptions += 1
                 heapq.heappush(events, (exit_at, _END, seq, p.job_id, -act.run))
                 seq += 1
         for rl in d.relayouts:

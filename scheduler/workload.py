@@ -12,8 +12,10 @@ import io
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from bisect import bisect_left
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from json.scanner import py_make_scanner  # type: ignore[attr-defined]  # not in typeshed
 from typing import Any
 
 from . import mig
@@ -44,36 +46,104 @@ class SimJob:
     checkpoint_s: float | None = None
 
 
-def _line_of(text: str, needle: str, start: int = 0) -> int:
-    """The line where a JSON value first appears from `start` (1 when it cannot be found)."""
-    at = text.find(needle, max(start, 0))
-    return text.count("\n", 0, at) + 1 if at >= 0 else 1
+class _Object(dict[str, Any]):
+    """A JSON object that knows its line and the line where each of its values starts."""
+
+    line = 1
+    value_lines: dict[str, int]
+
+
+class _Array(list[Any]):
+    """A JSON array that knows its line and the line where each of its items starts."""
+
+    line = 1
+    item_lines: list[int]
+
+
+def _load_located(text: str) -> Any:
+    """json.loads, with objects and arrays that know their lines (_Object, _Array), so that
+    an error names the line of the bad value, not the first place its text appears.
+
+    The value scanner is the json module's own pure-Python one, given hooks that note where
+    each value starts: the C scanner offers none."""
+    newlines = [i for i, c in enumerate(text) if c == "\n"]
+
+    def line_at(index: int) -> int:
+        return bisect_left(newlines, index) + 1
+
+    decoder = json.JSONDecoder()
+    base_object, base_array = decoder.parse_object, decoder.parse_array  # type: ignore[attr-defined]
+
+    def parse_object(
+        s_and_end: tuple[str, int],
+        strict: bool,
+        scan_once: Callable[[str, int], tuple[Any, int]],
+        object_hook: Any,
+        object_pairs_hook: Any,
+        memo: Any = None,
+    ) -> tuple[_Object, int]:
+        starts: list[int] = []
+
+        def scan(s: str, idx: int) -> tuple[Any, int]:
+            starts.append(idx)
+            return scan_once(s, idx)
+
+        pairs, end = base_object(s_and_end, strict, scan, None, list, memo)
+        obj = _Object(pairs)
+        obj.line = line_at(s_and_end[1] - 1)
+        obj.value_lines = {k: line_at(i) for (k, _), i in zip(pairs, starts, strict=True)}
+        return obj, end
+
+    def parse_array(
+        s_and_end: tuple[str, int], scan_once: Callable[[str, int], tuple[Any, int]]
+    ) -> tuple[_Array, int]:
+        starts: list[int] = []
+
+        def scan(s: str, idx: int) -> tuple[Any, int]:
+            starts.append(idx)
+            return scan_once(s, idx)
+
+        items, end = base_array(s_and_end, scan)
+        arr = _Array(items)
+        arr.line = line_at(s_and_end[1] - 1)
+        # The scanner is also called once past the last item of an empty array.
+        arr.item_lines = [line_at(i) for i in starts[: len(items)]]
+        return arr, end
+
+    decoder.parse_object = parse_object  # type: ignore[attr-defined]
+    decoder.parse_array = parse_array  # type: ignore[attr-defined]
+    decoder.scan_once = py_make_scanner(decoder)  # type: ignore[attr-defined]
+    return decoder.decode(text)
+
+
+def _line(container: Any, key: str | int | None = None) -> int:
+    """The line of `container[key]` (of the container itself without a key; 1 if unknown)."""
+    if isinstance(container, _Object):
+        if isinstance(key, str) and key in container.value_lines:
+            return container.value_lines[key]
+        return container.line
+    if isinstance(container, _Array):
+        if isinstance(key, int) and 0 <= key < len(container.item_lines):
+            return container.item_lines[key]
+        return container.line
+    return 1
 
 
 class _JsonReader:
-    def __init__(self, text: str, source: str) -> None:
-        self.text = text
+    def __init__(self, source: str) -> None:
         self.source = source
 
-    def fail(self, path: str, message: str, near: str = "", start: int = 0) -> InputError:
-        line = _line_of(self.text, near, start) if near else 1
+    def fail(self, path: str, message: str, line: int = 1) -> InputError:
         return InputError(f"{self.source}: line {line}, field {path}: {message}")
-
-    def duplicate(self, path: str, message: str, near: str, section: str) -> InputError:
-        """The error for the second of two entries named `near` in the list `section`."""
-        first = self.text.find(near, self.text.find(f'"{section}"'))
-        return self.fail(path, message, near, first + 1 if first >= 0 else 0)
 
     def list_of(self, data: dict[str, Any], key: str, what: str) -> list[Any]:
         """`data[key]`, which must be a list when present (absent: empty)."""
         value = data.get(key, [])
         if not isinstance(value, list):
-            raise self.fail(key, f"expected a list of {what}, got {value!r}", f'"{key}"')
+            raise self.fail(key, f"expected a list of {what}, got {value!r}", _line(data, key))
         return value
 
-    def number(
-        self, obj: dict[str, Any], key: str, path: str, near: str, *, minimum: float = 0
-    ) -> float:
+    def number(self, obj: dict[str, Any], key: str, path: str, *, minimum: float = 0) -> float:
         v = obj.get(key)
         if (
             isinstance(v, bool)
@@ -81,70 +151,77 @@ class _JsonReader:
             or v < minimum
             or not math.isfinite(v)
         ):
-            raise self.fail(f"{path}.{key}", f"expected a number >= {minimum:g}, got {v!r}", near)
+            raise self.fail(
+                f"{path}.{key}", f"expected a number >= {minimum:g}, got {v!r}", _line(obj, key)
+            )
         return float(v)
 
 
 def parse_cluster(text: str, source: str) -> Cluster:
     try:
-        data = json.loads(text)
+        data = _load_located(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{source}: line {e.lineno}, field -: invalid JSON ({e.msg})") from e
     except (ValueError, RecursionError) as e:  # an integer too long to convert, deep nesting
         raise InputError(f"{source}: line 1, field -: invalid JSON ({e})") from None
-    r = _JsonReader(text, source)
+    r = _JsonReader(source)
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
-        raise r.fail("nodes", "expected an object with a list of nodes")
+        raise r.fail("nodes", "expected an object with a list of nodes", _line(data, "nodes"))
     nodes: list[Node] = []
     seen: set[str] = set()
     for i, raw in enumerate(data["nodes"]):
         path = f"nodes[{i}]"
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
-            raise r.fail(f"{path}.name", "expected a non-empty string", '"nodes"')
+            at = _line(raw, "name") if isinstance(raw, dict) else _line(data["nodes"], i)
+            raise r.fail(f"{path}.name", "expected a non-empty string", at)
         name = raw["name"]
-        near = f'"{name}"'
         if name in seen:
-            raise r.duplicate(f"{path}.name", f"duplicate node {name!r}", near, "nodes")
+            raise r.fail(f"{path}.name", f"duplicate node {name!r}", _line(raw, "name"))
         seen.add(name)
         model = raw.get("gpu_model")
         if not isinstance(model, str) or not model:
-            raise r.fail(f"{path}.gpu_model", "expected a non-empty string", near)
+            raise r.fail(
+                f"{path}.gpu_model", "expected a non-empty string", _line(raw, "gpu_model")
+            )
         gpus = raw.get("gpus")
         if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_NODE_GPUS:
             raise r.fail(
                 f"{path}.gpus",
                 f"expected an integer from 0 to {MAX_NODE_GPUS}, got {gpus!r}",
-                near,
+                _line(raw, "gpus"),
             )
         pool = raw.get("pool")
         if pool is not None and not isinstance(pool, str):
-            raise r.fail(f"{path}.pool", "expected a string", near)
+            raise r.fail(f"{path}.pool", "expected a string", _line(raw, "pool"))
         is_mig = raw.get("mig", False)
         if not isinstance(is_mig, bool):
-            raise r.fail(f"{path}.mig", "expected true or false", near)
+            raise r.fail(f"{path}.mig", "expected true or false", _line(raw, "mig"))
         if is_mig and mig.geometry(model) is None:
-            raise r.fail(f"{path}.mig", f"{model} has no MIG profile table", near)
+            raise r.fail(f"{path}.mig", f"{model} has no MIG profile table", _line(raw, "mig"))
         nodes.append(Node(name, model, gpus, pool, is_mig))
     teams: list[Team] = []
     team_names: set[str] = set()
-    for i, raw in enumerate(r.list_of(data, "teams", "teams")):
+    listed_teams = r.list_of(data, "teams", "teams")
+    for i, raw in enumerate(listed_teams):
         path = f"teams[{i}]"
         if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or not raw["name"]:
-            raise r.fail(f"{path}.name", "expected a non-empty string", '"teams"')
-        near = f'"{raw["name"]}"'
+            at = _line(raw, "name") if isinstance(raw, dict) else _line(listed_teams, i)
+            raise r.fail(f"{path}.name", "expected a non-empty string", at)
         if raw["name"] in team_names:
-            raise r.duplicate(f"{path}.name", f"duplicate team {raw['name']!r}", near, "teams")
+            raise r.fail(f"{path}.name", f"duplicate team {raw['name']!r}", _line(raw, "name"))
         team_names.add(raw["name"])
-        weight = r.number(raw, "weight", path, near) if "weight" in raw else 1.0
+        weight = r.number(raw, "weight", path) if "weight" in raw else 1.0
         quotas = []
         quota = raw.get("quota", {})
         if not isinstance(quota, dict):
-            raise r.fail(f"{path}.quota", "expected an object keyed by GPU model", near)
+            raise r.fail(
+                f"{path}.quota", "expected an object keyed by GPU model", _line(raw, "quota")
+            )
         for model, q in quota.items():
             qpath = f"{path}.quota.{model}"
             if not isinstance(q, dict):
-                raise r.fail(qpath, "expected an object with nominal", near)
-            nominal = r.number(q, "nominal", qpath, near)
+                raise r.fail(qpath, "expected an object with nominal", _line(quota, model))
+            nominal = r.number(q, "nominal", qpath)
             limits: list[float | None] = []
             for key, default in (("borrowing_limit", 0.0), ("lending_limit", None)):
                 if key not in q:
@@ -152,19 +229,24 @@ def parse_cluster(text: str, source: str) -> Cluster:
                 elif q[key] is None:
                     limits.append(None)
                 else:
-                    limits.append(r.number(q, key, qpath, near))
+                    limits.append(r.number(q, key, qpath))
             max_jobs = q.get("max_running_jobs")
             if max_jobs is not None and (
                 isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
             ):
-                raise r.fail(f"{qpath}.max_running_jobs", "expected an integer", near)
+                raise r.fail(
+                    f"{qpath}.max_running_jobs",
+                    "expected an integer",
+                    _line(q, "max_running_jobs"),
+                )
             quotas.append(Quota(model, nominal, limits[0], limits[1], max_jobs))
         teams.append(Team(raw["name"], weight, tuple(quotas)))
     classes = DEFAULT_PRIORITY_CLASSES
     if "priority_classes" in data:
         parsed = []
         class_names: set[str] = set()
-        for i, raw in enumerate(r.list_of(data, "priority_classes", "priority classes")):
+        listed = r.list_of(data, "priority_classes", "priority classes")
+        for i, raw in enumerate(listed):
             path = f"priority_classes[{i}]"
             ok = (
                 isinstance(raw, dict)
@@ -177,14 +259,13 @@ def parse_cluster(text: str, source: str) -> Cluster:
                 raise r.fail(
                     path,
                     "expected {name: str, value: int, preemptible: bool}",
-                    '"priority_classes"',
+                    _line(listed, i),
                 )
             if raw["name"] in class_names:
-                raise r.duplicate(
+                raise r.fail(
                     f"{path}.name",
                     f"duplicate priority class {raw['name']!r}",
-                    f'"{raw["name"]}"',
-                    "priority_classes",
+                    _line(raw, "name"),
                 )
             class_names.add(raw["name"])
             parsed.append(PriorityClass(raw["name"], raw["value"], raw.get("preemptible", True)))
