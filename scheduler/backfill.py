@@ -132,15 +132,15 @@ class Fluid:
     """A model's GPUs as a fluid for estimated starts: waiting jobs take GPUs in order as
     running jobs release them. It ignores node boundaries, so it is an estimate."""
 
-    def __init__(self, free: int, releases: Iterable[tuple[float, int]], now: float) -> None:
+    def __init__(self, free: float, releases: Iterable[tuple[float, float]], now: float) -> None:
         self.free = free
         self.clock = now
         self.heap = list(releases)
         heapq.heapify(self.heap)
-        self._undo: list[tuple[float, int]] = []
+        self._undo: list[tuple[float, float]] = []
         self._saved = (free, now)
 
-    def earliest(self, gpus: int) -> float | None:
+    def earliest(self, gpus: float) -> float | None:
         """Advance to the first instant with `gpus` free; undo() puts it back."""
         self._saved = (self.free, self.clock)
         self._undo = []
@@ -151,7 +151,7 @@ class Fluid:
             self.clock = max(self.clock, at)
         return self.clock if self.free >= gpus else None
 
-    def start(self, gpus: int, limit_s: float | None) -> float | None:
+    def start(self, gpus: float, limit_s: float | None) -> float | None:
         """earliest() and, when the GPUs come free, take() there; nothing to undo."""
         heap, free, clock = self.heap, self.free, self.clock
         while free < gpus and heap:
@@ -180,7 +180,7 @@ class Fluid:
         self.free, self.clock = self._saved
         self._undo = []
 
-    def take(self, gpus: int, limit_s: float | None, at: float | None = None) -> None:
+    def take(self, gpus: float, limit_s: float | None, at: float | None = None) -> None:
         """Hold `gpus` from the clock (or from `at`, for a job that starts now) for limit_s."""
         self.free -= gpus
         self._undo = []

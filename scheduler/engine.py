@@ -117,7 +117,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        if its time limit ends before the reservation starts. Without backfill (fifo) the
        first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
-       from teams running on borrowed quota; a higher, non-preemptible class (any higher
+       from teams running on borrowed quota (any of their jobs, up to what they hold above
+       their nominal); a higher, non-preemptible class (any higher
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
        the work it throws away is worth less than its wait (preempt.py). The minimal victims
        get the grace period; the job starts after. A slice job does the same with running
@@ -127,7 +128,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        slice is preempted while an idle GPU could be re-laid out for the job.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
-       (for a slice job, from the limits of the jobs holding instances it may use).
+       (for a slice job, from the limits of the jobs holding instances it may use; for a
+       job refused quota, from those of its team's jobs on that quota).
     7. MIG: before the walk, mig.MigIndex.plan re-lays out idle GPUs for the queue's slice
        requests that their teams' quota can start, counted together (plan first, then take:
        a take cannot spoil a layout a later request needed, and takes the free instance the
@@ -153,11 +155,19 @@ class _Cycle:
         self.models = self.index.models()
         self.mig_models = sorted({n.gpu_model for n in snapshot.nodes if n.mig and n.state == "up"})
         self.mig_index: mig.MigIndex | None = None
+        # GPUs per model that exist (a model only on drained nodes is not unsatisfiable), and
+        # those that take new work: only these are lent as nobody's quota and are the shares
+        # of fair share (a drained node's GPUs lent are GPUs of other nodes taken).
         self.capacity: dict[str, int] = {}
+        self.open_capacity: dict[str, int] = {}
         for n in snapshot.nodes:
             if n.state != "down":
                 self.capacity[n.gpu_model] = self.capacity.get(n.gpu_model, 0) + n.gpus
-        self.total_capacity = sum(self.capacity.values())
+                if n.state == "up":
+                    self.open_capacity[n.gpu_model] = (
+                        self.open_capacity.get(n.gpu_model, 0) + n.gpus
+                    )
+        self.total_capacity = sum(self.open_capacity.values())
         # Site-supplied MIG tables replace the built-in ones for their models.
         self.mig_tables = mig.overrides_from(snapshot.mig_tables) or None
         # GPUs per running job, in snapshot order.
@@ -182,6 +192,15 @@ class _Cycle:
         # The candidates again, by what may make them victims (within_reach).
         self._leaving: list[Candidate] = []
         self._borrowed: list[Candidate] = []
+        # Jobs of teams above their nominal not labelled borrowed, and what a reclaim may
+        # still take per quota (reclaim_budget).
+        self._reclaimable: list[Candidate] = []
+        self._reclaim_left: dict[tuple[str, str], float] = {}
+        # Per quota: its nominal as a fluid (quota_estimate), and what started on it this
+        # cycle, (end, GPUs), for one built later.
+        self._quota_fluids: dict[tuple[str, str], Fluid] = {}
+        self._quota_started: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        self._quota_kinds: dict[int, tuple[Fluid | None, float | None]] = {}
         self._by_team: dict[str, list[Candidate]] = {}
         self._displaceable: dict[
             tuple[str, int, tuple[str, str]], tuple[int, list[Candidate], int]
@@ -286,7 +305,7 @@ class _Cycle:
             # What the queue wants only decides what quota is lent: nothing when quotas are off.
             wanted if policy.quotas else (),
             policy.quotas,
-            self.capacity,
+            self.open_capacity,
             self.running_ends() if policy.quotas else (),
         )
         ids = [r.id for r in reqs]
@@ -315,7 +334,11 @@ class _Cycle:
         for rank, (i, k, job_id) in enumerate(zip(order, kind_at, id_at, strict=True)):
             reason = settled[k]
             if reason is not None:
-                waits.append(Wait(job_id, reason, len(waits) + 1))
+                if reason.code == "quota_exhausted":
+                    estimate = self.quota_estimate(k, reqs[i], kind_demand[k])
+                    waits.append(Wait(job_id, reason, len(waits) + 1, estimate))
+                else:
+                    waits.append(Wait(job_id, reason, len(waits) + 1))
                 continue
             r = reqs[i]
             fail = failed[k]  # for capacity, or until a time a shorter job may beat
@@ -328,6 +351,9 @@ class _Cycle:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
                 elif fail.mig:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
+                elif fail.reason.code == "quota_exhausted":
+                    estimate = self.quota_estimate(k, r, kind_demand[k])
+                    waits.append(Wait(r.id, fail.reason, len(waits) + 1, estimate))
                 else:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1))
                 continue
@@ -353,6 +379,8 @@ class _Cycle:
                         failed[k] = _Failure(result, capacity=False, short_before=until)
                         if until is None:
                             settled[k] = result
+                        if result.code == "quota_exhausted":
+                            estimate = self.quota_estimate(k, r, gpus)
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
@@ -367,7 +395,10 @@ class _Cycle:
                         self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
                         blocked = not policy.backfill
                     else:
-                        waits.append(Wait(r.id, outcome.reason, len(waits) + 1, outcome.estimate))
+                        estimate = outcome.estimate
+                        if estimate is None and outcome.reason.code == "quota_exhausted":
+                            estimate = self.quota_estimate(k, r, gpus)
+                        waits.append(Wait(r.id, outcome.reason, len(waits) + 1, estimate))
             if blocked:
                 # Strict FIFO: nothing passes this job; a bad request still says what is wrong.
                 fifo_blocked = reasons.fifo_blocked(r.id)
@@ -409,15 +440,24 @@ class _Cycle:
                 self.s.teams,
                 sorted({r.team for r in kinds} - names),
                 zip(self.s.running, self.running_gpus, strict=True),
-                self.capacity,
+                self.open_capacity,
                 self.now,
                 policy.fair_share_half_life_s,
             )
-            cap, total = self.capacity, self.total_capacity or 1
+            cap, total = self.open_capacity, self.total_capacity or 1
+            # A job for any model is a share of the GPUs its team's quota covers: where it
+            # can run, and what the next cycle's standing will count it against.
+            usable: dict[str, int] = {}
+            for team in {r.team for r in kinds if not r.gpu_model}:
+                usable[team] = (
+                    sum(g for m, g in cap.items() if self.ledger.key(team, m) is not None)
+                    if policy.quotas
+                    else 0
+                ) or total
             increments = [
                 (d or 0.0) / (cap.get(r.gpu_model, 0) or total)
                 if r.gpu_model
-                else (d or 0.0) / total
+                else (d or 0.0) / usable[r.team]
                 for r, d in zip(kinds, kind_demand, strict=True)
             ]
         order, self.first_tier = order_kinds(
@@ -527,11 +567,11 @@ class _Cycle:
         where = (model, r.pool, r.cluster)
         rivals = self._rivals.get(where)
         if rivals is None:
+            # Jobs compete when some node could hold either: their capacity groups meet.
             rivals = self._rivals[where] = [where]
+            mine = {g.key for g in self.groups(model, r)}
             for other, theirs in self._rivals.items():
-                if other != where and all(
-                    a is None or b is None or a == b for a, b in zip(other, where, strict=True)
-                ):
+                if other != where and any(g.key in mine for g in self.index.groups_for(*other)):
                     rivals.append(other)
                     theirs.append(where)
         if len(rivals) == 1:  # the usual case
@@ -636,6 +676,7 @@ class _Cycle:
             borrowed = dict(allowed)[model] and preemptible
             allocs = allocate(self.index, fit, g, from_held)
             self.ledger.commit(r.team, model, gpus, preemptible, ends)
+            self.quota_taken(r, model, gpus, ends)
             self.starts.append(Start(r.id, Placement(allocs), model, borrowed))
             self.cycle_releases.append((ends, model, allocs))
             if self._horizon is not None:
@@ -764,7 +805,41 @@ class _Cycle:
             for lst in on_node.values():
                 lst.sort(key=_preference)
             self._candidates = on_node
+            self.reclaim_budget()
         return self._candidates
+
+    def reclaim_budget(self) -> None:
+        """What a reclaim may take back from each quota running above its nominal: the GPUs
+        its running jobs hold above it, less those already leaving. Any of such a team's
+        preemptible jobs may be the victim, not only the most recently started ones (those
+        labelled borrowed): a reclaim needs GPUs of a model and on nodes, and the labelled
+        ones may hold none there. The budget keeps the team at its nominal or above."""
+        if not self.policy.quotas:
+            return
+        ledger = self.ledger
+        leaving: dict[tuple[str, str] | None, float] = {}
+        for c in self._leaving:
+            k = ledger.key(c.team, c.job.gpu_model)
+            leaving[k] = leaving.get(k, 0.0) + c.size
+        budget = {}
+        for k, acc in ledger.accounts.items():
+            above = sum(g for _, g in ledger.held(k)) - leaving.get(k, 0.0) - acc.quota.nominal
+            if above > 1e-9:
+                budget[k] = above
+        self._reclaim_left = budget
+        for team in {k[0] for k in budget}:
+            for c in self._by_team.get(team, ()):
+                k = ledger.key(c.team, c.job.gpu_model)
+                if k in budget and not c.leaving:
+                    c.quota_key = k
+                    c.reclaimable = True
+                    if not c.borrowed:
+                        self._reclaimable.append(c)
+        # Labelled borrowed jobs of a quota with nothing left above its nominal (what is
+        # above it is leaving) are no reclaim victims.
+        for c in self._borrowed:
+            if c.quota_key is None:
+                c.reclaimable = False
 
     def borrowed_ids(self) -> set[str]:
         if self._borrowed_ids is None:
@@ -812,7 +887,6 @@ class _Cycle:
             return None
         if not self.s.running:
             return None
-        self.searches += 1
         p = Preemptor(
             r.team,
             self.value(r),
@@ -825,7 +899,17 @@ class _Cycle:
             max_preemptions=self.max_preemptions,
             priority=self.preempts_for_priority(r),
         )
-        found = self.victims(r, groups, p)
+        on_node = self.candidates()
+        if p.quotas:
+            on_node = self.within_reach(p, on_node)
+        # A search with no job it may take on these nodes is no search: it must not use up
+        # the cycle's bound before a job that has victims (the next cycle would be the same).
+        keys = {grp.key for grp in groups}
+        nodes = self.index.nodes
+        if not any(name in nodes and nodes[name].group in keys for name in on_node):
+            return None
+        self.searches += 1
+        found = self.victims(r, groups, p, on_node)
         if found is None:
             return None
         if not self.worth_it(
@@ -977,19 +1061,31 @@ class _Cycle:
             }
         return self._own
 
-    def victims(self, r: JobRequest, groups: Sequence[Group], p: Preemptor) -> Plan | None:
+    def victims(
+        self,
+        r: JobRequest,
+        groups: Sequence[Group],
+        p: Preemptor,
+        on_node: dict[str, list[Candidate]] | None = None,
+    ) -> Plan | None:
+        """The victims that make room for r on `groups` (`on_node`: the candidates p may
+        reach, when already worked out)."""
         # Nodes reserved for a job ahead are off limits: their GPUs are promised.
         reserved = frozenset(n for res in self.reservations for n in res.nodes)
-        on_node = self.candidates()
+        if on_node is None:
+            on_node = self.candidates()
+            if p.quotas:
+                on_node = self.within_reach(p, on_node)
         return plan_preemption(
             self.index,
             groups,
             r.gpus_per_node,
             r.nodes,
-            self.within_reach(p, on_node) if p.quotas else on_node,
+            on_node,
             p,
             self.claimed,
             reserved,
+            self._reclaim_left,
         )
 
     def within_reach(
@@ -1007,6 +1103,8 @@ class _Cycle:
             reach += (
                 c for c in self._borrowed if c.value < value or (p.reclaims and c.team != team)
             )
+            if p.reclaims:
+                reach += (c for c in self._reclaimable if c.team != team)
         names = {name for c in reach for name in c.gpus}
         return {name: cands for name, cands in on_node.items() if name in names}
 
@@ -1030,6 +1128,8 @@ class _Cycle:
                 continue
             v = c.job.request
             if kind == "reclaim":
+                if c.quota_key is not None:
+                    self._reclaim_left[c.quota_key] -= c.size
                 why = f"team {r.team} reclaimed its nominal {model} quota"
             else:
                 why = (
@@ -1078,6 +1178,7 @@ class _Cycle:
             if took is not None:
                 node, slot = took
                 self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
+                self.quota_taken(r, m, share, ends)
                 alloc = NodeAlloc(node, (), slot)
                 # What a team borrows is held by its preemptible jobs (quota.py).
                 borrowed = verdict.borrowed and self.preemptible(r)
@@ -1320,6 +1421,55 @@ class _Cycle:
         return self.mig_index.plan(requests)
 
     # -- waits -------------------------------------------------------------------------
+
+    def quota_taken(self, r: JobRequest, model: str, gpus: float, ends: float | None) -> None:
+        """A start this cycle holds its team's quota until it ends: for quota_estimate."""
+        k = self.ledger.key(r.team, model)
+        if k is None or ends is None:
+            return
+        self._quota_started.setdefault(k, []).append((ends, gpus))
+        f = self._quota_fluids.get(k)
+        if f is not None:
+            f.take(gpus, r.time_limit_s, at=self.now)
+
+    def quota_estimate(self, k: int, r: JobRequest, gpus: float | None) -> float | None:
+        """When a job refused quota may start: when its team's running jobs on that quota,
+        and those ahead of it refused alike, end (by their limits) enough for it to fit the
+        team's nominal (borrowing may come sooner; nothing promises it), and not before
+        nodes could hold its shape. None when that is not known (a job without a limit, a
+        job larger than the nominal, a job for any model of a team with several quotas)."""
+        if gpus is None:
+            return None
+        # What depends on r's kind (number k) only, once per kind: the quota's fluid, the floor.
+        found = self._quota_kinds.get(k)
+        if found is None:
+            found = self._quota_kinds[k] = self.quota_kind(r)
+        f, floor = found
+        if f is None or floor is None:
+            return None
+        at = f.start(gpus, r.time_limit_s)
+        return None if at is None else (at if at > floor else floor)
+
+    def quota_kind(self, r: JobRequest) -> tuple[Fluid | None, float | None]:
+        """quota_estimate's fluid for r's quota and the earliest its shape fits on nodes."""
+        if not self.policy.quotas:
+            return None, None
+        ledger = self.ledger
+        if r.gpu_model:
+            k = ledger.key(r.team, r.gpu_model)
+        else:
+            keys = [key for key in ledger.accounts if key[0] == r.team]
+            k = keys[0] if len(keys) == 1 else None
+        if k is None:
+            return None, None
+        f = self._quota_fluids.get(k)
+        if f is None:
+            acc = ledger.accounts[k]
+            held = [(end, g) for end, g in ledger.held(k) if end is not None]
+            held += self._quota_started.get(k, ())
+            f = self._quota_fluids[k] = Fluid(acc.quota.nominal - acc.used, held, self.now)
+        floor = self.shape_floor(r) if r.gpus_per_node and not r.mig_profile else -math.inf
+        return f, floor
 
     def fluid_state(self) -> dict[str, Fluid]:
         """Per model: the GPUs free now and when running jobs (and this cycle's) release

@@ -1,7 +1,8 @@
 """Victim selection for reclaim and priority preemption.
 
 Reclaim: a team whose job fits within its nominal quota takes GPUs back from other teams'
-jobs that run on borrowed quota. Priority: a job of a non-preemptible class (of any class
+jobs that run on borrowed quota: any preemptible job of a team above its nominal, up to the
+GPUs it holds above it (the budget). Priority: a job of a non-preemptible class (of any class
 with Policy.preemptible_classes_preempt) preempts lower, preemptible classes of its own team,
 or of other teams where those run on borrowed quota (so no team's guarantee is taken by
 another team's priority), unless the victim ran less than the minimum run time or was
@@ -23,7 +24,7 @@ more than a 1-GPU job that started a minute ago, though each is one victim).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .capacity import FreeIndex, Group
@@ -41,6 +42,8 @@ class Candidate:
         "job",
         "leaving",
         "preference",
+        "quota_key",
+        "reclaimable",
         "size",
         "start",
         "team",
@@ -67,6 +70,10 @@ class Candidate:
         self.team = r.team
         self.start = job.start_time
         self.size = size
+        # Set by the engine for a job of a team above its nominal: any of them may be
+        # reclaimed, within the team's budget (the quota it names), borrowed label or not.
+        self.quota_key: tuple[str, str] | None = None
+        self.reclaimable = borrowed
         # The victim order on a node: leaving, borrowed, lowest class, most recently started.
         self.preference = (not leaving, not borrowed, value, -self.start, self.id)
 
@@ -101,10 +108,12 @@ def plan(
     p: Preemptor,
     claimed: set[str],
     reserved: frozenset[str] = frozenset(),
+    budget: Mapping[tuple[str, str], float] | None = None,
 ) -> Plan | None:
     """The cheapest n nodes of one group on which victims make room for g GPUs each.
 
-    Nodes in `reserved` are left alone: their GPUs are promised to a job ahead."""
+    Nodes in `reserved` are left alone: their GPUs are promised to a job ahead. With a
+    `budget`, a plan reclaims at most so many GPUs from each quota (Candidate.quota_key)."""
     best: tuple[tuple[int, float], Plan] | None = None
     team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
@@ -138,7 +147,7 @@ def plan(
                     # every candidate of every search).
                     if own_team_only and c.team != team:
                         continue
-                    if reclaims and c.borrowed and c.team != team:
+                    if reclaims and c.reclaimable and c.team != team:
                         taken.append((c, "reclaim"))
                     elif (
                         priority
@@ -167,7 +176,7 @@ def plan(
             for c, kind in taken:
                 if kind != "leaving":
                     lost += c.size * max(1.0, now - c.start)
-                    worst = max(worst, 1 if c.borrowed else 2)
+                    worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
             costs.append(((worst, lost, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:
             continue
@@ -177,6 +186,8 @@ def plan(
         for _, _, on_this_node in chosen:
             for c, kind in on_this_node:
                 victims.setdefault(c.id, (c, kind))
+        if budget is not None and not _within(budget, victims.values()):
+            continue
         score = (
             max(c[0][0] for c in chosen),
             sum(c.size * max(1.0, now - c.start) for c, _ in victims.values() if not c.leaving),
@@ -185,3 +196,14 @@ def plan(
         if best is None or score < best[0]:
             best = (score, candidate_plan)
     return None if best is None else best[1]
+
+
+def _within(
+    budget: Mapping[tuple[str, str], float], victims: Iterable[tuple[Candidate, str]]
+) -> bool:
+    """Do the reclaims among `victims` stay within each quota's budget?"""
+    spent: dict[tuple[str, str], float] = {}
+    for c, kind in victims:
+        if kind == "reclaim" and c.quota_key is not None:
+            spent[c.quota_key] = spent.get(c.quota_key, 0.0) + c.size
+    return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())

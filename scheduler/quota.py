@@ -495,6 +495,10 @@ class Ledger:
         acc = self.accounts[k]
         return _fits_at(self._held.get(k, []), acc.used, acc.quota.nominal - gpus)
 
+    def held(self, key: tuple[str, str]) -> Sequence[tuple[float | None, float]]:
+        """(end, GPUs) of the running jobs on a quota, as the snapshot gave them."""
+        return self._held.get(key, ())
+
     def within_nominal(self, team: str, model: str, gpus: float) -> bool:
         acc = self.account(team, model)
         return acc is not None and acc.used + gpus <= acc.quota.nominal + 1e-9

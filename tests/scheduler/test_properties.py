@@ -166,6 +166,31 @@ def test_no_team_goes_above_nominal_plus_borrowing_limit(s: Snapshot) -> None:
 
 
 @FAST
+@given(snapshots())
+def test_a_reclaim_never_takes_a_team_below_its_nominal(s: Snapshot) -> None:
+    # What a team's running jobs hold on its quota once those leaving (before or by this
+    # cycle) are gone: a reclaim takes only what it holds above its nominal.
+    d = schedule(s, Policy(), NOW)
+    quota = {t.name: t.quotas[0] for t in s.teams}
+    reclaimed = {p.job_id for p in d.preemptions if p.kind == "reclaim"}
+    gone = {p.job_id for p in d.preemptions}
+    before: dict[str, float] = defaultdict(float)
+    after: dict[str, float] = defaultdict(float)
+    for job in s.running:
+        team = job.request.team
+        q = quota.get(team)
+        if q is None or q.gpu_model not in ("*", job.gpu_model) or job.preempting_since:
+            continue
+        gpus = sum(len(a.gpus) for a in job.placement.allocs)
+        before[team] += gpus
+        if job.request.id not in gone:
+            after[team] += gpus
+    for team in {j.request.team for j in s.running if j.request.id in reclaimed}:
+        floor = min(quota[team].nominal, before[team])
+        assert after[team] >= floor - 1e-9, (team, before[team], after[team], quota[team])
+
+
+@FAST
 @given(snapshots(), st.sampled_from(POLICIES), st.randoms(use_true_random=False))
 def test_same_input_gives_same_decisions_whatever_the_input_order(
     s: Snapshot, policy: Policy, rnd
