@@ -21,7 +21,7 @@ from rest_framework.exceptions import ValidationError
 from frontend import charts, forms
 from queue_service import cli
 from queue_service.clusters.models import Cluster
-from queue_service.clusters.services import gpu_layouts
+from queue_service.clusters.services import can_read_sync_errors, gpu_layouts, sync_error_summary
 from queue_service.jobs.models import Job
 from queue_service.jobs.reports import cluster_totals, quota_usage
 from queue_service.tenancy import services as team_services
@@ -245,8 +245,10 @@ def _clusters_context(request: HttpRequest) -> dict[str, Any]:
 
 
 def _maps(request: HttpRequest, clusters: list[Cluster], *, compact: bool) -> list[dict[str, Any]]:
-    """Per cluster: its nodes, each with its GPU map, and the cluster's totals."""
+    """Per cluster: its nodes, each with its GPU map, and the cluster's totals; a failed
+    sync in a few words safe for anyone, and in its own words for site staff."""
     layouts = gpu_layouts(clusters, request.user)
+    staff = can_read_sync_errors(request.user)
     out = []
     for cluster in clusters:
         nodes = []
@@ -279,6 +281,8 @@ def _maps(request: HttpRequest, clusters: list[Cluster], *, compact: bool) -> li
                 "nodes": nodes,
                 "totals": cluster_totals(list(cluster.nodes.all()), layouts),
                 "teams": [(t, charts.team_colour(t)) for t in teams],
+                "sync_error": sync_error_summary(cluster),
+                "sync_error_detail": cluster.last_sync_error if staff else "",
             }
         )
     return out

@@ -8,6 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from queue_service.clusters.models import Cluster, Node
+from queue_service.clusters.services import can_read_sync_errors, sync_error_summary
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
 from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
@@ -281,11 +282,43 @@ class NodeSerializer(serializers.ModelSerializer):
 
 class ClusterSerializer(serializers.ModelSerializer):
     nodes = NodeSerializer(many=True, read_only=True)
+    last_sync_error = serializers.SerializerMethodField()
+    last_sync_error_detail = serializers.SerializerMethodField()
 
     class Meta:
         model = Cluster
-        fields = ["name", "kind", "enabled", "last_sync_at", "last_sync_error", "nodes"]
+        fields = [
+            "name",
+            "kind",
+            "enabled",
+            "last_sync_at",
+            "last_sync_error",
+            "last_sync_error_detail",
+            "nodes",
+        ]
         read_only_fields = fields
+
+    @extend_schema_field(
+        serializers.CharField(
+            help_text="why the last sync failed, in a few words safe to show anyone, and since"
+            " when (the last sync that worked); empty when it worked"
+        )
+    )
+    def get_last_sync_error(self, cluster: Cluster) -> str:
+        return sync_error_summary(cluster)
+
+    @extend_schema_field(
+        serializers.CharField(
+            allow_null=True,
+            help_text="the failed sync's own words (hosts, accounts, paths): site staff only;"
+            " null for everyone else",
+        )
+    )
+    def get_last_sync_error_detail(self, cluster: Cluster) -> str | None:
+        request = self.context.get("request")
+        if request is None or not can_read_sync_errors(request.user):
+            return None
+        return cluster.last_sync_error
 
 
 class TokenSerializer(serializers.ModelSerializer):

@@ -3,8 +3,12 @@ Another team's job ids are not shown; its team name is (the GPU map is coloured 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from datetime import datetime
 from typing import Any
+
+from django.utils import timezone
 
 from queue_service.jobs.models import Job
 
@@ -47,3 +51,66 @@ def gpu_layouts(clusters: list[Cluster], user: Any) -> dict[int, list[dict[str, 
             gpus.append(entry)
         out[node.pk] = gpus
     return out
+
+
+# --- a failed sync, as people see it --------------------------------------------------------
+
+# What a sync's error says, as a short sentence naming no host, account, path or traceback
+# (the stored text, for site staff, may hold all of them): the first pattern that matches.
+_SYNC_ERRORS: tuple[tuple[str, str], ...] = (
+    (r"host key", "the cluster's SSH host key does not match the one pinned"),
+    (r"private key|known_hosts|kubeconfig", "gpuq's settings for the cluster are not usable"),
+    (r"authentication|HTTP 401|Unauthorized", "the cluster refused gpuq's credentials"),
+    (r"HTTP 403|Forbidden", "the cluster denied gpuq access"),
+    (r"HTTP 429|TooManyRequests", "the cluster's API is throttling gpuq (HTTP 429)"),
+    (
+        r"\bSSH\b.*(?:timed out|timeout)|(?:timed out|timeout).*\bSSH\b",
+        "cannot reach the cluster (SSH timeout)",
+    ),
+    (r"timed out|timeout", "cannot reach the cluster (timeout)"),
+    (r"refused", "cannot reach the cluster (connection refused)"),
+    (
+        r"name or service not known|nodename nor servname|getaddrinfo|name resolution",
+        "cannot reach the cluster (its name does not resolve)",
+    ),
+    (r"\bSSH\b", "cannot reach the cluster (SSH)"),
+    (r"HTTP (5\d\d)", "the cluster's API answered with an error (HTTP {0})"),
+    (
+        r"unreachable|no route|reset by peer|\bEOF\b|ConnectError|RemoteProtocolError|unavailable",
+        "cannot reach the cluster",
+    ),
+    (r"HTTP (4\d\d)", "the cluster's API refused a request (HTTP {0})"),
+)
+
+
+def can_read_sync_errors(user: Any) -> bool:
+    """Site staff read a failed sync's own words; everyone else its summary."""
+    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
+
+
+def sync_error_summary(cluster: Cluster) -> str:
+    """The last failed sync, safe to show anyone: what went wrong in a few words, and since
+    when (the last sync that worked), e.g. "cannot reach the cluster (SSH timeout) since
+    07:31 UTC". Empty when the last sync worked."""
+    text = cluster.last_sync_error
+    if not text:
+        return ""
+    what = "the cluster's last sync failed"
+    for pattern, sentence in _SYNC_ERRORS:
+        found = re.search(pattern, text, re.IGNORECASE)
+        if found:
+            what = sentence.format(*found.groups())
+            break
+    if cluster.last_sync_at is None:
+        return f"{what}; it has never synced"
+    return f"{what} since {_moment(cluster.last_sync_at)}"
+
+
+def _moment(at: datetime) -> str:
+    """07:31 UTC today, else 12 Mar 07:31 UTC (and the year, if not this one)."""
+    local, now = timezone.localtime(at), timezone.localtime()
+    if local.date() == now.date():
+        return local.strftime("%H:%M %Z")
+    if local.year == now.year:
+        return local.strftime("%d %b %H:%M %Z")
+    return local.strftime("%d %b %Y %H:%M %Z")

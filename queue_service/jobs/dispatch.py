@@ -30,6 +30,7 @@ from .models import Job, JobEvent
 from .notify import deliver_due
 from .services import (
     StaleState,
+    cancelled_by,
     cancelled_reason,
     note,
     record_unseen_run,
@@ -224,6 +225,53 @@ def retries_due_now(now: datetime) -> list[str]:
     ]
 
 
+def cancel_wait_reason(job: Job, code: str, error: str | None = None) -> dict[str, Any]:
+    """The reason of a cancelled job whose dispatch is under way or in doubt: who cancelled it,
+    and why it is not cancelled yet (the cluster may have it: it is stopped there once found,
+    never left running unseen); `code` is the dispatch's own (a retry is claimed by it)."""
+    by = cancelled_by(job)
+    said = f"cancelled by {by}" if by else "cancelled on request"
+    cluster = job.cluster
+    name = cluster.name if cluster is not None else "its cluster"
+    if error is None:
+        message = f"{said}; the job is being handed to {name}: it is stopped there once named"
+    else:
+        message = (
+            f"{said}; {name} did not answer whether it has the job ({error}): it is asked"
+            " again, with backoff, and the job stopped there once found"
+        )
+    if cluster is not None and not cluster.enabled:
+        message += f"; {name} is disabled (no new work goes there), but the job may be there"
+    details = {"by": by, "cluster": error}
+    return {"code": code, "message": message, "details": details}
+
+
+def _say_cancel_waits(job: Job) -> None:
+    """Write the reason of a job cancelled while unnamed (cancel_wait_reason), keeping its
+    dispatch's code: a conditional UPDATE on the code and updated_at read, so that a retry's
+    claim or failure meanwhile (which writes its own such reason) is never undone."""
+    for _ in range(3):
+        job.refresh_from_db(fields=["state", "external_id", "reason", "updated_at", "cluster"])
+        if job.state != S.CANCELLING or job.external_id:
+            return
+        was = job.reason or {}
+        code, error = was.get("code", ""), None
+        if code == RETRY:  # the last submit's error: as _submit_failed wrote it
+            error = (was.get("details") or {}).get("cluster") or str(
+                was.get("message", "")
+            ).removeprefix("will retry: ")
+        reason = cancel_wait_reason(job, code, error)
+        if Job.objects.filter(
+            pk=job.pk,
+            state=S.CANCELLING,
+            external_id="",
+            updated_at=job.updated_at,
+            reason__code=code,
+        ).update(reason=reason):
+            job.reason = reason
+            return
+
+
 def _claim(job: Job, reason_code: str | None) -> bool:
     """Take over an unnamed job's dispatch: one conditional UPDATE (on its reason's code, or
     on updated_at when None), so two workers never submit it at once."""
@@ -237,11 +285,12 @@ def _claim(job: Job, reason_code: str | None) -> bool:
     now = timezone.now()
     # A suspended job keeps saying who suspended it (its claim goes by updated_at; a claim
     # by the retry's reason code must change the reason, so that it is taken once).
-    reason = (
-        job.reason
-        if job.state == S.SUSPENDING and reason_code is None
-        else _reason("dispatching", "handing the job to its cluster again")
-    )
+    if job.state == S.SUSPENDING and reason_code is None:
+        reason = job.reason
+    elif job.state == S.CANCELLING:
+        reason = cancel_wait_reason(job, "dispatching")
+    else:
+        reason = _reason("dispatching", "handing the job to its cluster again")
     if rows.update(reason=reason, updated_at=now) != 1:
         return False
     job.reason, job.updated_at = reason, now
@@ -290,18 +339,24 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
             # retry to find (or place) the job on the cluster and stop it. A suspend keeps
             # saying who suspended it; the sync resumes its dispatch once it is stale.
             if job.state != S.SUSPENDING:
-                Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
-                    reason=_reason(RETRY, f"will retry: {exc.message}"),
-                    updated_at=timezone.now(),
+                reason = (
+                    cancel_wait_reason(job, RETRY, exc.message)
+                    if job.state == S.CANCELLING
+                    else _reason(RETRY, f"will retry: {exc.message}")
                 )
+                if not Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
+                    reason=reason, updated_at=timezone.now()
+                ):
+                    continue  # moved meanwhile (cancelled, suspended): its retry's reason anew
             note(job, RETRY, f"will retry: {exc.message}")
             return
         if job.state == S.CANCELLING:
-            to, code, message = (
-                S.CANCELLED,
-                "cancelled",
-                f"cancelled; the cluster refused it: {exc.message}",
-            )
+            # Nothing reached the cluster: the cancel ends it, in the words of who asked.
+            reason = cancelled_reason(job, {"cluster": {"refused": exc.message}})
+            message = f"{reason['message']}; the cluster refused it: {exc.message}"
+            if _try(job, S.CANCELLED, code="cancelled", message=message, reason=reason):
+                return
+            continue
         elif job.state == S.SUSPENDING:
             # Nothing ran: it waits suspended as asked, and a resume places it again.
             if _try(
@@ -322,7 +377,11 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
 def request_stop(job: Job) -> None:
     """Stop a cancelling or preempting job on its backend, after the surrounding commit."""
     if not job.external_id:
-        return  # still dispatching: submit_admitted stops it once the backend names it
+        # Still being handed over: submit_admitted (or the retry) stops it once the backend
+        # names it. A cancel says meanwhile what it waits for.
+        if job.state == S.CANCELLING:
+            _say_cancel_waits(job)
+        return
     if settings.CELERY_BROKER_URL:
         from .tasks import cancel_job
 
@@ -340,7 +399,9 @@ def stop_job(job_id: str) -> None:
     """Stop a stopping job on its backend. Safe to run twice: a repeat (the task delivered
     again, the sync's re-send) after a stop the cluster answered finds the job ended by that
     stop, and the end is the stop's. After a stop that failed on its way (an error leaves
-    unknown whether it arrived), a job found ended keeps its own end."""
+    unknown whether it arrived), a job found ended keeps its own end. One delivered while
+    another's stop is still under way (sent, neither answered nor failed) leaves an end it
+    finds to that stop (or to the sync, which counts it the stop's): it may be that stop's."""
     job = Job.objects.select_related("cluster").get(pk=job_id)
     if job.state not in Job.STOPPING or not job.external_id:
         return
@@ -349,16 +410,20 @@ def stop_job(job_id: str) -> None:
     repeat, sent = _note_stop(job, grace)
     backend = backend_for(job.cluster)
     _charge_before_stop(job, backend)
+    delivered = False
     try:
         stopping = backend.cancel(job.external_id, grace_s=grace)
         # The cluster answered: this stop reached it (an error leaves that unknown, and the
         # job's own end must not then be taken for the stop's).
         JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "delivered": True})
+        delivered = True
         if stopping:
             return
         status = backend.poll([job.external_id]).get(job.external_id)
     except BackendError as exc:
-        note(job, "stop_retry" if not exc.permanent else "stop_failed", exc.message)
+        if not delivered:  # no longer under way: a delivery meanwhile need not wait for it
+            JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "failed": True})
+        _stop_failed(job, exc)
         if not exc.permanent:
             raise
         return
@@ -367,10 +432,56 @@ def stop_job(job_id: str) -> None:
     if repeat:
         _apply_status(job, status)
         return
+    if _other_stop_under_way(job, sent, grace):
+        # The task delivered twice at once: the other delivery's stop may be what ended it
+        # (Slurm's returns only once it sees the end). That one records the end, or the sync.
+        return
     # It had ended on its own before the first stop reached it (gpuq's sync had not seen it
     # yet): its end is its own, so an exit 0 is a success, not a cancellation.
     note(job, "ended_before_stop", "it had already ended when the stop reached the cluster")
     _apply_status(job, status, stopped=False)
+
+
+def _other_stop_under_way(job: Job, sent: JobEvent, grace: float) -> bool:
+    """Whether another stop of this attempt was sent and is still under way: neither answered
+    (`delivered`) nor failed, and sent within a stop's time limit (the task's: a worker that
+    died mid-stop leaves its event so)."""
+    since = timezone.now() - timedelta(seconds=grace + STOP_UNDER_WAY_S)
+    return (
+        job.events.filter(
+            code=STOP_SENT, details__attempt=job.attempts, details__delivered=False, at__gte=since
+        )
+        .exclude(pk=sent.pk)
+        .exclude(details__has_key="failed")
+        .exists()
+    )
+
+
+# How long a stop may be under way beyond the grace: its Celery task's time limit (tasks.py).
+STOP_UNDER_WAY_S = 120
+
+
+def _stop_failed(job: Job, exc: BackendError) -> None:
+    """A stop that failed (to be retried) or that the cluster refused. A cancel's says who
+    asked, and one refused leaves the job cancelling with why: it is still on the cluster
+    (the sync sends the stop again while it runs, and its end is the cancel's)."""
+    code = "stop_failed" if exc.permanent else "stop_retry"
+    by = cancelled_by(job) if job.state == S.CANCELLING else None
+    if by is None:
+        note(job, code, exc.message, {"cluster": exc.message})
+        return
+    details = {"by": by, "cluster": exc.message}
+    if not exc.permanent:
+        note(job, code, f"the stop {by} asked for failed, sent again: {exc.message}", details)
+        return
+    note(job, code, f"the cluster refused the stop {by} asked for: {exc.message}", details)
+    Job.objects.filter(pk=job.pk, state=S.CANCELLING, external_id=job.external_id).update(
+        reason={
+            "code": "stop_refused",
+            "message": f"cancelled by {by}; the cluster refused the stop: {exc.message}",
+            "details": details,
+        }
+    )
 
 
 def _charge_before_stop(job: Job, backend: Any) -> None:

@@ -399,10 +399,8 @@ def can_manage(user: Any, job: Job) -> bool:
 CANCEL_REQUESTED = "cancel_requested"  # the event of a cancel that stops a job on its cluster
 
 
-def cancelled_reason(job: Job, details: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The reason of a job its stop ended after a user cancelled it: gpuq's own code and
-    words, as for a job cancelled before it reached a cluster, whatever the cluster called the
-    end (kept in `details`)."""
+def cancelled_by(job: Job) -> str | None:
+    """Who asked for the cancel that is stopping the job (its last `cancel_requested`)."""
     asked = (
         job.events.filter(code=CANCEL_REQUESTED)
         .order_by("-at", "-id")
@@ -410,6 +408,14 @@ def cancelled_reason(job: Job, details: dict[str, Any] | None = None) -> dict[st
         .first()
     )
     by = (asked or {}).get("by")
+    return str(by) if by else None
+
+
+def cancelled_reason(job: Job, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reason of a job its stop ended after a user cancelled it: gpuq's own code and
+    words, as for a job cancelled before it reached a cluster, whatever the cluster called the
+    end (kept in `details`)."""
+    by = cancelled_by(job)
     message = f"cancelled by {by}" if by else "cancelled on request"
     return {"code": "cancelled", "message": message, "details": details or {}}
 

@@ -42,7 +42,8 @@ def sync_all_clusters() -> int:
 
 
 # A stop may wait out the grace on the cluster before it returns (Slurm: TERM, then scancel).
-STOP_TIME_LIMIT_S = settings.GPUQ_PREEMPTION_GRACE_S + 100
+# Its hard limit is how long dispatch.stop_job counts another delivery's stop under way.
+STOP_TIME_LIMIT_S = settings.GPUQ_PREEMPTION_GRACE_S + dispatch.STOP_UNDER_WAY_S - 20
 
 
 @shared_task(
