@@ -11,7 +11,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db.models import Exists, F, IntegerField, OuterRef, Q, Sum, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from queue_service.backends import BackendError, ClusterConfig, get_backend
@@ -214,14 +216,17 @@ RETRY_BACKOFF_S = (0, 5, 15, 30, 60, 120, 300)
 def retries_due_now(now: datetime) -> list[str]:
     """The ids of retries_due() whose backoff has passed, counted by the job's failed
     submits since it was admitted."""
+    # A retry's note repeated is one event with `repeats` (services.note): each counts.
+    each = Coalesce(Cast(KeyTextTransform("repeats", "events__details"), IntegerField()), Value(1))
     rows = retries_due().annotate(
-        tries=Count("events", filter=Q(events__code=RETRY, events__at__gte=F("admitted_at")))
+        tries=Sum(each, filter=Q(events__code=RETRY, events__at__gte=F("admitted_at")))
     )
     last = len(RETRY_BACKOFF_S) - 1
     return [
         str(pk)
         for pk, updated_at, tries in rows.values_list("pk", "updated_at", "tries")
-        if updated_at <= now - timedelta(seconds=RETRY_BACKOFF_S[min(max(tries - 1, 0), last)])
+        if updated_at
+        <= now - timedelta(seconds=RETRY_BACKOFF_S[min(max((tries or 0) - 1, 0), last)])
     ]
 
 

@@ -147,9 +147,36 @@ def record_unseen_run(job: Job, started_at: datetime) -> bool:
     return True
 
 
+# Notes a retry writes again and again while a cluster stays down (Celery retries a submit
+# every minute; the embedded sync resumes a stale one, then it fails again): a repeat of one
+# of the job's last two events, with only such notes after it, is counted on it, not added.
+FOLDED_NOTES = frozenset({"dispatch_retry", "dispatch_resumed", "stop_retry"})
+
+
 def note(job: Job, code: str, message: str, details: dict[str, Any] | None = None) -> None:
-    """An event without a transition (e.g. a transient dispatch error that will be retried)."""
-    JobEvent.objects.create(job=job, code=code, message=message, details=details or {})
+    """An event without a transition (e.g. a transient dispatch error that will be retried).
+    A repeat, for the codes in FOLDED_NOTES, becomes `repeats` and `last_at` in the details of
+    the event it repeats."""
+    details = details or {}
+    if code in FOLDED_NOTES:
+        latest = job.events.order_by("-at", "-id").only("id", "code", "message", "details")[:2]
+        for last in latest:
+            if last.code not in FOLDED_NOTES:
+                break
+            if last.code != code or last.message != message:
+                continue
+            before = last.details or {}
+            repeated = {
+                **before,
+                **details,
+                "repeats": int(before.get("repeats", 1)) + 1,
+                "last_at": timezone.now().isoformat(),
+            }
+            # Conditional on what was read: a concurrent repeat makes this one a new event.
+            if JobEvent.objects.filter(pk=last.pk, details=last.details).update(details=repeated):
+                return
+            break
+    JobEvent.objects.create(job=job, code=code, message=message, details=details)
 
 
 # --- submit ---------------------------------------------------------------------------------
