@@ -195,7 +195,7 @@ class _Cycle:
         # Jobs of teams above their nominal not labelled borrowed, and what a reclaim may
         # still take per quota (reclaim_budget).
         self._reclaimable: list[Candidate] = []
-        self._reclaim_left: dict[tuple[str, str], float] = {}
+        self._reclaim_left: dict[tuple[str, str], float] | None = None
         # Per quota: its nominal as a fluid (quota_estimate), and what started on it this
         # cycle, (end, GPUs), for one built later.
         self._quota_fluids: dict[tuple[str, str], Fluid] = {}
@@ -805,28 +805,37 @@ class _Cycle:
             for lst in on_node.values():
                 lst.sort(key=_preference)
             self._candidates = on_node
-            self.reclaim_budget()
+            self.mark_reclaimable()
         return self._candidates
 
-    def reclaim_budget(self) -> None:
+    def reclaim_budget(self) -> dict[tuple[str, str], float]:
         """What a reclaim may take back from each quota running above its nominal: the GPUs
         its running jobs hold above it, less those already leaving. Any of such a team's
         preemptible jobs may be the victim, not only the most recently started ones (those
         labelled borrowed): a reclaim needs GPUs of a model and on nodes, and the labelled
-        ones may hold none there. The budget keeps the team at its nominal or above."""
-        if not self.policy.quotas:
-            return
+        ones may hold none there. The budget keeps the team at its nominal or above; each
+        reclaim spends it (record_victims)."""
+        if self._reclaim_left is None:
+            budget: dict[tuple[str, str], float] = {}
+            if self.policy.quotas:
+                ledger = self.ledger
+                leaving: dict[tuple[str, str] | None, float] = {}
+                for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
+                    if job.preempting_since is not None:
+                        k = ledger.key(job.request.team, job.gpu_model)
+                        leaving[k] = leaving.get(k, 0.0) + gpus
+                for k, acc in ledger.accounts.items():
+                    held = sum(g for _, g in ledger.held(k))
+                    above = held - leaving.get(k, 0.0) - acc.quota.nominal
+                    if above > 1e-9:
+                        budget[k] = above
+            self._reclaim_left = budget
+        return self._reclaim_left
+
+    def mark_reclaimable(self) -> None:
+        """Set Candidate.quota_key and reclaimable on the whole-GPU candidates (preempt.py)."""
+        budget = self.reclaim_budget()
         ledger = self.ledger
-        leaving: dict[tuple[str, str] | None, float] = {}
-        for c in self._leaving:
-            k = ledger.key(c.team, c.job.gpu_model)
-            leaving[k] = leaving.get(k, 0.0) + c.size
-        budget = {}
-        for k, acc in ledger.accounts.items():
-            above = sum(g for _, g in ledger.held(k)) - leaving.get(k, 0.0) - acc.quota.nominal
-            if above > 1e-9:
-                budget[k] = above
-        self._reclaim_left = budget
         for team in {k[0] for k in budget}:
             for c in self._by_team.get(team, ()):
                 k = ledger.key(c.team, c.job.gpu_model)
@@ -1085,7 +1094,7 @@ class _Cycle:
             p,
             self.claimed,
             reserved,
-            self._reclaim_left,
+            self.reclaim_budget(),
         )
 
     def within_reach(
@@ -1129,7 +1138,8 @@ class _Cycle:
             v = c.job.request
             if kind == "reclaim":
                 if c.quota_key is not None:
-                    self._reclaim_left[c.quota_key] -= c.size
+                    spent = c.size or self.mig_holders()[c.id][1]  # a slice: its share
+                    self.reclaim_budget()[c.quota_key] -= spent
                 why = f"team {r.team} reclaimed its nominal {model} quota"
             else:
                 why = (
@@ -1209,6 +1219,7 @@ class _Cycle:
         by id, with the GPUs they count as."""
         if self._mig_holders is None:
             borrowed = self.borrowed_ids()
+            budget = self.reclaim_budget()
             self._mig_holders = {}
             for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
                 r = job.request
@@ -1218,6 +1229,11 @@ class _Cycle:
                 ):
                     continue
                 c = Candidate(job, self.value(r), r.id in borrowed, leaving, {}, 0)
+                k = self.ledger.key(r.team, job.gpu_model)
+                if k in budget and not leaving:
+                    c.quota_key, c.reclaimable = k, True
+                elif c.borrowed:
+                    c.reclaimable = False  # what its quota holds above nominal is leaving
                 self._mig_holders[r.id] = (c, gpus)
         return self._mig_holders
 
@@ -1259,11 +1275,13 @@ class _Cycle:
                 profile, m, r.pool, r.cluster, eligible, relayout=relayout, job_id=r.id
             ):
                 victims = [(holders[i][0], kind(i) or "") for i in ids]
+                if not self.within_budget(victims):
+                    continue
                 new = [(c, k) for c, k in victims if k != "leaving"]
                 lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
                 rank = (
                     len(new),
-                    max((1 if c.borrowed else 2 for c, _ in new), default=0),
+                    max((1 if c.borrowed or k == "reclaim" else 2 for c, k in new), default=0),
                     max((c.value for c, _ in new), default=0),
                     lost,
                     ids,
@@ -1285,6 +1303,16 @@ class _Cycle:
             self.mig_index.reserve(*gpu, r.id)
         return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
 
+    def within_budget(self, victims: Sequence[tuple[Candidate, str]]) -> bool:
+        """Do a slice plan's reclaims stay within each quota's budget (reclaim_budget)?"""
+        spent: dict[tuple[str, str], float] = {}
+        holders = self.mig_holders()
+        for c, kind in victims:
+            if kind == "reclaim" and c.quota_key is not None:
+                spent[c.quota_key] = spent.get(c.quota_key, 0.0) + holders[c.id][1]
+        budget = self.reclaim_budget()
+        return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
+
     def slice_victim(
         self, r: JobRequest, reclaims: bool, priority: bool, job_id: str
     ) -> str | None:
@@ -1295,7 +1323,7 @@ class _Cycle:
         c = found[0]
         if c.leaving:
             return "leaving"
-        if reclaims and c.borrowed and c.team != r.team:
+        if reclaims and c.reclaimable and c.team != r.team:
             return "reclaim"
         policy = self.policy
         if (
