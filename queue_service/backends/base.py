@@ -116,6 +116,22 @@ def cpus_per_node(cpus_per_gpu: int, gpus_per_node: int) -> int:
     return cpus_per_gpu * max(1, gpus_per_node)
 
 
+def memory_share_mb(
+    node_memory_mb: int, node_gpus: int, node_cpus: int | None, gpus: float, cpus: int
+) -> int | None:
+    """The memory a job that gives none asks on a node (Slurm's --mem: under CR_*_Memory a
+    job without it gets the whole node): its footprint's share. `gpus`: the GPUs it is
+    charged there (its footprint, CPUs and memory charged in GPUs; a MIG slice its share of
+    a GPU, compute slices / 7) times the node's memory per GPU. A job charged none (no GPUs,
+    no CPUs or memory asked) gets its `cpus`' share of the node's memory instead: Slurm gives
+    it those CPUs (1 unless it asks more). None: neither is known."""
+    if gpus > 0 and node_gpus > 0:
+        return int(node_memory_mb * gpus // node_gpus)
+    if node_cpus:
+        return node_memory_mb * cpus // node_cpus
+    return None
+
+
 def job_env(job: DispatchRequest) -> dict[str, str]:
     """The GPUQ_* variables every job sees on every backend (the backend adds placement:
     node rank, GPUs, MIG slice)."""

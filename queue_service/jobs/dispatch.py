@@ -25,6 +25,8 @@ from queue_service.backends.base import (
     LogChunk,
     NodeInfo,
     RemoteState,
+    cpus_per_node,
+    memory_share_mb,
 )
 from queue_service.clusters.models import Cluster, Node
 
@@ -71,7 +73,8 @@ def dispatch_request(job: Job) -> DispatchRequest:
     node than the job asks (its footprint: CPUs or memory charged in GPUs); those are held
     idle, and the backend is given only the job's own, the first of each node's. A Slurm job
     that gives no memory asks for its footprint's share of the node's (the least over its
-    nodes), so that Slurm never hands it the whole node (SelectTypeParameters=CR_*_Memory)."""
+    nodes; a MIG slice's share of a GPU, a job charged no GPU its CPUs'), so that Slurm never
+    hands it the whole node (SelectTypeParameters=CR_*_Memory)."""
     spec = job.spec
     command = spec["command"]
     checkpoint = spec.get("checkpoint") or {}
@@ -123,18 +126,30 @@ def dispatch_request(job: Job) -> DispatchRequest:
 
 
 def _footprint_memory_mb(job: Job) -> int | None:
-    """Each node's memory per GPU times the GPUs the job holds there, the least over its
-    nodes (whole GPUs only); None when a node's memory is unknown."""
-    held = {a["node"]: len(a.get("gpus", ())) for a in job.placement if not a.get("mig")}
-    if not held or not all(held.values()):
-        return None
-    nodes = Node.objects.filter(cluster_id=job.cluster_id, name__in=held)
-    shares = [
-        held[n.name] * n.memory_mb // n.gpus
-        for n in nodes.only("name", "gpus", "memory_mb")
-        if n.memory_mb and n.gpus
-    ]
-    return min(shares) if len(shares) == len(held) else None
+    """The share of each of its nodes' memory the job's footprint holds (memory_share_mb):
+    the GPUs it holds there, a MIG slice its share of a GPU (`Job.gpus`: compute slices /
+    7), a job holding none the CPUs Slurm gives it. The least over its nodes; None when a
+    node's memory is unknown."""
+    spec = job.spec
+    cpus = cpus_per_node(spec.get("cpus_per_gpu") or 1, spec["gpus_per_node"])
+    names = [a["node"] for a in job.placement]
+    nodes = {
+        n.name: n
+        for n in Node.objects.filter(cluster_id=job.cluster_id, name__in=names).only(
+            "name", "gpus", "cpus", "memory_mb"
+        )
+    }
+    shares = []
+    for a in job.placement:
+        node = nodes.get(a["node"])
+        if node is None or not node.memory_mb:
+            return None
+        gpus = job.gpus if a.get("mig") else len(a.get("gpus", ()))
+        share = memory_share_mb(node.memory_mb, node.gpus, node.cpus, gpus, cpus)
+        if share is None:
+            return None
+        shares.append(share)
+    return min(shares, default=None)
 
 
 def dispatch_job(job_id: str) -> None:

@@ -4,6 +4,7 @@ the real lab, tests/backends/slurm/data/)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,16 @@ def _captured(name: str) -> str:
 def test_a_queued_job_cancelled_while_it_ran_is_charged_when_only_sacct_still_knows_it(
     people: Any, local_cluster: Any
 ) -> None:
-    """Job 4654 of the lab's capture ("fill") was RUNNING (squeue_live.txt) when it was
+    """The lab's capture's job "fill" was RUNNING (squeue_live.txt) when it was
     scancelled. squeue showed it `CANCELLED|15` for MinJobAge; after that gpuq's poll falls
     back to sacct, which reports the same job `CANCELLED by 0|0:0` (sacct_final.txt): exit
     code 0. A gpuq job whose sync did not see it run before squeue forgot it (a worker
     down a few minutes) ran all the same and must be charged for that run."""
-    assert parse_squeue(_captured("squeue_live.txt"))["4654"].state == "running"
-    status = parse_sacct(_captured("sacct_final.txt"))["4654"]
+    fill = json.loads(_captured("jobs.json"))["fill"]  # its id in this capture
+    assert parse_squeue(_captured("squeue_live.txt"))[fill].state == "running"
+    status = parse_sacct(_captured("sacct_final.txt"))[fill]
     job = queued_on_cluster(people, local_cluster)
-    Job.objects.filter(pk=job.pk).update(external_id="4654")
+    Job.objects.filter(pk=job.pk).update(external_id=fill)
     job.refresh_from_db()
 
     _apply_status(job, status)

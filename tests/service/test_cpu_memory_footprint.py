@@ -19,6 +19,7 @@ from queue_service.jobs.dispatch import dispatch_request, sync_cluster
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import build_snapshot, preview_job, run_cycle
+from queue_service.tenancy.models import Quota
 from scheduler.engine import running_gpus
 from scheduler.quota import Ledger
 from tests.conftest import spec
@@ -169,6 +170,10 @@ MEMORY_REQUESTS = [
     ("slurm, no memory given", "slurm", {"cpus_per_gpu": 30, "gpus_per_node": 2}, 625_000),
     ("slurm, no CPUs either", "slurm", {}, 125_000),
     ("slurm, memory given", "slurm", {"memory": "2000M"}, 2000),
+    # No GPUs and no CPUs asked: charged none; Slurm gives it 1 CPU, 1/96 of the memory.
+    ("slurm, no GPUs", "slurm", {"gpus_per_node": 0}, 10_416),
+    # No GPUs, 4 CPUs: charged 1 GPU (a 12-CPU share), so 1 GPU's memory.
+    ("slurm, no GPUs, 4 CPUs", "slurm", {"gpus_per_node": 0, "cpus_per_gpu": 4}, 125_000),
     # Kubernetes sets no memory limit the job did not ask for (limits == requests there).
     ("kubernetes, no memory given", "kubernetes", {"cpus_per_gpu": 30}, None),
 ]
@@ -191,6 +196,43 @@ def test_a_job_without_memory_asks_for_its_footprints_share_of_the_node(
     assert job.state == S.ADMITTED
 
     assert dispatch_request(job).memory_mb == memory_mb
+
+
+def test_a_mig_slice_without_memory_asks_its_share_of_a_gpus_memory(
+    people: Any, teams: Any, tmp_path: Any
+) -> None:
+    """A slice counts as 1/4 of an A30 (compute slices / 4): of a 1-GPU, 256,000 MiB node,
+    64,000 MiB, not the whole node."""
+    cluster = Cluster.objects.create(
+        name="remote",
+        kind="local",
+        settings={
+            "workdir": str(tmp_path / "jobs"),
+            "nodes": [
+                {
+                    "name": "m1",
+                    "gpus": 1,
+                    "gpu_model": "A30-24GB",
+                    "mig": True,
+                    "mig_layout": [
+                        {"gpu": 0, "profile": "1g.6gb", "start": i, "size": 1} for i in range(4)
+                    ],
+                }
+            ],
+        },
+    )
+    sync_cluster(cluster.pk)
+    Node.objects.filter(cluster=cluster).update(cpus=32, memory_mb=256_000)
+    Quota.objects.create(team=teams["vision"], gpu_model="A30-24GB", nominal_gpus=1)
+    body = spec(kind="agent", mig_profile="1g.6gb", cluster="remote")
+    del body["gpus_per_node"]
+    job = submit_job(people["alice"], body).job
+    run_cycle()
+    Cluster.objects.filter(pk=cluster.pk).update(kind="slurm")  # as a Slurm sync stores it
+    (job,) = fresh(job)
+    assert job.state == S.ADMITTED
+
+    assert dispatch_request(job).memory_mb == 64_000
 
 
 def test_a_node_of_unknown_memory_gets_no_memory_request(people: Any, tmp_path: Any) -> None:

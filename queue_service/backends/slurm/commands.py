@@ -14,7 +14,9 @@ from queue_service.backends.base import BackendError
 
 # Reason last: it is free text, and the parsers split only up to it.
 SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,Reason:"
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Reason"
+# Start and NodeList: whether an ended job ever ran (its end cannot tell: a job cancelled
+# while it waited and one cancelled while it ran both end `CANCELLED by <uid>|0:0`).
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,NodeList,Reason"
 SINFO_FORMAT = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:"
 # How far back sacct looks for an earlier submission of the same attempt.
 LOOKUP_WINDOW = "now-30days"

@@ -7,6 +7,7 @@ tests/backends/slurm/data/.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Iterable, Mapping
@@ -131,11 +132,25 @@ def only_unknown_ids(stderr: str) -> bool:
     return "Invalid job id specified" in stderr
 
 
+# sacct's Start of a job that has not started, and its NodeList of a job given no nodes.
+_NO_START = frozenset({"", "None", "Unknown"})
+_NO_NODES = frozenset({"", "None assigned"})
+
+
 def parse_sacct(text: str) -> dict[str, JobStatus]:
-    """`sacct -n -P -X -o JobIDRaw,State,ExitCode,Reason` rows; a requeued job's last run wins."""
+    """`sacct -n -P -X -o JobIDRaw,State,ExitCode,Start,NodeList,Reason` rows; a requeued
+    job's last run wins. An ended job ran if it had a start and nodes: its end cannot tell
+    (`CANCELLED by <uid>|0:0` either way), and nor can Start alone. A job cancelled while it
+    waited has Start `None`, unless slurmdbd had not yet recorded it waiting: then Start is
+    the time of the cancel, and only NodeList (`None assigned`) says it never ran."""
     found: dict[str, JobStatus] = {}
-    for job_id, state, exit_code, reason in _rows(text, 4):
-        found[job_id] = job_status(job_id, state, reason, exit_from_sacct(exit_code))
+    for job_id, state, exit_code, start, nodes, reason in _rows(text, 6):
+        status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
+        if start.strip() not in _NO_START and nodes.strip() not in _NO_NODES:
+            status = dataclasses.replace(status, started=True)
+        elif status.state in RemoteState.TERMINAL:
+            status = dataclasses.replace(status, started=False)
+        found[job_id] = status
     return found
 
 

@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from queue_service.backends.slurm import commands, script
+from queue_service.backends.slurm import commands, parsers, script
 
 from .conftest import LAB, REPO, kill_node, lab_backend, request
 
@@ -44,7 +44,12 @@ def main() -> None:
         "mig": sbatch("--gres=gpu:1g.10gb:3", "--wrap='sleep 300'"),
         "node_fail": sbatch("--nodelist=gpu3", "--no-requeue", "--wrap='sleep 300'"),
         "requeued": sbatch("--requeue", "--nodelist=gpu2", "--wrap='sleep 300'"),
+        "held_cancelled": sbatch("--hold", "--wrap=true"),
     }
+    # Cancelled by its own user before slurmdbd recorded it waiting: sacct's Start is then
+    # the cancel's time, its NodeList `None assigned` (`resources`, cancelled after it
+    # waited, has Start `None`).
+    run(commands.cancel(jobs["held_cancelled"]))
     gpuq_job = request(command=("true",))
     lookup = {
         "job_id": backend.submit(gpuq_job).external_id,
@@ -62,6 +67,8 @@ def main() -> None:
     live = run(commands.squeue(list(jobs.values())))
     save("squeue_live.txt", live.stdout)
     save("sinfo_mixed.txt", run(commands.sinfo("gpu")).stdout)
+    # The second sinfo of `nodes()`: each node's CPUs and memory.
+    save("sinfo_resources.txt", run(parsers.sinfo_resources("gpu")).stdout)
     subprocess.run(["scontrol", "update", "nodename=gpu2", "state=resume"], check=True)
     kill_node("gpu3")
     deadline = time.time() + 150
@@ -72,7 +79,8 @@ def main() -> None:
         time.sleep(5)
     save("sinfo_node_down.txt", run(commands.sinfo(None)).stdout)
     subprocess.run([str(LAB), "up"], check=True, capture_output=True)
-    for key in ("suspended", "fill", "resources", "mig", "requeued"):
+    # `resources` before `fill`, whose end would let it start: it is cancelled while pending.
+    for key in ("resources", "suspended", "fill", "mig", "requeued"):
         subprocess.run(["scancel", jobs[key]], check=False)
     subprocess.run(["scontrol", "release", jobs["held"]], check=False)
     time.sleep(4)

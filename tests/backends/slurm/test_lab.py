@@ -6,13 +6,14 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from queue_service.backends.base import AllocatedNode, BackendError, MigInstanceInfo, RemoteState
-from queue_service.backends.slurm import SlurmBackend, script
+from queue_service.backends.slurm import SlurmBackend, commands, script
 
 from .conftest import kill_node, lab_backend, lab_up, request, wait_for
 from .test_script import HOSTILE
@@ -128,6 +129,38 @@ def test_cancel_of_a_pending_job(backend: SlurmBackend) -> None:
     backend.cancel(blocker, grace_s=0)
     assert wait_for(backend, external_id).state == RemoteState.CANCELLED
     assert wait_for(backend, blocker).state == RemoteState.CANCELLED
+
+
+def test_poll_through_sacct_tells_a_job_cancelled_while_it_waited_never_ran(
+    backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once squeue has forgotten a job (MinJobAge, 300 s in the lab), poll asks sacct, whose
+    end is `CANCELLED by <uid>|0:0` for a job cancelled while it waited and for one cancelled
+    while it ran: its Start and NodeList tell them apart, so gpuq charges only the one that
+    ran. Cancelled at once, the waiter has a Start (the cancel's time) but no nodes."""
+    on_gpu1 = {"gpus_per_node": 4, "placement": (AllocatedNode("gpu1"),)}
+    blocker = backend.submit(request(command=("sleep", "300"), **on_gpu1)).external_id
+    waiter = backend.submit(request(**on_gpu1)).external_id
+    assert wait_for(backend, blocker, running).state == RemoteState.RUNNING
+    assert wait_for(backend, waiter, lambda s: s.reason == "Resources").reason == "Resources"
+    backend.cancel(waiter, grace_s=0)
+    backend.cancel(blocker, grace_s=0)
+    assert wait_for(backend, blocker).state == RemoteState.CANCELLED
+    run = backend._run
+
+    def squeue_forgot_them(command: str, stdin: bytes | None = None) -> Any:
+        # squeue's real answer for ids it no longer knows (none of these ever existed).
+        if command.startswith("squeue "):
+            command = commands.squeue(["999998", "999999"])
+        return run(command, stdin=stdin)
+
+    monkeypatch.setattr(backend, "_run", squeue_forgot_them)
+    # slurmdbd may record the ends a moment after slurmctld.
+    ended = {i: wait_for(backend, i) for i in (waiter, blocker)}
+    assert {i: (s.state, s.exit_code, s.started) for i, s in ended.items()} == {
+        waiter: (RemoteState.CANCELLED, 0, False),
+        blocker: (RemoteState.CANCELLED, 0, True),
+    }
 
 
 def test_mig_job_lands_on_the_mig_node_and_shows_in_inventory(backend: SlurmBackend) -> None:

@@ -72,6 +72,53 @@ def test_native_state_keeps_slurms_word() -> None:
     assert statuses[JOBS["node_fail"]].native_state == "NODE_FAIL"
 
 
+# case -> whether it ever ran, as sacct's Start and NodeList say
+SACCT_RAN = {
+    "resources": False,  # cancelled after it had waited for gpu1's GPUs: Start `None`
+    # Cancelled by its own user (as gpuq cancels) the moment it was submitted, before
+    # slurmdbd recorded it waiting: Start is the cancel's time, NodeList `None assigned`.
+    "held_cancelled": False,
+    "cancelled": True,  # cancelled by its own user while it ran
+    "fill": True,
+    "suspended": True,
+    "completed": True,
+    "timeout": True,
+    "node_fail": True,
+}
+
+
+@pytest.mark.parametrize("case", SACCT_RAN)
+def test_sacct_tells_whether_an_ended_job_ran(case: str) -> None:
+    status = parsers.parse_sacct(data("sacct_final.txt"))[JOBS[case]]
+    assert status.started is SACCT_RAN[case]
+
+
+def test_a_job_cancelled_before_it_started_ends_as_one_cancelled_while_it_ran() -> None:
+    """Its end cannot tell them apart: sacct says `CANCELLED by <uid>|0:0` for both."""
+    statuses = parsers.parse_sacct(data("sacct_final.txt"))
+    waited, ran = statuses[JOBS["held_cancelled"]], statuses[JOBS["cancelled"]]
+    assert (waited.state, waited.exit_code) == (ran.state, ran.exit_code)
+    assert (waited.started, ran.started) == (False, True)
+
+
+# (a sacct row, whether the job ran)
+SACCT_ROWS = [
+    ("ended, start Unknown", "7|CANCELLED by 0|0:0|Unknown|None assigned|None", False),
+    ("ended, start empty", "7|CANCELLED by 0|0:0||None assigned|None", False),
+    ("a start but no nodes", "7|CANCELLED by 0|0:0|2026-12-02T07:37:23|None assigned|None", False),
+    ("SLURM_TIME_FORMAT=relative", "7|CANCELLED by 0|0:0|Tue 07:33|gpu[1-2]|None", True),
+    ("still waiting", "7|PENDING|0:0|Unknown|None assigned|Priority", None),
+    ("running", "7|RUNNING|0:0|2026-12-02T07:33:48|gpu1|None", True),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "ran"), [c[1:] for c in SACCT_ROWS], ids=[c[0] for c in SACCT_ROWS]
+)
+def test_a_sacct_row_says_whether_the_job_ran(row: str, ran: bool | None) -> None:
+    assert parsers.parse_sacct(row + "\n")["7"].started is ran
+
+
 @pytest.mark.parametrize(
     ("native", "reason", "state", "shown"),
     [

@@ -156,3 +156,40 @@ def test_cpu_heavy_jobs_without_memory_run_side_by_side_with_bounded_memory(
     assert [(s["JobState"], s["MinMemoryNode"], s["NumCPUs"]) for s in shown] == [
         ("RUNNING", "12000M", "5")
     ] * 2
+
+
+@pytest.mark.slurm
+@pytest.mark.django_db(transaction=True)
+def test_mig_and_cpu_only_jobs_without_memory_ask_their_share_not_the_node(
+    lab_cluster: Any, people: Any
+) -> None:
+    """On the lab (16000 MB per node): a 1g.10gb slice of gpu4's one GPU asks 1/7 of it,
+    2285 MB; a job of no GPUs asking nothing, charged none, asks 1 of gpu1-3's 8 CPUs'
+    share, 2000 MB. Without --mem Slurm shows MinMemoryNode=0: the whole node."""
+    from queue_service.jobs.dispatch import run_once
+    from queue_service.jobs.models import Job
+    from queue_service.jobs.services import submit_job
+
+    specs = [
+        {"name": "slice", "kind": "agent", "mig_profile": "1g.10gb"},
+        {"name": "no-gpus", "gpus_per_node": 0},
+    ]
+    jobs = [
+        submit_job(people["alice"], {"command": ["sleep", "300"], "cluster": "lab", **spec}).job
+        for spec in specs
+    ]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        run_once()
+        for job in jobs:
+            job.refresh_from_db()
+        if all(j.state == Job.State.RUNNING for j in jobs):
+            break
+        time.sleep(0.5)
+
+    assert [j.state for j in jobs] == [Job.State.RUNNING] * 2, [j.reason for j in jobs]
+    shown = [slurm_job(j.external_id) for j in jobs]
+    assert [(s["JobState"], s["MinMemoryNode"]) for s in shown] == [
+        ("RUNNING", "2285M"),
+        ("RUNNING", "2000M"),
+    ]
