@@ -128,6 +128,10 @@ def _hold(
     return Reservation(job_id, at, frozenset({group.key[0]}), chosen)
 
 
+# Sums of MIG fractions (1/7 ...) are not exact: a fluid compares within this.
+EPS = 1e-9
+
+
 class Fluid:
     """A model's GPUs as a fluid for estimated starts: waiting jobs take GPUs in order as
     running jobs release them. It ignores node boundaries, so it is an estimate."""
@@ -144,29 +148,29 @@ class Fluid:
         """Advance to the first instant with `gpus` free; undo() puts it back."""
         self._saved = (self.free, self.clock)
         self._undo = []
-        while self.free < gpus and self.heap:
+        while self.free < gpus - EPS and self.heap:
             at, count = heapq.heappop(self.heap)
             self._undo.append((at, count))
             self.free += count
             self.clock = max(self.clock, at)
-        return self.clock if self.free >= gpus else None
+        return self.clock if self.free >= gpus - EPS else None
 
     def start(self, gpus: float, limit_s: float | None) -> float | None:
         """earliest() and, when the GPUs come free, take() there; nothing to undo."""
         heap, free, clock = self.heap, self.free, self.clock
-        while free < gpus and heap:
+        while free < gpus - EPS and heap:
             at, count = heap[0]
             free += count
             if at > clock:
                 clock = at
-            if free >= gpus and limit_s is not None:
+            if free >= gpus - EPS and limit_s is not None:
                 # The last release it needs makes way for its own: one sift, not two.
                 heapq.heapreplace(heap, (clock + limit_s, gpus))
                 self.free, self.clock = free - gpus, clock
                 return clock
             heapq.heappop(heap)
         self.clock = clock
-        if free < gpus:
+        if free < gpus - EPS:
             self.free = free
             return None
         self.free = free - gpus

@@ -17,7 +17,7 @@ from .capacity import Fit, FreeIndex, Group, allocate, best_fit, fit_by_end
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor
 from .preempt import plan as plan_preemption
-from .quota import Demand, Ledger
+from .quota import Account, Demand, Ledger
 from .types import (
     ANY_MODEL,
     Decisions,
@@ -200,7 +200,10 @@ class _Cycle:
         # cycle, (end, GPUs), for one built later.
         self._quota_fluids: dict[tuple[str, str], Fluid] = {}
         self._quota_started: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        self._quota_kinds: dict[int, tuple[Fluid | None, float | None]] = {}
+        self._team_quota: dict[str, tuple[str, str] | None] = {}
+        # Jobs waiting for nodes ahead, (GPUs, limit), per quota, for a fluid built later.
+        self._quota_ahead: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
+        self._quota_kinds: dict[int, tuple[Fluid | None, float | None, Account | None]] = {}
         self._by_team: dict[str, list[Candidate]] = {}
         self._displaceable: dict[
             tuple[str, int, tuple[str, str]], tuple[int, list[Candidate], int]
@@ -436,21 +439,24 @@ class _Cycle:
         increments = [0.0] * len(kinds)
         if policy.fair_share:
             names = {t.name for t in self.s.teams}
+            # A model with no node open still counts what runs on it, against all its GPUs.
+            shares = {m: self.open_capacity.get(m) or gpus for m, gpus in self.capacity.items()}
             standing = standings(
                 self.s.teams,
                 sorted({r.team for r in kinds} - names),
                 zip(self.s.running, self.running_gpus, strict=True),
-                self.open_capacity,
+                shares,
                 self.now,
                 policy.fair_share_half_life_s,
             )
-            cap, total = self.open_capacity, self.total_capacity or 1
+            cap, total = shares, self.total_capacity or sum(shares.values()) or 1
+            open_ = self.open_capacity
             # A job for any model is a share of the GPUs its team's quota covers: where it
             # can run, and what the next cycle's standing will count it against.
             usable: dict[str, int] = {}
             for team in {r.team for r in kinds if not r.gpu_model}:
                 usable[team] = (
-                    sum(g for m, g in cap.items() if self.ledger.key(team, m) is not None)
+                    sum(g for m, g in open_.items() if self.ledger.key(team, m) is not None)
                     if policy.quotas
                     else 0
                 ) or total
@@ -604,6 +610,15 @@ class _Cycle:
         if held is not None:
             estimate = held.start
         self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
+        if self.policy.quotas:
+            # It holds its team's quota once it starts: jobs behind it refused quota count it.
+            k = self.quota_key_of(r)
+            if k is not None:
+                f = self._quota_fluids.get(k)
+                if f is None:
+                    self._quota_ahead.setdefault(k, []).append((gpus, r.time_limit_s))
+                else:
+                    f.take(gpus, r.time_limit_s)
 
     def shape_floor(self, r: JobRequest) -> float | None:
         """The earliest time r's shape fits on nodes as the cycle has left them and known
@@ -1136,10 +1151,11 @@ class _Cycle:
             if kind == "leaving":
                 continue
             v = c.job.request
+            if c.quota_key is not None and c.team != r.team:
+                # Another team's GPUs above its nominal (reclaim_budget): spent.
+                spent = c.size or self.mig_holders()[c.id][1]  # a slice: its share
+                self.reclaim_budget()[c.quota_key] -= spent
             if kind == "reclaim":
-                if c.quota_key is not None:
-                    spent = c.size or self.mig_holders()[c.id][1]  # a slice: its share
-                    self.reclaim_budget()[c.quota_key] -= spent
                 why = f"team {r.team} reclaimed its nominal {model} quota"
             else:
                 why = (
@@ -1251,8 +1267,8 @@ class _Cycle:
         if not holders:
             return None
         assert self.mig_index is not None
-        self.searches += 1
         profile, now = r.mig_profile or "", self.now
+        searched = False
         priority = self.preempts_for_priority(r)
         relayout = policy.mig_repartition
         if relayout and any(
@@ -1274,8 +1290,9 @@ class _Cycle:
             for model, ids, gpu, whole in self.mig_index.victim_sets(
                 profile, m, r.pool, r.cluster, eligible, relayout=relayout, job_id=r.id
             ):
+                searched = True
                 victims = [(holders[i][0], kind(i) or "") for i in ids]
-                if not self.within_budget(victims):
+                if not self.within_budget(r.team, victims):
                     continue
                 new = [(c, k) for c, k in victims if k != "leaving"]
                 lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
@@ -1288,6 +1305,8 @@ class _Cycle:
                 )
                 if best is None or rank < best[0]:
                     best = (rank, model, share, victims, gpu, whole)
+        # A search that met no job it may take is no search (as in preempt_for).
+        self.searches += searched
         if best is None:
             return None
         _, model, share, victims, gpu, whole = best
@@ -1303,12 +1322,13 @@ class _Cycle:
             self.mig_index.reserve(*gpu, r.id)
         return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
 
-    def within_budget(self, victims: Sequence[tuple[Candidate, str]]) -> bool:
-        """Do a slice plan's reclaims stay within each quota's budget (reclaim_budget)?"""
+    def within_budget(self, team: str, victims: Sequence[tuple[Candidate, str]]) -> bool:
+        """Do a slice plan's victims of other teams than `team` stay within each quota's
+        budget (reclaim_budget)?"""
         spent: dict[tuple[str, str], float] = {}
         holders = self.mig_holders()
         for c, kind in victims:
-            if kind == "reclaim" and c.quota_key is not None:
+            if kind != "leaving" and c.quota_key is not None and c.team != team:
                 spent[c.quota_key] = spent.get(c.quota_key, 0.0) + holders[c.id][1]
         budget = self.reclaim_budget()
         return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
@@ -1331,7 +1351,7 @@ class _Cycle:
             and c.value < self.value(r)
             and self.now - c.start >= policy.min_runtime_s
             and c.job.preemptions < self.max_preemptions
-            and (not policy.quotas or c.borrowed or c.team == r.team)
+            and (not policy.quotas or c.team == r.team or (c.borrowed and c.reclaimable))
         ):
             return "priority"
         return None
@@ -1453,51 +1473,65 @@ class _Cycle:
     def quota_taken(self, r: JobRequest, model: str, gpus: float, ends: float | None) -> None:
         """A start this cycle holds its team's quota until it ends: for quota_estimate."""
         k = self.ledger.key(r.team, model)
-        if k is None or ends is None:
+        if k is None:
             return
-        self._quota_started.setdefault(k, []).append((ends, gpus))
+        if ends is not None:  # one without a limit holds it for good: no release
+            self._quota_started.setdefault(k, []).append((ends, gpus))
         f = self._quota_fluids.get(k)
         if f is not None:
             f.take(gpus, r.time_limit_s, at=self.now)
 
     def quota_estimate(self, k: int, r: JobRequest, gpus: float | None) -> float | None:
         """When a job refused quota may start: when its team's running jobs on that quota,
-        and those ahead of it refused alike, end (by their limits) enough for it to fit the
-        team's nominal (borrowing may come sooner; nothing promises it), and not before
-        nodes could hold its shape. None when that is not known (a job without a limit, a
-        job larger than the nominal, a job for any model of a team with several quotas)."""
+        and those ahead of it (refused alike, or waiting for nodes: held from now, a bound)
+        end by their limits enough for it to fit the team's nominal (borrowing may come
+        sooner; nothing promises it), and not before nodes could hold its shape. None when
+        that is not known (behind a job without a limit, larger than the nominal, refused
+        for its count of jobs, for any model of a team with several quotas)."""
         if gpus is None:
             return None
         # What depends on r's kind (number k) only, once per kind: the quota's fluid, the floor.
         found = self._quota_kinds.get(k)
         if found is None:
             found = self._quota_kinds[k] = self.quota_kind(r)
-        f, floor = found
-        if f is None or floor is None:
+        f, floor, acc = found
+        if f is None or floor is None or acc is None:
             return None
+        cap = acc.quota.max_running_jobs
+        if cap is not None and acc.running_jobs >= cap:
+            return None  # refused for its count of jobs: the fluid counts GPUs
         at = f.start(gpus, r.time_limit_s)
         return None if at is None else (at if at > floor else floor)
 
-    def quota_kind(self, r: JobRequest) -> tuple[Fluid | None, float | None]:
-        """quota_estimate's fluid for r's quota and the earliest its shape fits on nodes."""
-        if not self.policy.quotas:
-            return None, None
-        ledger = self.ledger
+    def quota_key_of(self, r: JobRequest) -> tuple[str, str] | None:
+        """The quota r draws on: of its model, or for a job for any model its team's only
+        quota (None with several: which one it takes depends on where it lands)."""
         if r.gpu_model:
-            k = ledger.key(r.team, r.gpu_model)
-        else:
-            keys = [key for key in ledger.accounts if key[0] == r.team]
-            k = keys[0] if len(keys) == 1 else None
+            return self.ledger.key(r.team, r.gpu_model)
+        if r.team not in self._team_quota:
+            keys = [key for key in self.ledger.accounts if key[0] == r.team]
+            self._team_quota[r.team] = keys[0] if len(keys) == 1 else None
+        return self._team_quota[r.team]
+
+    def quota_kind(self, r: JobRequest) -> tuple[Fluid | None, float | None, Account | None]:
+        """quota_estimate's fluid for r's quota, the earliest its shape fits on nodes, and
+        the quota's account."""
+        if not self.policy.quotas:
+            return None, None, None
+        ledger = self.ledger
+        k = self.quota_key_of(r)
         if k is None:
-            return None, None
+            return None, None, None
         f = self._quota_fluids.get(k)
         if f is None:
             acc = ledger.accounts[k]
             held = [(end, g) for end, g in ledger.held(k) if end is not None]
             held += self._quota_started.get(k, ())
             f = self._quota_fluids[k] = Fluid(acc.quota.nominal - acc.used, held, self.now)
+            for gpus, limit in self._quota_ahead.pop(k, ()):
+                f.take(gpus, limit)
         floor = self.shape_floor(r) if r.gpus_per_node and not r.mig_profile else -math.inf
-        return f, floor
+        return f, floor, ledger.accounts[k]
 
     def fluid_state(self) -> dict[str, Fluid]:
         """Per model: the GPUs free now and when running jobs (and this cycle's) release

@@ -113,7 +113,9 @@ def plan(
     """The cheapest n nodes of one group on which victims make room for g GPUs each.
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead. With a
-    `budget`, a plan reclaims at most so many GPUs from each quota (Candidate.quota_key)."""
+    `budget`, a plan takes at most so many GPUs of other teams from each quota
+    (Candidate.quota_key), reclaimed or preempted for priority: what the quota holds above its
+    nominal, so that no team is taken below it."""
     best: tuple[tuple[int, float], Plan] | None = None
     team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
@@ -137,6 +139,7 @@ def plan(
                 continue
             have = len(st.free)
             taken: list[tuple[Candidate, str]] = []
+            spent: dict[tuple[str, str], float] = {}  # of the budget, on this node
             for c in cands:
                 if c.id in claimed:
                     continue
@@ -148,17 +151,25 @@ def plan(
                     if own_team_only and c.team != team:
                         continue
                     if reclaims and c.reclaimable and c.team != team:
-                        taken.append((c, "reclaim"))
+                        kind = "reclaim"
                     elif (
                         priority
                         and c.value < value
                         and now - c.start >= min_runtime_s
                         and c.job.preemptions < max_preemptions
-                        and (not quotas or c.borrowed or c.team == team)
+                        and (not quotas or c.team == team or (c.borrowed and c.reclaimable))
                     ):
-                        taken.append((c, "priority"))
+                        kind = "priority"
                     else:
                         continue
+                    k = c.quota_key
+                    if budget is not None and k is not None and c.team != team:
+                        # Another team's job: only what it holds above its nominal may go.
+                        left = budget.get(k, 0.0) - spent.get(k, 0.0)
+                        if c.size > left + 1e-9:
+                            continue
+                        spent[k] = spent.get(k, 0.0) + c.size
+                    taken.append((c, kind))
                 have += c.gpus[name]
                 if have >= g:
                     break
@@ -181,12 +192,22 @@ def plan(
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
-        chosen = costs[:n]
+        # The cheapest n nodes whose victims, together, stay within the budget.
+        chosen = []
         victims: dict[str, tuple[Candidate, str]] = {}
-        for _, _, on_this_node in chosen:
-            for c, kind in on_this_node:
-                victims.setdefault(c.id, (c, kind))
-        if budget is not None and not _within(budget, victims.values()):
+        for cost in costs:
+            more = {c.id: (c, kind) for c, kind in cost[2] if c.id not in victims}
+            if (
+                budget is not None
+                and more
+                and not _within(budget, team, [*victims.values(), *more.values()])
+            ):
+                continue
+            chosen.append(cost)
+            victims.update(more)
+            if len(chosen) == n:
+                break
+        if len(chosen) < n:
             continue
         score = (
             max(c[0][0] for c in chosen),
@@ -199,11 +220,14 @@ def plan(
 
 
 def _within(
-    budget: Mapping[tuple[str, str], float], victims: Iterable[tuple[Candidate, str]]
+    budget: Mapping[tuple[str, str], float],
+    team: str,
+    victims: Iterable[tuple[Candidate, str]],
 ) -> bool:
-    """Do the reclaims among `victims` stay within each quota's budget?"""
+    """Do the victims of other teams than `team` (reclaimed, or preempted for priority
+    where they borrow) stay within each quota's budget?"""
     spent: dict[tuple[str, str], float] = {}
     for c, kind in victims:
-        if kind == "reclaim" and c.quota_key is not None:
+        if kind != "leaving" and c.quota_key is not None and c.team != team:
             spent[c.quota_key] = spent.get(c.quota_key, 0.0) + c.size
     return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
