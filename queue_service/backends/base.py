@@ -99,6 +99,9 @@ class DispatchRequest:
     attempt: int = 1
     placement: tuple[AllocatedNode, ...] = ()
     array: ArrayTask | None = None
+    # The grace gpuq's stops give the job (GPUQ_PREEMPTION_GRACE_S): a backend whose stop
+    # cannot outlast a grace fixed at submit (a pod's terminationGracePeriodSeconds) sets it.
+    stop_grace_s: float | None = None
 
 
 @dataclass(frozen=True)

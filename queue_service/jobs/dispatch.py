@@ -122,6 +122,7 @@ def dispatch_request(job: Job) -> DispatchRequest:
             if job.array is None or job.array_index is None
             else ArrayTask(str(job.array_id), job.array_index, job.array.size)
         ),
+        stop_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
     )
 
 
@@ -526,14 +527,16 @@ def _unseen(job: Job) -> bool:
 
 
 def _ran(status: JobStatus) -> bool:
-    """Whether the end a cluster reports may be that of a job that ran: any but lost, and a
-    cancel unless its backend can tell it never started (squeue's pending reason, the local
-    cluster's cancel before the start). Where nothing tells (sacct's `0:0`, a deleted
-    Kubernetes workload), it is charged: a run missed is lost for good, and the charge runs
-    only from when the job was handed over."""
-    if status.state == RemoteState.CANCELLED:
-        return status.started is not False
-    return status.state in RemoteState.TERMINAL and status.state != RemoteState.LOST
+    """Whether the end a cluster reports may be that of a job that ran: any but lost, unless
+    its backend can tell it never started (squeue's pending reason, sacct's start and node
+    list, the local cluster's cancel before the start, a Kubernetes workload whose pods never
+    started: a node failure or a cancel of a job still waiting there). Where nothing tells
+    (a workload deleted by hand), it is charged: a run missed is lost for good, and the
+    charge runs only from when the job was handed over."""
+    if status.state not in RemoteState.TERMINAL or status.state == RemoteState.LOST:
+        return False
+    # A preemption ends only a run (a queued job cannot move to preempted without one).
+    return status.started is not False or status.state == RemoteState.PREEMPTED
 
 
 def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
@@ -695,11 +698,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             if _unseen(job):  # it started before it was asked to stop, unseen until now
                 record_unseen_run(job, _earliest_start(job))
             return False
-        if (
-            job.state in (S.QUEUED, S.DISPATCHING)
-            and remote != RemoteState.LOST
-            and (remote != RemoteState.CANCELLED or _ran(status))
-        ):
+        if job.state in (S.QUEUED, S.DISPATCHING) and _ran(status):
             # It started and ended between two polls: record the start, so the timeline
             # and usage accounting hold (not for a job cancelled on the cluster while it
             # waited there: that end leaves no exit code, and it never ran).

@@ -8,13 +8,15 @@ causes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 import httpx2
@@ -54,7 +56,14 @@ from .manifests import (
     build,
     label_value,
 )
-from .status import Observation, observe
+from .status import (
+    LIVE_PHASES,
+    STOPPED_UNSTARTED,
+    Observation,
+    nodes_wanted,
+    observe,
+    started,
+)
 
 T = TypeVar("T")
 Obj = dict[str, Any]
@@ -77,6 +86,7 @@ LOG_CURSORS_KEPT = 128  # positions remembered per pod
 LOG_MIN_READ = 64 * 1024
 LOG_MAX_ANSWER = 8 * 1024 * 1024  # what one log answer may hold in memory (see _walk_log)
 LOG_RESUME_MARGIN_S = 2  # see LogCursor.since_time
+LOG_PROBE_MAX = 256 * 1024  # the most a probe for an anchor may send (see _walk_log)
 
 
 def load_config(settings: K8sSettings) -> SingleConfig:
@@ -112,6 +122,17 @@ class LogCursor:
     run: int
     into: int
     lead: int = 0  # bytes a sinceTime read sends before this line (its second's lines)
+    # Inside a line that has not ended (a progress bar redrawn with \r), stamped only where
+    # it starts: an answer to sinceTime=`anchor` (a whole second, Unix time) begins `at`
+    # bytes into this line, with its entries stamped from then on (see _anchored).
+    anchor: int = 0
+    at: int = 0
+    open: bool = False  # the log ended here when read, inside a line still being written
+
+    def line_second(self) -> datetime:
+        m = LOG_PREFIX.match(self.stamp + b" ")
+        assert m is not None
+        return datetime.fromisoformat((m["second"] + m["zone"]).decode())
 
     def since_time(self) -> str:
         """sinceTime for a read that starts at or before this position: the API server
@@ -120,10 +141,18 @@ class LogCursor:
         line's second: a line can follow a later-stamped one in the file (the runtime
         stamps an entry before it takes the log's write lock, so stderr and stdout cross;
         a clock stepped back), and such a line is sent only if the margin covers it."""
-        m = LOG_PREFIX.match(self.stamp + b" ")
-        assert m is not None
-        second = datetime.fromisoformat((m["second"] + m["zone"]).decode())
-        return (second - timedelta(seconds=LOG_RESUME_MARGIN_S)).isoformat().replace("+00:00", "Z")
+        if self.anchor:
+            return _rfc3339(self.anchor)
+        second = self.line_second() - timedelta(seconds=LOG_RESUME_MARGIN_S)
+        return second.isoformat().replace("+00:00", "Z")
+
+    def resent(self) -> int:
+        """The bytes an answer to since_time() holds before this position."""
+        return self.into - self.at if self.anchor else self.lead + self.into
+
+
+def _rfc3339(second: int) -> str:
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class LogLine(NamedTuple):
@@ -194,6 +223,9 @@ class KubernetesBackend:
         self._raw = AdapterClient(config, ConnectionParams(timeout=timeout, trust_env=False))
         self._sleep = sleep
         self._clock = clock
+        # The names of every node of the last Node list (nodes(), which the sync calls just
+        # before poll): a pod bound or pinned to a name missing there is looked for once more.
+        self._node_names: frozenset[str] | None = None
         # (namespace, pod, uid) -> log offset -> where that offset is: see logs().
         self._log_cursors: OrderedDict[tuple[str, str, str], dict[int, LogCursor]] = OrderedDict()
         self._log_lock = threading.Lock()
@@ -333,7 +365,7 @@ class KubernetesBackend:
         a workload that must stop is deleted, and an end once reported releases gpuq's
         finalizer."""
         out: dict[str, JobStatus] = {}
-        for eid, (ref, obj, seen) in self._observe(external_ids).items():
+        for eid, (ref, obj, seen, _) in self._observe(external_ids).items():
             if ref is not None and seen.stop:
                 self._delete(ref, grace_s=0)
             if ref is not None and obj is not None and seen.status.state in RemoteState.TERMINAL:
@@ -343,9 +375,9 @@ class KubernetesBackend:
 
     def _observe(
         self, external_ids: Sequence[str]
-    ) -> dict[str, tuple[ObjectRef | None, Obj | None, Observation]]:
-        """What poll sees, with no action taken."""
-        out: dict[str, tuple[ObjectRef | None, Obj | None, Observation]] = {}
+    ) -> dict[str, tuple[ObjectRef | None, Obj | None, Observation, list[Obj]]]:
+        """What poll sees (and the workload's pods), with no action taken."""
+        out: dict[str, tuple[ObjectRef | None, Obj | None, Observation, list[Obj]]] = {}
         refs: dict[str, list[ObjectRef]] = defaultdict(list)
         for eid in external_ids:
             try:
@@ -355,10 +387,12 @@ class KubernetesBackend:
                     None,
                     None,
                     Observation(JobStatus(eid, RemoteState.LOST, reason=str(exc))),
+                    [],
                 )
                 continue
             refs[ref.namespace].append(ref)
         now = self._clock()
+        found: list[tuple[ObjectRef, Obj | None, list[Obj]]] = []
         for namespace, ns_refs in sorted(refs.items()):
             objects: dict[tuple[str, str], Obj] = {}
             for kind in sorted({r.kind for r in ns_refs}):
@@ -370,17 +404,59 @@ class KubernetesBackend:
                     pods_by_owner[owner.get("uid", "")].append(pod)
             for ref in ns_refs:
                 obj = objects.get((ref.kind, ref.name))
-                pods = pods_by_owner.get(obj["metadata"]["uid"], []) if obj else []
-                seen = observe(
-                    ref.external_id,
-                    ref.kind,
-                    obj,
-                    pods,
-                    now=now,
-                    image_pull_grace_s=self.settings.image_pull_grace_s,
+                found.append(
+                    (ref, obj, pods_by_owner.get(obj["metadata"]["uid"], []) if obj else [])
                 )
-                out[ref.external_id] = (ref, obj, seen)
+        gone = self._gone_nodes([pod for _, _, pods in found for pod in pods])
+        for ref, obj, pods in found:
+            seen = observe(
+                ref.external_id,
+                ref.kind,
+                obj,
+                pods,
+                now=now,
+                image_pull_grace_s=self.settings.image_pull_grace_s,
+                gone_nodes=gone,
+            )
+            out[ref.external_id] = (ref, obj, seen, pods)
         return out
+
+    def _gone_nodes(self, pods: Sequence[Obj]) -> frozenset[str]:
+        """The nodes these pods run on or wait for that no longer exist (deleted: a failure,
+        a scale-down). Looked up in the last Node list (the sync's nodes(), just before its
+        poll): no call at all while every node is there; a name missing from it is looked
+        for with one GET (it may have joined since), or, without a list yet or without
+        `get` on nodes, in a new list. A look that fails finds none gone: the next poll
+        looks again, and the jobs' own states are reported meanwhile."""
+        wanted = nodes_wanted(pods)
+        if not wanted:
+            return frozenset()
+        known = self._node_names
+        gone: set[str] = set()
+        try:
+            if known is None:
+                return wanted - self._list_node_names()
+            for name in sorted(wanted - known):
+                try:
+                    self._call(
+                        f"get node {name}",
+                        partial(self.client.get, Node, name),
+                        passthrough=(403, 404),
+                    )
+                except ApiError as exc:
+                    if exc.status.code != 404:  # no `get` on nodes: a list tells as well
+                        return wanted - self._list_node_names()
+                    gone.add(name)
+                else:
+                    self._node_names = known = known | {name}
+        except BackendError:
+            return frozenset()
+        return frozenset(gone)
+
+    def _list_node_names(self) -> frozenset[str]:
+        listed = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
+        self._node_names = frozenset(n["metadata"]["name"] for n in listed)
+        return self._node_names
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held
@@ -457,11 +533,58 @@ class KubernetesBackend:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
             raise BackendError(str(exc), permanent=True) from None
-        _, _, seen = self._observe([external_id])[external_id]
+        _, obj, seen, pods = self._observe([external_id])[external_id]
         if seen.ended_first:
             return False
+        if obj is not None and started(ref.kind, obj, pods) is not True:
+            self._mark_unstarted(ref, obj)
         self._delete(ref, grace_s=grace_s)
+        # The workload's deletion gives its pods no grace of their own (the garbage collector
+        # deletes each with its spec's terminationGracePeriodSeconds): each pod is deleted
+        # with `grace_s` too, so that they get the grace the service names in its event. After
+        # the workload, so that no controller replaces them (Volcano restarts a gang whose pod
+        # is deleted); an API server only shortens a grace already running, so a pod the
+        # garbage collector reached first keeps the shorter of the two.
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in LIVE_PHASES:
+                self._delete_pod(ref.namespace, pod["metadata"]["name"], grace_s=grace_s)
         return True
+
+    def _mark_unstarted(self, ref: ObjectRef, obj: Obj) -> None:
+        """Record on the workload, before deleting it, that no pod of it had started: once its
+        pods are gone a batch/v1 Job keeps no trace of whether they ran, and the end the next
+        poll reports must not be charged as a run. Best effort: without it the end is charged
+        (a run that starts in the instant before the deletion is not)."""
+        if (obj["metadata"].get("annotations") or {}).get(STOPPED_UNSTARTED):
+            return
+        now = datetime.fromtimestamp(self._clock(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = {"metadata": {"annotations": {STOPPED_UNSTARTED: now}}}
+        try:
+            self._call(
+                f"annotate {ref.external_id}",
+                lambda: self.client.patch(
+                    RESOURCES[ref.kind],
+                    ref.name,
+                    patch,
+                    namespace=ref.namespace,
+                    patch_type=PatchType.MERGE,
+                ),
+                passthrough=(404,),
+            )
+        except (ApiError, BackendError):
+            return
+
+    def _delete_pod(self, namespace: str, name: str, *, grace_s: float) -> None:
+        try:
+            self._call(
+                f"delete pod {namespace}/{name}",
+                lambda: self.client.delete(
+                    Pod, name, namespace=namespace, grace_period=max(int(grace_s), 0)
+                ),
+                passthrough=(404,),
+            )
+        except ApiError:
+            return
 
     def _delete(self, ref: ObjectRef, *, grace_s: float) -> None:
         """Foreground: the workload disappears only after its pods (and Service) are gone,
@@ -562,18 +685,82 @@ class KubernetesBackend:
         self, namespace: str, pod: str, start: LogCursor | None, skip: int, want: int
     ) -> tuple[bytes, LogCursor | None]:
         """From `start` (the log's start when None), pass `skip` bytes, then take up to
-        `want`: the bytes and the position after them. Each answer is bounded by
-        limitBytes; a read that stopped short goes on from where it got to. LookupError
-        when `start` is not in the log any more."""
+        `want`: the bytes and the position after them. LookupError when `start` is not in
+        the log any more.
+
+        A reader that keeps up with a line still being written (a progress bar's \r, which
+        the kubelet stamps only where the line starts) would re-read the line from its start
+        on every read. So such a read is bracketed by two answers from a recent second: when
+        they are the same, the log did not grow in between, and where that second's entries
+        begin in the line is the line's length less theirs (_anchored)."""
+        probe = self._probe(namespace, pod, start) if skip == 0 else None
+        data, cursor = self._walk(namespace, pod, start, skip, want)
+        if (
+            probe is not None
+            and start is not None
+            and cursor is not None
+            and cursor.open
+            and (cursor.stamp, cursor.run) == (start.stamp, start.run)
+        ):
+            cursor = self._anchored(namespace, pod, cursor, *probe)
+        return data, cursor
+
+    def _probe_params(self, second: int) -> dict[str, str]:
+        return {
+            "container": CONTAINER,
+            "timestamps": "true",
+            "sinceTime": _rfc3339(second),
+            "limitBytes": str(LOG_PROBE_MAX),
+        }
+
+    def _probe(self, namespace: str, pod: str, start: LogCursor | None) -> tuple[int, bytes] | None:
+        """The entries from a recent second (LOG_RESUME_MARGIN_S before now, by this host's
+        clock), when `start` is where the log ended inside an unfinished line, one that
+        began before that second; None when there is nothing to learn."""
+        if start is None or not start.open:
+            return None
+        second = int(self._clock()) - LOG_RESUME_MARGIN_S
+        if second <= max(start.anchor, int(start.line_second().timestamp())):
+            return None
+        body = self._read_log_with(namespace, pod, self._probe_params(second))
+        if not body or len(body) >= LOG_PROBE_MAX:
+            return None  # none yet (or a clock ahead of the node's), or too many to bracket
+        return second, body
+
+    def _anchored(
+        self, namespace: str, pod: str, cursor: LogCursor, second: int, first: bytes
+    ) -> LogCursor:
+        """`cursor` (the end of an unfinished line, as the walk just read it) with where
+        `second`'s entries begin in that line, if the log did not grow between the probe
+        before the walk and this one: the line was then as long as the walk found it, and
+        the probe's answer is its tail, all of it stamped from `second` on."""
+        again = self._read_log_with(namespace, pod, self._probe_params(second))
+        if again != first:
+            return cursor  # the log grew meanwhile: the walk may have read more than the probe
+        try:
+            lines = split_stamped_log(again, resumed=True, cut=False)
+        except LogFormatError:
+            return cursor
+        if len(lines) != 1 or lines[0].stamp is not None or lines[0].data.endswith(b"\n"):
+            return cursor
+        at = cursor.into - len(lines[0].data)
+        if at <= cursor.at:
+            return cursor
+        return dataclasses.replace(cursor, anchor=second, at=at, lead=0)
+
+    def _walk(
+        self, namespace: str, pod: str, start: LogCursor | None, skip: int, want: int
+    ) -> tuple[bytes, LogCursor | None]:
+        """_walk_log's reads. Each answer is bounded by limitBytes; a read that stopped short
+        goes on from where it got to."""
         out = bytearray()
         cursor = start
         budget = 0
         while True:
             need = skip + want - len(out)
-            # A resumed read starts at its line's second (less the margin), and re-reads
-            # the line up to the position: a line with no newline (a progress bar's \r) is
-            # read again from its start each time, the one case the API cannot resume.
-            lead = cursor.lead + cursor.into if cursor is not None else 0
+            # A resumed read starts at its line's second (less the margin), or at the anchor
+            # learned inside an unfinished line, and re-reads what lies before the position.
+            lead = cursor.resent() if cursor is not None else 0
             # What is to be passed or taken comes in answers of at most LOG_MAX_ANSWER: a
             # read far into a large log walks it, never holding all of it at once.
             budget = max(budget, lead + min(LOG_MAX_ANSWER, need + need // 4 + LOG_MIN_READ))
@@ -583,8 +770,13 @@ class KubernetesBackend:
             body = self._read_log_with(namespace, pod, params)
             cut = len(body) >= budget
             lines = split_stamped_log(body, resumed=cursor is not None, cut=cut)
-            first, into = 0, 0
-            if cursor is not None:
+            first, into, base = 0, 0, 0
+            if cursor is not None and cursor.anchor:
+                # The answer starts inside the cursor's line, `at` bytes into it.
+                if not lines or lines[0].stamp is not None:
+                    raise LookupError(cursor)
+                into, base = cursor.into - cursor.at, cursor.at
+            elif cursor is not None:
                 found = _find_line(lines, cursor)
                 if found is None:
                     if not cut:
@@ -598,7 +790,10 @@ class KubernetesBackend:
                 stamp, data, lead = lines[i]
                 if i > first:
                     run = run + 1 if stamp == lines[i - 1].stamp else 0
-                    into = 0
+                    into, base = 0, 0
+                elif base:
+                    assert cursor is not None
+                    stamp = cursor.stamp
                 if stamp is None:
                     raise LogFormatError("an unstamped line after the resumed one")
                 passed = min(skip, len(data) - into)
@@ -606,12 +801,20 @@ class KubernetesBackend:
                 taken = data[into : into + want - len(out)]
                 out += taken
                 into += len(taken)
-                cursor = LogCursor(stamp, run, into, lead)
+                if base:
+                    assert cursor is not None
+                    cursor = dataclasses.replace(cursor, into=base + into, open=False)
+                else:
+                    cursor = LogCursor(stamp, run, into, lead)
                 if len(out) >= want:
                     return bytes(out), cursor
             if not cut:
                 # A position is only where the bytes handed out end: not past the log's end.
-                return bytes(out), cursor if skip == 0 else None
+                if skip or cursor is None:
+                    return bytes(out), None
+                if lines and not lines[-1].data.endswith(b"\n"):  # the cursor is at its end
+                    cursor = dataclasses.replace(cursor, open=True)
+                return bytes(out), cursor
             if (cursor, skip, len(out)) == before:
                 budget *= 2  # nothing new in this answer: ask for more
 
@@ -635,6 +838,7 @@ class KubernetesBackend:
 
     def nodes(self) -> list[NodeInfo]:
         nodes = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
+        self._node_names = frozenset(n["metadata"]["name"] for n in nodes)
         pods = self._call(
             "list gpuq pods",
             lambda: [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -82,6 +83,10 @@ class Plan:
 
     ref: ObjectRef
     objects: tuple[dict[str, Any], ...]
+
+
+# Kubernetes' terminationGracePeriodSeconds when a pod gives none.
+POD_DEFAULT_GRACE_S = 30
 
 
 def _digest(text: str) -> str:
@@ -303,8 +308,13 @@ def _pod_spec(
     }
     if tolerations:
         spec["tolerations"] = tolerations
-    if job.checkpoint_dir:
-        spec["terminationGracePeriodSeconds"] = settings.checkpoint_grace_s
+    # The pod's own grace (Kubernetes' default 30 s; checkpoint_grace_s for a job that
+    # checkpoints) bounds what gpuq's stop may give it: at least gpuq's stop grace.
+    grace = settings.checkpoint_grace_s if job.checkpoint_dir else POD_DEFAULT_GRACE_S
+    if job.stop_grace_s is not None and math.ceil(job.stop_grace_s) > grace:
+        grace = math.ceil(job.stop_grace_s)
+    if grace != POD_DEFAULT_GRACE_S:
+        spec["terminationGracePeriodSeconds"] = grace
     priority_class = settings.priority_class_map.get(job.priority)
     if priority_class:
         spec["priorityClassName"] = priority_class

@@ -12,18 +12,27 @@ Judgement calls (docs/kubernetes.md explains them):
   the pods Volcano deletes at the last retry are gone (RUNNING "stopping" until then);
 - a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
   finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
-  pods still runs or waits (their GPUs are not free yet), then CANCELLED; so is a failing
-  batch Job, then FAILED."""
+  pods still runs or waits (their GPUs are not free yet; QUEUED if none of them ever started),
+  then CANCELLED; so is a failing batch Job, then FAILED;
+- a pod whose node is gone (bound to, or pinned to, a node the backend found missing; PodGC's
+  DeletionByPodGC; the long-deprecated phase Unknown) -> NODE_FAILURE, and the workload is
+  deleted: no kubelet will run it again, and a gang Volcano restarts in place stays pinned to
+  the missing node for ever;
+- `started` on an end, where the objects tell: a container that ran, the Job's `ready` or
+  `succeeded` counts, Volcano's phase history (`status.conditions`) says True; a batch Job never
+  started by its controller (no `status.startTime`: Kueue still held it), a Volcano Job that was
+  never Running, or gpuq's stop that found no pod started (STOPPED_UNSTARTED) says False."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from ..base import JobStatus, RemoteState
-from .manifests import CONTAINER
+from .manifests import CONTAINER, HOSTNAME_LABEL
 
 Obj = Mapping[str, Any]
 
@@ -31,6 +40,11 @@ PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeSchedu
 PULL_PROBLEMS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 LIVE_PHASES = frozenset({"Pending", "Running"})
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+VOLCANO_RAN = frozenset({"Running", "Completing", "Completed"})
+# Set by cancel() on a workload whose pods it found never started, just before deleting it:
+# a batch/v1 Job keeps no record of whether its deleted pods ran.
+STOPPED_UNSTARTED = "gpuq.io/stopped-before-start"
 
 
 @dataclass(frozen=True)
@@ -143,14 +157,132 @@ def _pending(pods: Sequence[Obj], now: float, grace: float) -> tuple[str, str, b
     return None
 
 
-def _stopping(eid: str, pods: Sequence[Obj], native: str) -> Observation | None:
+def _pod_started(pod: Obj) -> bool:
+    """Whether the job's own container ever ran in this pod (not only the pod bound, which
+    `status.startTime` says: the kubelet sets it before pulling the image)."""
+    main = _main_status(pod)
+    if main.get("started") or "running" in (main.get("state") or {}):
+        return True
+    if int(main.get("restartCount") or 0):
+        return True
+    for key in ("state", "lastState"):
+        term = _get(main, key, "terminated")
+        # A container that could not start is terminated with no (or the zero) startedAt.
+        at = _ts(term.get("startedAt")) if isinstance(term, Mapping) else None
+        if at is not None and at > 0:
+            return True
+    return False
+
+
+def pinned_nodes(pod: Obj) -> frozenset[str]:
+    """The nodes a pod can run on: the one it is bound to, else those gpuq's placement pins
+    it to (a hostname nodeSelector, or required node affinity over the gang's nodes)."""
+    bound = _get(pod, "spec", "nodeName")
+    if bound:
+        return frozenset({str(bound)})
+    names: set[str] = set()
+    selector = _get(pod, "spec", "nodeSelector", HOSTNAME_LABEL)
+    if selector:
+        names.add(str(selector))
+    affinity = _get(
+        pod, "spec", "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    for term in _get(affinity, "nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == HOSTNAME_LABEL and expr.get("operator") == "In":
+                names.update(str(v) for v in expr.get("values") or [])
+    return frozenset(names)
+
+
+def nodes_wanted(pods: Sequence[Obj]) -> frozenset[str]:
+    """The nodes that pods which have not ended run on or wait for: the ones whose absence
+    the backend looks for."""
+    out: set[str] = set()
+    for pod in pods:
+        if _get(pod, "status", "phase") not in TERMINAL_PHASES:
+            out |= pinned_nodes(pod)
+    return frozenset(out)
+
+
+def _lost(pod: Obj, gone: Set[str]) -> tuple[str, str] | None:
+    """(reason, native) when the pod's node is gone: no kubelet will run or stop it, and a
+    gang pinned to that node can never be placed again."""
+    name = _name(pod)
+    for cond in _get(pod, "status", "conditions") or []:
+        if (
+            cond.get("type") == "DisruptionTarget"
+            and cond.get("status") == "True"
+            and cond.get("reason") == "DeletionByPodGC"  # PodGC: the pod's node was deleted
+        ):
+            message = cond.get("message") or "its node no longer exists"
+            return f"pod {name} lost: {message}", "DeletionByPodGC"
+    phase = _get(pod, "status", "phase")
+    if phase in TERMINAL_PHASES:
+        return None  # its end is its own
+    if phase == "Unknown":  # not set by kubelets since 2015, but still in the API
+        return f"pod {name}: state Unknown (its node stopped reporting)", "NodeLost"
+    bound = _get(pod, "spec", "nodeName")
+    if bound:
+        if bound in gone:
+            return f"pod {name}: its node {bound} no longer exists", "NodeLost"
+        return None
+    missing = sorted(pinned_nodes(pod) & gone)
+    if missing:
+        return f"pod {name} waits for node {missing[0]}, which no longer exists", "NodeLost"
+    return None
+
+
+def _node_lost(eid: str, pods: Sequence[Obj], gone: Set[str]) -> Observation | None:
+    for pod in sorted(pods, key=_name):
+        lost = _lost(pod, gone)
+        if lost is not None:
+            reason, native = lost
+            return Observation(
+                JobStatus(eid, RemoteState.NODE_FAILURE, reason=reason, native_state=native),
+                stop=True,
+            )
+    return None
+
+
+def _stopping(
+    eid: str, pods: Sequence[Obj], native: str, gone: Set[str] = frozenset()
+) -> Observation | None:
     """A stopped workload whose pods still run (or wait) within their grace period has not
-    ended: RUNNING, which changes nothing for a job being stopped, until they are gone."""
-    live = sum(1 for p in pods if _get(p, "status", "phase") in LIVE_PHASES)
+    ended: RUNNING, which changes nothing for a job being stopped, until they are gone (QUEUED
+    when none of its pods ever started: such a wait is no run). A pod whose node is gone is
+    not waited for: no kubelet will stop it, and its GPUs went with the node."""
+    live = [p for p in pods if _get(p, "status", "phase") in LIVE_PHASES and _lost(p, gone) is None]
     if not live:
         return None
-    reason = f"stopping: {live} pod{'s' if live > 1 else ''} not stopped yet"
-    return Observation(JobStatus(eid, RemoteState.RUNNING, reason=reason, native_state=native))
+    reason = f"stopping: {len(live)} pod{'s' if len(live) > 1 else ''} not stopped yet"
+    state = RemoteState.RUNNING if any(_pod_started(p) for p in pods) else RemoteState.QUEUED
+    return Observation(JobStatus(eid, state, reason=reason, native_state=native))
+
+
+def started(kind: str, job: Obj, pods: Sequence[Obj]) -> bool | None:
+    """Whether the workload ever ran, as far as its objects tell; None when they cannot (a
+    batch/v1 Job whose pods are gone keeps no record of them)."""
+    if any(_pod_started(p) for p in pods):
+        return True
+    status = _get(job, "status") or {}
+    if kind == "vcjob":
+        if int(status.get("running") or 0) or int(status.get("succeeded") or 0):
+            return True
+        history = status.get("conditions")  # every phase the job went through
+        if isinstance(history, list) and history:
+            return any(c.get("status") in VOLCANO_RAN for c in history)
+    else:
+        if int(status.get("ready") or 0) or int(status.get("succeeded") or 0):
+            return True
+        if not status.get("startTime"):  # its controller never started it (Kueue held it)
+            return False
+        # backoffLimit 0: each index has one pod, ever (a lost one fails the Job).
+        want = int(_get(job, "spec", "parallelism") or 1)
+        if len(pods) >= want:
+            return False
+    if (_get(job, "metadata", "annotations") or {}).get(STOPPED_UNSTARTED):
+        return False
+    return None
 
 
 def _ended_first(obj: Obj, ended_at: Any) -> bool:
@@ -186,13 +318,19 @@ def _waiting(
 
 
 def batch_job_status(
-    eid: str, job: Obj | None, pods: Sequence[Obj], *, now: float, image_pull_grace_s: float
+    eid: str,
+    job: Obj | None,
+    pods: Sequence[Obj],
+    *,
+    now: float,
+    image_pull_grace_s: float,
+    gone_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(JobStatus(eid, RemoteState.LOST, reason="the Job no longer exists"))
     conds = _true_conditions(job)
     deleting = bool(_get(job, "metadata", "deletionTimestamp"))
-    if deleting and (stopping := _stopping(eid, pods, "Terminating")) is not None:
+    if deleting and (stopping := _stopping(eid, pods, "Terminating", gone_nodes)) is not None:
         return stopping
     if "Complete" in conds:
         return Observation(
@@ -204,7 +342,7 @@ def batch_job_status(
         # The controller marks a Job failing (FailureTarget; Failed too before Kubernetes
         # 1.31, kubernetes#123775), then deletes its other pods: their GPUs are busy until
         # they are gone, and their exit codes are known only then.
-        if (failing := _stopping(eid, pods, "Failing")) is not None:
+        if (failing := _stopping(eid, pods, "Failing", gone_nodes)) is not None:
             return failing
         return Observation(
             _failed_job(eid, failed, pods),
@@ -214,6 +352,8 @@ def batch_job_status(
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
         )
+    if (lost := _node_lost(eid, pods, gone_nodes)) is not None:
+        return lost
     if "Suspended" in conds or _get(job, "spec", "suspend"):
         message = "suspended: waiting for admission by Kueue"
         return Observation(
@@ -255,7 +395,13 @@ VOLCANO_ACTIVE = {"Running": RemoteState.RUNNING, "Completing": RemoteState.RUNN
 
 
 def volcano_job_status(
-    eid: str, job: Obj | None, pods: Sequence[Obj], *, now: float, image_pull_grace_s: float
+    eid: str,
+    job: Obj | None,
+    pods: Sequence[Obj],
+    *,
+    now: float,
+    image_pull_grace_s: float,
+    gone_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(
@@ -265,7 +411,7 @@ def volcano_job_status(
     message = _get(job, "status", "state", "message") or ""
     retries = int(_get(job, "status", "retryCount") or 0)
     stopped = bool(_get(job, "metadata", "deletionTimestamp")) or phase in ("Aborting", "Aborted")
-    if stopped and (stopping := _stopping(eid, pods, phase)) is not None:
+    if stopped and (stopping := _stopping(eid, pods, phase, gone_nodes)) is not None:
         return stopping
     ended_first = _ended_first(job, _get(job, "status", "state", "lastTransitionTime"))
     if phase == "Completed":
@@ -276,7 +422,7 @@ def volcano_job_status(
     if phase in ("Failed", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
-        if (failing := _stopping(eid, pods, phase)) is not None:
+        if (failing := _stopping(eid, pods, phase, gone_nodes)) is not None:
             return failing
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
@@ -285,6 +431,10 @@ def volcano_job_status(
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason=message or phase, native_state=phase)
         )
+    # Volcano restarts a gang in place when a pod is deleted (PodEvicted -> RestartJob), but
+    # the new pods stay pinned to the same nodes: one that is gone would hold it for ever.
+    if (lost := _node_lost(eid, pods, gone_nodes)) is not None:
+        return lost
     if phase in VOLCANO_ACTIVE or phase == "Terminating":
         state = RemoteState.RUNNING
         return Observation(JobStatus(eid, state, reason=message, native_state=phase))
@@ -327,6 +477,16 @@ def observe(
     *,
     now: float,
     image_pull_grace_s: float,
+    gone_nodes: Set[str] = frozenset(),
 ) -> Observation:
+    """`gone_nodes`: nodes the backend found missing from the cluster."""
     mapper = volcano_job_status if kind == "vcjob" else batch_job_status
-    return mapper(eid, job, pods, now=now, image_pull_grace_s=image_pull_grace_s)
+    seen = mapper(
+        eid, job, pods, now=now, image_pull_grace_s=image_pull_grace_s, gone_nodes=gone_nodes
+    )
+    status = seen.status
+    if job is None or status.state not in RemoteState.TERMINAL or status.started is not None:
+        return seen
+    return dataclasses.replace(
+        seen, status=dataclasses.replace(status, started=started(kind, job, pods))
+    )

@@ -15,7 +15,11 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
   crossing a selector is ADDED/DELETED, as the watch cache does), ERROR 410 Expired for a
   resourceVersion older than the kept history;
 - delete with propagationPolicy (Foreground / Background / Orphan; batch/v1 Jobs default to
-  Orphan), finalizers holding an object with deletionTimestamp;
+  Orphan), finalizers holding an object with deletionTimestamp; a pod's grace as the pod
+  strategy sets it (gracePeriodSeconds, else its terminationGracePeriodSeconds, default 30;
+  0 for a pod not bound or already ended; a second delete only shortens it); with
+  `store.pods_stop_at_once = False`, a bound pod deleted with a grace stays, terminating,
+  until its kubelet (k8s_sim) confirms it stopped;
 - pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps; sinceTime in
   whole seconds (the API server forwards it to the kubelet as RFC3339 without a fraction),
   kept per CRI entry; timestamps with nanoseconds, written only where a line starts (the
@@ -417,6 +421,10 @@ class Store:
         self.logs: dict[tuple[str, str, str], list[LogLine]] = {}
         self.volcano_queues: dict[str, str] = {}
         self.clock: Callable[[], float] = time.time
+        # True: a deleted pod's kubelet confirms at once that its containers stopped (pods go
+        # when deleted). False: a bound pod deleted with a grace stays terminating until the
+        # test's kubelet (Sim.kubelet_confirms_stops) says so, as on a real node.
+        self.pods_stop_at_once = True
 
     def rtype(self, api_version: str, plural: str) -> ResourceType:
         group, _, version = api_version.rpartition("/")
@@ -492,9 +500,21 @@ class Store:
         self._bump(obj)
         self.objects[rtype][key] = obj
         self._record(rtype, "MODIFIED", obj, copy.deepcopy(old))
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not self.kubelet_holds(rtype, obj)
+        ):
             self.remove(rtype, obj)
         return obj
+
+    def kubelet_holds(self, rtype: ResourceType, obj: dict[str, Any]) -> bool:
+        """A deleted pod whose kubelet has not confirmed yet that its containers stopped."""
+        return (
+            rtype.kind == "Pod"
+            and not self.pods_stop_at_once
+            and bool(obj["metadata"].get("deletionGracePeriodSeconds"))
+        )
 
     def remove(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
         meta = obj["metadata"]
@@ -559,12 +579,33 @@ class Store:
             and "foregroundDeletion" not in finalizers
         ):
             finalizers.append("foregroundDeletion")
-        if finalizers:
+        terminating = False  # a pod its kubelet has yet to stop
+        if rtype.kind == "Pod":
+            grace = pod_grace(obj, grace)
+            terminating = grace > 0 and not self.pods_stop_at_once
+        if finalizers or terminating:
+            now = self.clock()
+            was = (meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds"))
+            had = list(meta.get("finalizers") or [])
             if not meta.get("deletionTimestamp"):
-                meta["deletionTimestamp"] = now_rfc3339(self.clock())
+                if rtype.kind == "Pod":  # the time by which the kubelet kills it
+                    meta["deletionTimestamp"] = now_rfc3339(now + (grace or 0))
+                else:
+                    meta["deletionTimestamp"] = now_rfc3339(now)
                 meta["deletionGracePeriodSeconds"] = 0 if grace is None else grace
+            elif (
+                rtype.kind == "Pod"
+                and grace is not None
+                and grace < meta.get("deletionGracePeriodSeconds", 0)
+            ):
+                # rest.BeforeDelete: a grace already running may only be shortened.
+                meta["deletionTimestamp"] = now_rfc3339(now + grace)
+                meta["deletionGracePeriodSeconds"] = grace
             meta["finalizers"] = finalizers
-            self.replace(rtype, obj, spec_changed=False)
+            if (meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")) != was or (
+                finalizers != had
+            ):  # a deletion already pending changes nothing, and writes nothing
+                self.replace(rtype, obj, spec_changed=False)
             for t, dep in self.dependents(uid) if policy == "Foreground" else []:
                 self.delete(
                     t,
@@ -581,6 +622,24 @@ class Store:
                 t, dep["metadata"].get("namespace", ""), dep["metadata"]["name"], "Background", None
             )
         return obj
+
+
+def pod_grace(pod: dict[str, Any], grace: int | None) -> int:
+    """The grace a pod's deletion gets, as the pod strategy's CheckGracefulDelete sets it:
+    the DELETE's gracePeriodSeconds, else the pod's terminationGracePeriodSeconds (defaulted
+    to 30 on create); 0 (at once) for a pod no node has taken, or one that has ended. For a
+    pod already terminating, rest.BeforeDelete keeps the running grace unless a shorter one
+    is given (the caller compares)."""
+    meta = pod["metadata"]
+    if meta.get("deletionTimestamp") and grace is None:
+        return int(meta.get("deletionGracePeriodSeconds") or 0)
+    if grace is None:
+        grace = int(pod["spec"].get("terminationGracePeriodSeconds", 30))
+    if not pod["spec"].get("nodeName"):
+        return 0
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0
+    return grace
 
 
 # --- HTTP ----------------------------------------------------------------------------------------

@@ -279,6 +279,9 @@ class Sim:
                     )
                 else:
                     specs.append((f"{name}-{suffix}", obj["spec"]["template"], {}, [], {}))
+        if t.group == "batch" and not (obj.get("status") or {}).get("startTime"):
+            # The Job controller starts a Job (not suspended) as it creates its pods.
+            self._workload_status(eid, "job_pods_created", None, n=len(specs))
         made = []
         for pod_name, template, annotations, env, extra in specs:
             spec = copy.deepcopy(template["spec"])
@@ -345,10 +348,76 @@ class Sim:
         self._workload_status(eid, "job_running", "vcjob_running", n=len(pods))
         return self.pods(eid)
 
-    def unschedulable(self, eid: str) -> None:
+    def unschedulable(self, eid: str, shape: str = "pod_pending_unschedulable") -> None:
+        """kube-scheduler (or Volcano's) finding no node for the pods; `pod_pending_node_gone`
+        when the node they are pinned to no longer exists."""
         for pod in self.create_pods(eid):
-            self._pod_status(pod, "pod_pending_unschedulable")
+            self._pod_status(pod, shape)
         self._workload_status(eid, None, "vcjob_pending", n=len(self.pods(eid)))
+
+    def held_by_kueue(self, eid: str) -> None:
+        """A batch/v1 Job created suspended that Kueue has not admitted: no pods, and no
+        status.startTime until the Job controller first starts it."""
+        self._workload_status(eid, "job_suspended", None)
+
+    def delete_node(self, name: str) -> None:
+        """A node removed from the cluster (a failure its provider cleans up, a scale-down,
+        `kubectl delete node`): the Node object goes; pods bound to it stay until PodGC."""
+        with self.store.lock:
+            self.store.delete(self._t(("", "v1", "nodes")), "", name, None, None)
+
+    def pod_gc(self, *, delete: bool = True) -> list[dict[str, Any]]:
+        """The pod garbage collector's gcOrphaned (gc_controller.go): a pod bound to a node
+        that no longer exists is marked Failed with DisruptionTarget DeletionByPodGC (unless
+        it had ended), then force-deleted (grace 0). `delete=False`: a look between the two
+        (a Job's pod waits there until the Job controller drops its tracking finalizer).
+        Returns the pods as marked."""
+        pt = self._t(("", "v1", "pods"))
+        nt = self._t(("", "v1", "nodes"))
+        marked = []
+        with self.store.lock:
+            nodes = {n for _, n in self.store.objects[nt]}
+            orphans = [
+                copy.deepcopy(p)
+                for p in self.store.objects[pt].values()
+                if p["spec"].get("nodeName") and p["spec"]["nodeName"] not in nodes
+            ]
+        for pod in orphans:
+            status = copy.deepcopy(pod.get("status") or {})
+            if status.get("phase") not in ("Succeeded", "Failed"):
+                status["phase"] = "Failed"
+                condition = fill(
+                    SHAPES["pod_gc_orphaned_condition"], time=now_rfc3339(self.store.clock())
+                )
+                status["conditions"] = [
+                    c for c in status.get("conditions") or [] if c["type"] != "DisruptionTarget"
+                ] + [condition]
+                pod = self._set_status(
+                    pt, pod["metadata"]["namespace"], pod["metadata"]["name"], status
+                )
+            marked.append(pod)
+            if delete:
+                with self.store.lock:
+                    self.store.delete(
+                        pt, pod["metadata"]["namespace"], pod["metadata"]["name"], None, 0
+                    )
+        return marked
+
+    def pod_lost(self, eid: str, pod: dict[str, Any]) -> None:
+        """The workload's controller after PodGC failed and deleted one of its pods: a batch
+        Job fails by its podFailurePolicy (DisruptionTarget -> FailJob); Volcano counts the
+        deletion as PodEvicted and restarts the gang in place (RestartJob)."""
+        self._end(eid, pod, "job_failed_pod_failure_policy", n=1, evicted=True)
+
+    def kubelet_confirms_stops(self) -> None:
+        """Every kubelet reporting that its deleted pods' containers have stopped: the pods
+        go (a kubelet's last delete, grace 0). Only with store.pods_stop_at_once = False."""
+        pt = self._t(("", "v1", "pods"))
+        with self.store.lock:
+            for pod in list(self.store.objects[pt].values()):
+                if pod["metadata"].get("deletionTimestamp"):
+                    meta = pod["metadata"]
+                    self.store.delete(pt, meta["namespace"], meta["name"], None, 0)
 
     def image_pull_backoff(self, eid: str) -> None:
         for i, pod in enumerate(self.create_pods(eid)):

@@ -157,7 +157,7 @@ def test_cancel_deletes_in_the_foreground_and_is_reported_cancelled(
     eid = b.submit(request(nodes=2)).external_id
     sim.run(eid)
     assert b.cancel(eid, grace_s=5) is True  # a deletion's end cannot be told from a natural one
-    delete = api.calls("DELETE")[-1]
+    (delete,) = [c for c in api.calls("DELETE") if "/jobs/" in c.path]
     assert (
         delete.query["propagationPolicy"] == "Foreground"
         and delete.query["gracePeriodSeconds"] == "5"

@@ -3,6 +3,7 @@ way a real API server does, or the backend's tests prove nothing."""
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -383,6 +384,43 @@ def test_foreground_delete_holds_the_owner_until_its_pods_are_gone(
     assert list(client.list(Pod)) == []
     with pytest.raises(ApiError):
         client.get(Job, "a")
+
+
+def test_a_pods_deletion_grace_is_the_pod_strategys_and_is_only_ever_shortened(
+    client: Client, sim: Sim, api: FakeApiServer
+) -> None:
+    """registry/core/pod/strategy.go CheckGracefulDelete and rest.BeforeDelete: the DELETE's
+    gracePeriodSeconds, else the pod's terminationGracePeriodSeconds (30 by default); a pod no
+    node has taken goes at once; a second delete may shorten the grace, never lengthen it."""
+    api.store.pods_stop_at_once = False
+    client.create(job("a", parallelism=3))
+    eid = f"{NS}/job/a"
+    sim.create_pods(eid)
+    bound, longer, unbound = (p["metadata"]["name"] for p in sim.pods(eid))
+    sim.run(eid)  # binds all three
+    with api.store.lock:  # the third never bound
+        pt = api.store.types[("", "v1", "pods")]
+        pod = copy.deepcopy(api.store.get(pt, NS, unbound))
+        pod["spec"].pop("nodeName")
+        api.store.replace(pt, pod)
+
+    client.delete(Pod, bound)
+    client.delete(Pod, longer, grace_period=10)
+    client.delete(Pod, unbound, grace_period=10)
+
+    def grace(name: str) -> int | None:
+        return client.get(Pod, name).metadata.deletionGracePeriodSeconds
+
+    assert (grace(bound), grace(longer)) == (30, 10)
+    with pytest.raises(ApiError):
+        client.get(Pod, unbound)
+    rv = client.get(Pod, longer).metadata.resourceVersion
+    client.delete(Pod, longer, grace_period=60)  # longer: nothing changes, nothing written
+    assert (grace(longer), client.get(Pod, longer).metadata.resourceVersion) == (10, rv)
+    client.delete(Pod, bound, grace_period=5)
+    assert grace(bound) == 5
+    sim.kubelet_confirms_stops()
+    assert list(client.list(Pod)) == []
 
 
 def test_a_batch_job_deleted_without_a_policy_orphans_its_pods(client: Client, sim: Sim) -> None:

@@ -334,3 +334,116 @@ def test_the_jobs_own_container_is_read_when_a_sidecar_is_listed_first() -> None
     )
 
     assert (seen.status.state, seen.status.exit_code) == (R.FAILED, 3)
+
+
+def _bound(p: dict[str, Any], node: str) -> dict[str, Any]:
+    return {**p, "spec": {"nodeName": node}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "pods"),
+    [
+        ("job", job("job_running"), [_bound(pod("pod_running"), "gone-1")]),
+        ("job", job("job_running"), [{**pod("pod_running"), "status": {"phase": "Unknown"}}]),
+        (
+            "job",
+            job(None),
+            [
+                {
+                    **pod("pod_pending_unschedulable"),
+                    "spec": {"nodeSelector": {"kubernetes.io/hostname": "gone-1"}},
+                }
+            ],
+        ),
+        ("vcjob", vcjob("vcjob_running"), [_bound(pod("pod_running"), "gone-1")]),
+        ("vcjob", vcjob("vcjob_restarting", 1), [_bound(pod("pod_image_pull_backoff"), "gone-1")]),
+    ],
+    ids=["bound", "phase Unknown", "pinned, unbound", "volcano bound", "volcano restarted"],
+)
+def test_a_pod_whose_node_is_gone_is_a_node_failure_and_its_workload_is_stopped(
+    kind: str, obj: Any, pods: Any
+) -> None:
+    seen = observe(
+        f"ns/{kind}/j", kind, obj, pods, now=NOW, image_pull_grace_s=GRACE, gone_nodes={"gone-1"}
+    )
+    assert (seen.status.state, seen.stop) == (R.NODE_FAILURE, True), seen
+
+
+def test_a_pod_on_a_node_still_there_is_not_lost() -> None:
+    running = [_bound(pod("pod_running"), "h100-01")]
+    seen = observe(
+        EID, "job", job("job_running"), running, now=NOW, image_pull_grace_s=GRACE, gone_nodes={"x"}
+    )
+    assert seen.status.state == R.RUNNING
+
+
+def test_a_stopped_workload_waits_for_no_pod_on_a_gone_node() -> None:
+    """No kubelet will confirm that pod's end (PodGC force-deletes it later), and its GPUs
+    went with the node."""
+    obj = job("job_running", 2, deletionTimestamp=CREATED)
+    pods = [_bound(pod("pod_running"), "gone-1"), _bound(pod("pod_running", "j-1-x"), "h100-01")]
+    seen = observe(EID, "job", obj, pods, now=NOW, image_pull_grace_s=GRACE, gone_nodes={"gone-1"})
+    assert seen.status.state == R.RUNNING and "1 pod not stopped yet" in seen.status.reason
+
+
+STARTED = [
+    (
+        "ran, pod there",
+        "job",
+        job("job_failed_backoff"),
+        [pod("pod_failed_error", exit_code=3, reason="Error")],
+        True,
+    ),
+    ("ran, pods gone", "job", job("job_running", deletionTimestamp=CREATED), [], True),
+    ("never admitted by Kueue", "job", job("job_suspended", deletionTimestamp=CREATED), [], False),
+    (
+        "started by its controller, pods gone",
+        "job",
+        job("job_pods_created", deletionTimestamp=CREATED),
+        [],
+        None,
+    ),
+    (
+        "stopped by gpuq before any pod started",
+        "job",
+        job(
+            "job_pods_created",
+            deletionTimestamp=CREATED,
+            annotations={"gpuq.io/stopped-before-start": CREATED},
+        ),
+        [],
+        False,
+    ),
+    (
+        "image never pulled",
+        "job",
+        job("job_pods_created"),
+        [pod("pod_image_pull_backoff", created="2025-06-15T14:00:00Z")],
+        False,
+    ),
+    (
+        "volcano, never Running",
+        "vcjob",
+        vcjob("vcjob_pending", deletionTimestamp=CREATED),
+        [],
+        False,
+    ),
+    (
+        "volcano, was Running",
+        "vcjob",
+        vcjob("vcjob_restarting", 1, deletionTimestamp=CREATED),
+        [],
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("title", "kind", "obj", "pods", "started"), STARTED, ids=[s[0] for s in STARTED]
+)
+def test_an_end_says_whether_the_workload_ever_ran_where_its_objects_tell(
+    title: str, kind: str, obj: Any, pods: Any, started: bool | None
+) -> None:
+    seen = observe(f"ns/{kind}/j", kind, obj, pods, now=NOW, image_pull_grace_s=GRACE)
+    assert seen.status.state in R.TERMINAL
+    assert seen.status.started is started, seen.status
