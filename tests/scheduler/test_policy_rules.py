@@ -399,24 +399,31 @@ def test_decisions_do_not_depend_on_the_order_of_any_snapshot_tuple(
     assert schedule(shuffled, policy, NOW) == first
 
 
-def test_a_star_quota_borrower_of_whole_gpus_gives_back_a_mig_slice() -> None:
-    # m1's A100 is laid out 7 x 1g.10gb, all held by team b (long ago); b's "*" quota has
-    # nominal 1 GPU (7 slices) and b also runs 4 whole H100 GPUs (recently): 4 above its
-    # nominal. a (A100 nominal 1, nothing running) asks for a 1g.10gb within its nominal:
-    # it reclaims one of b's slices, though b's most recent jobs, those labelled borrowed,
-    # hold H100 GPUs. Before, it waited for b's slices to end.
+def _b_holds_every_slice() -> tuple[tuple[Node, ...], list[Team], list[RunningJob]]:
+    """m1's A100 laid out 7 x 1g.10gb, every slice held by team b (started long ago), and
+    an H100 node h1 of 4; a's quota is 1 A100, b's "*" quota has nominal 1 (7 slices)."""
     layout = tuple(MigInstance("1g.10gb", i, 1, f"bs{i}") for i in range(7))
     cluster = (mig_node("m1", [layout]), Node("h1", H100, 4))
     teams = [Team("a", quotas=(Quota(A100, 1),)), Team("b", quotas=(Quota("*", 1, None),))]
     busy = [
         RunningJob(
             JobRequest(f"bs{i}", "b", "normal", NOW - 2000, 1, 0, A100, "1g.10gb", None),
-            NOW - 1000,
+            NOW - 1000 + i,
             Placement((NodeAlloc("m1", (), MigSlot(0, "1g.10gb", i, 1)),)),
             A100,
         )
         for i in range(7)
     ]
+    return cluster, teams, busy
+
+
+def test_a_star_quota_borrower_of_whole_gpus_gives_back_a_mig_slice() -> None:
+    # m1's A100 is laid out 7 x 1g.10gb, all held by team b (long ago); b's "*" quota has
+    # nominal 1 GPU (7 slices) and b also runs 4 whole H100 GPUs (recently): 4 above its
+    # nominal. a (A100 nominal 1, nothing running) asks for a 1g.10gb within its nominal:
+    # it reclaims one of b's slices, though b's most recent jobs, those labelled borrowed,
+    # hold H100 GPUs. Before, it waited for b's slices to end.
+    cluster, teams, busy = _b_holds_every_slice()
     busy += [
         running(f"bh{i}", {"h1": [i]}, team="b", started=NOW - 100, model=H100) for i in range(4)
     ]
@@ -430,18 +437,7 @@ def test_a_star_quota_borrower_of_whole_gpus_gives_back_a_mig_slice() -> None:
 def test_a_slice_reclaim_never_takes_a_team_below_its_nominal() -> None:
     # b holds 7 slices (1 GPU) on a "*" nominal of 1, and the 1 GPU it holds above it elsewhere
     # is leaving already: nothing is left above its nominal, so a's slice job reclaims nothing.
-    layout = tuple(MigInstance("1g.10gb", i, 1, f"bs{i}") for i in range(7))
-    cluster = (mig_node("m1", [layout]), Node("h1", H100, 4))
-    teams = [Team("a", quotas=(Quota(A100, 1),)), Team("b", quotas=(Quota("*", 1, None),))]
-    busy = [
-        RunningJob(
-            JobRequest(f"bs{i}", "b", "normal", NOW - 2000, 1, 0, A100, "1g.10gb", None),
-            NOW - 1000 + i,
-            Placement((NodeAlloc("m1", (), MigSlot(0, "1g.10gb", i, 1)),)),
-            A100,
-        )
-        for i in range(7)
-    ]
+    cluster, teams, busy = _b_holds_every_slice()
     leaving = running("bh0", {"h1": [0]}, team="b", started=NOW - 100, model=H100)
     busy.append(replace(leaving, preempting_since=NOW - 5))
     d = decide(snap(cluster, teams, [job("a1", team="a", mig="1g.10gb", model=A100)], busy))
