@@ -671,8 +671,22 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
     print("events:", file=out)
     for e in events:
         state = e["to_state"] or ""
-        print(f"  {when(e['at'])}  {state:<11}  {clean(e['message'])}", file=out)
+        print(f"  {when(e['at'])}  {state:<11}  {clean(e['message'])}{_repeats(e)}", file=out)
     return 0
+
+
+def _repeats(event: dict[str, Any]) -> str:
+    """A note repeated is one event that counts its repeats (a retry while a cluster stays
+    down): how many, and when the last was, as the job page says it."""
+    details = event.get("details") or {}
+    repeats, last_at = details.get("repeats"), details.get("last_at")
+    if not isinstance(repeats, int) or repeats < 2:
+        return ""
+    try:
+        last = f", the last at {when(last_at)}" if isinstance(last_at, str) else ""
+    except ValueError:  # not a time: left out
+        last = ""
+    return f" ({repeats} times{last})"
 
 
 def _after(api: Api, ident: str) -> str:

@@ -55,11 +55,21 @@ def gpu_layouts(clusters: list[Cluster], user: Any) -> dict[int, list[dict[str, 
 
 # --- a failed sync, as people see it --------------------------------------------------------
 
-# What a sync's error says, as a short sentence naming no host, account, path or traceback
+# What a backend's error says, as a short sentence naming no host, account, path or traceback
 # (the stored text, for site staff, may hold all of them): the first pattern that matches.
 _SYNC_ERRORS: tuple[tuple[str, str], ...] = (
-    (r"host key", "the cluster's SSH host key does not match the one pinned"),
-    (r"private key|known_hosts|kubeconfig", "gpuq's settings for the cluster are not usable"),
+    # paramiko's BadHostKeyException, as ssh.py words it: a key other than the one pinned
+    (
+        r"host key of .* changed|host key .*does not match",
+        "the cluster's SSH host key does not match the one pinned",
+    ),
+    # ... while a host with no key pinned under its name ("not found in known_hosts": an
+    # entry for port 22's `host` where the login node listens on `[host]:port`) is a setting
+    (
+        r"private.?key|known_hosts|kubeconfig|cluster settings|^accounts\b|accounts setting"
+        r"|no connection can be made for the account",
+        "gpuq's settings for the cluster are not usable",
+    ),
     (r"authentication|HTTP 401|Unauthorized", "the cluster refused gpuq's credentials"),
     (r"HTTP 403|Forbidden", "the cluster denied gpuq access"),
     (r"HTTP 429|TooManyRequests", "the cluster's API is throttling gpuq (HTTP 429)"),
@@ -82,6 +92,39 @@ _SYNC_ERRORS: tuple[tuple[str, str], ...] = (
     (r"HTTP (4\d\d)", "the cluster's API refused a request (HTTP {0})"),
 )
 
+# An error in how gpuq reaches a cluster (as the backends word it: SSH's connection, host key
+# and login, a command's channel to the login node, an HTTP connection, credentials refused),
+# or one of gpuq's settings for it that quotes them (a kubeconfig, a value, an account's
+# entry): not the cluster's answer about a job (sbatch's "Invalid account", an API server's
+# 422), which its owner needs to read, nor a setting's error that names only the setting
+# ("known_hosts line 1 is not a host key").
+_REACHING = re.compile(
+    r"\bSSH\b|\S@[^\s@:/]+:\d+(?![\w.])|host key of|pinned host key|(?i:host key for)"
+    r"|HTTP 401|Unauthorized"
+    r"|\b(?:Connect|Read|Write|Pool)(?:Error|Timeout)\b|\b(?:Remote|Local)ProtocolError\b"
+    r"|\b(?:Network|Proxy|Close)Error\b|\bUnsupportedProtocol\b|\bTimeoutException\b"
+    r"|kubeconfig|invalid Slurm cluster settings|^accounts\b|accounts setting"
+    r"|no connection can be made for the account"
+)
+
+
+def _summary(text: str) -> str | None:
+    for pattern, sentence in _SYNC_ERRORS:
+        found = re.search(pattern, text, re.IGNORECASE)
+        if found:
+            return sentence.format(*found.groups())
+    return None
+
+
+def reaching_error_summary(text: str) -> str | None:
+    """The summary (as a failed sync's: no host, account or path) of an error in how gpuq
+    reaches a cluster, to be shown in place of its own words in a job's reason and events,
+    which every member of the job's team reads; None for any other error (the cluster's
+    answer about the job, shown as it is)."""
+    if not _REACHING.search(text):
+        return None
+    return _summary(text) or "cannot reach the cluster"
+
 
 def can_read_sync_errors(user: Any) -> bool:
     """Site staff read a failed sync's own words; everyone else its summary."""
@@ -95,12 +138,7 @@ def sync_error_summary(cluster: Cluster) -> str:
     text = cluster.last_sync_error
     if not text:
         return ""
-    what = "the cluster's last sync failed"
-    for pattern, sentence in _SYNC_ERRORS:
-        found = re.search(pattern, text, re.IGNORECASE)
-        if found:
-            what = sentence.format(*found.groups())
-            break
+    what = _summary(text) or "the cluster's last sync failed"
     if cluster.last_sync_at is None:
         return f"{what}; it has never synced"
     return f"{what} since {_moment(cluster.last_sync_at)}"

@@ -29,6 +29,7 @@ from queue_service.backends.base import (
     memory_share_mb,
 )
 from queue_service.clusters.models import Cluster, Node
+from queue_service.clusters.services import reaching_error_summary
 
 from .models import Job, JobEvent
 from .notify import deliver_due
@@ -39,6 +40,7 @@ from .services import (
     note,
     record_unseen_run,
     request_cycle,
+    stopping_reason,
     transition,
 )
 
@@ -66,6 +68,21 @@ def cluster_config(cluster: Cluster) -> ClusterConfig:
 
 def backend_for(cluster: Cluster) -> Any:
     return get_backend(cluster_config(cluster))
+
+
+def shown_error(exc: BackendError, what: str) -> str:
+    """A backend's error as a job's reason and events (which the job's whole team reads) may
+    say it: the cluster's answer about the job as it is (sbatch's "Invalid account", an API
+    server's 422); an error in how gpuq reaches the cluster (SSH, an HTTP connection, a
+    timeout, a setting's error quoting a kubeconfig or an account) as the summary the
+    clusters API shows everyone, since its own words name the cluster's host and gpuq's
+    account there. Those go to the server's log (`what`:
+    whose error)."""
+    summary = reaching_error_summary(exc.message)
+    if summary is None:
+        return exc.message
+    log.warning("%s: %s", what, exc.message)
+    return summary
 
 
 def dispatch_request(job: Job) -> DispatchRequest:
@@ -267,10 +284,12 @@ def cancel_wait_reason(job: Job, code: str, error: str | None = None) -> dict[st
     return {"code": code, "message": message, "details": details}
 
 
-def _say_cancel_waits(job: Job) -> None:
+def say_cancel_waits(job: Job) -> None:
     """Write the reason of a job cancelled while unnamed (cancel_wait_reason), keeping its
     dispatch's code: a conditional UPDATE on the code and updated_at read, so that a retry's
-    claim or failure meanwhile (which writes its own such reason) is never undone."""
+    claim or failure meanwhile (which writes its own such reason) is never undone. A job whose
+    last submit failed but whose reason said something else (its suspend's) quotes that
+    failure all the same."""
     for _ in range(3):
         job.refresh_from_db(fields=["state", "external_id", "reason", "updated_at", "cluster"])
         if job.state != S.CANCELLING or job.external_id:
@@ -281,6 +300,8 @@ def _say_cancel_waits(job: Job) -> None:
             error = (was.get("details") or {}).get("cluster") or str(
                 was.get("message", "")
             ).removeprefix("will retry: ")
+        else:
+            error = _last_submit_error(job)
         reason = cancel_wait_reason(job, code, error)
         if Job.objects.filter(
             pk=job.pk,
@@ -291,6 +312,22 @@ def _say_cancel_waits(job: Job) -> None:
         ).update(reason=reason):
             job.reason = reason
             return
+
+
+def _last_submit_error(job: Job) -> str | None:
+    """The error of the job's last submit, if that failed transiently and no dispatch was
+    taken up since (as its RETRY note said it, already fit to show)."""
+    last = (
+        job.events.filter(
+            Q(code__in=(RETRY, "dispatch_resumed", "dispatched")) | Q(to_state=S.DISPATCHING)
+        )
+        .order_by("-at", "-id")
+        .values_list("code", "message")
+        .first()
+    )
+    if last is None or last[0] != RETRY:
+        return None
+    return str(last[1]).removeprefix("will retry: ")
 
 
 def _claim(job: Job, reason_code: str | None) -> bool:
@@ -351,6 +388,7 @@ def submit_admitted(job: Job) -> None:
 def _submit_failed(job: Job, exc: BackendError) -> None:
     """The job as the failed submit leaves it, read afresh: a user may have cancelled it
     while the backend was asked."""
+    error = shown_error(exc, f"job {job.pk}: its submit failed")
     for _ in range(3):
         job.refresh_from_db()
         if job.state not in UNNAMED or job.external_id:
@@ -361,20 +399,20 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
             # saying who suspended it; the sync resumes its dispatch once it is stale.
             if job.state != S.SUSPENDING:
                 reason = (
-                    cancel_wait_reason(job, RETRY, exc.message)
+                    cancel_wait_reason(job, RETRY, error)
                     if job.state == S.CANCELLING
-                    else _reason(RETRY, f"will retry: {exc.message}")
+                    else _reason(RETRY, f"will retry: {error}")
                 )
                 if not Job.objects.filter(pk=job.pk, state=job.state, external_id="").update(
                     reason=reason, updated_at=timezone.now()
                 ):
                     continue  # moved meanwhile (cancelled, suspended): its retry's reason anew
-            note(job, RETRY, f"will retry: {exc.message}")
+            note(job, RETRY, f"will retry: {error}")
             return
         if job.state == S.CANCELLING:
             # Nothing reached the cluster: the cancel ends it, in the words of who asked.
-            reason = cancelled_reason(job, {"cluster": {"refused": exc.message}})
-            message = f"{reason['message']}; the cluster refused it: {exc.message}"
+            reason = cancelled_reason(job, {"cluster": {"refused": error}})
+            message = f"{reason['message']}; the cluster refused it: {error}"
             if _try(job, S.CANCELLED, code="cancelled", message=message, reason=reason):
                 return
             continue
@@ -384,13 +422,13 @@ def _submit_failed(job: Job, exc: BackendError) -> None:
                 job,
                 S.SUSPENDED,
                 code="suspended",
-                message=f"suspended; the cluster refused it meanwhile: {exc.message}",
+                message=f"suspended; the cluster refused it meanwhile: {error}",
                 placement=[],
             ):
                 return
             continue
         else:
-            to, code, message = S.FAILED, "dispatch_failed", exc.message
+            to, code, message = S.FAILED, "dispatch_failed", error
         if _try(job, to, code=code, message=message, reason=_reason(code, message)):
             return
 
@@ -401,7 +439,7 @@ def request_stop(job: Job) -> None:
         # Still being handed over: submit_admitted (or the retry) stops it once the backend
         # names it. A cancel says meanwhile what it waits for.
         if job.state == S.CANCELLING:
-            _say_cancel_waits(job)
+            say_cancel_waits(job)
         return
     if settings.CELERY_BROKER_URL:
         from .tasks import cancel_job
@@ -414,6 +452,7 @@ def request_stop(job: Job) -> None:
 
 
 STOP_SENT = "stop_sent"  # an event: a stop of this attempt went to the cluster
+STOP_SENT_AGAIN = "stop sent again"  # its message, after the attempt's first
 
 
 def stop_job(job_id: str) -> None:
@@ -421,15 +460,22 @@ def stop_job(job_id: str) -> None:
     again, the sync's re-send) after a stop the cluster answered finds the job ended by that
     stop, and the end is the stop's. After a stop that failed on its way (an error leaves
     unknown whether it arrived), a job found ended keeps its own end. One delivered while
-    another's stop is still under way (sent, neither answered nor failed) leaves an end it
-    finds to that stop (or to the sync, which counts it the stop's): it may be that stop's."""
+    another's stop is under way (sent and not failed: unanswered, or answered since this one
+    was sent) leaves an end it finds to that stop (or to the sync, which counts it the
+    stop's): it may be that stop's."""
     job = Job.objects.select_related("cluster").get(pk=job_id)
     if job.state not in Job.STOPPING or not job.external_id:
         return
     assert job.cluster is not None
     grace = settings.GPUQ_PREEMPTION_GRACE_S
+    try:
+        backend = backend_for(job.cluster)
+    except BackendError as exc:  # its settings: nothing was sent
+        _stop_failed(job, exc)
+        if not exc.permanent:
+            raise
+        return
     repeat, sent = _note_stop(job, grace)
-    backend = backend_for(job.cluster)
     _charge_before_stop(job, backend)
     delivered = False
     try:
@@ -438,6 +484,7 @@ def stop_job(job_id: str) -> None:
         # job's own end must not then be taken for the stop's).
         JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "delivered": True})
         delivered = True
+        _stop_taken(job, grace)
         if stopping:
             return
         status = backend.poll([job.external_id]).get(job.external_id)
@@ -464,22 +511,32 @@ def stop_job(job_id: str) -> None:
 
 
 def _other_stop_under_way(job: Job, sent: JobEvent, grace: float) -> bool:
-    """Whether another stop of this attempt was sent and is still under way: neither answered
-    (`delivered`) nor failed, and sent within a stop's time limit (the task's: a worker that
+    """Whether another stop of this attempt may be what ended the job, for a stop noted when
+    none of the attempt had been answered (not a repeat): one answered since (`delivered`
+    after this one's _note_stop: it was under way then), or one still under way (neither
+    answered nor failed, and last sent within a stop's time limit, the task's: a worker that
     died mid-stop leaves its event so)."""
     since = timezone.now() - timedelta(seconds=grace + STOP_UNDER_WAY_S)
-    return (
-        job.events.filter(
-            code=STOP_SENT, details__attempt=job.attempts, details__delivered=False, at__gte=since
-        )
+    others = (
+        job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
         .exclude(pk=sent.pk)
         .exclude(details__has_key="failed")
-        .exists()
+        .values_list("at", "details")
     )
+    return any(details.get("delivered") or _sent_at(at, details) >= since for at, details in others)
+
+
+def _sent_at(at: datetime, details: dict[str, Any]) -> datetime:
+    """When the last of the stops a `stop_sent` event counts was sent (_note_stop)."""
+    last = details.get("last_at")
+    return datetime.fromisoformat(last) if isinstance(last, str) else at
 
 
 # How long a stop may be under way beyond the grace: its Celery task's time limit (tasks.py).
 STOP_UNDER_WAY_S = 120
+
+
+STOP_REFUSED = "stop_refused"  # the reason of a cancelling job whose stop the cluster refused
 
 
 def _stop_failed(job: Job, exc: BackendError) -> None:
@@ -487,22 +544,35 @@ def _stop_failed(job: Job, exc: BackendError) -> None:
     asked, and one refused leaves the job cancelling with why: it is still on the cluster
     (the sync sends the stop again while it runs, and its end is the cancel's)."""
     code = "stop_failed" if exc.permanent else "stop_retry"
+    error = shown_error(exc, f"job {job.pk}: its stop failed")
     by = cancelled_by(job) if job.state == S.CANCELLING else None
     if by is None:
-        note(job, code, exc.message, {"cluster": exc.message})
+        note(job, code, error, {"cluster": error})
         return
-    details = {"by": by, "cluster": exc.message}
+    details = {"by": by, "cluster": error}
     if not exc.permanent:
-        note(job, code, f"the stop {by} asked for failed, sent again: {exc.message}", details)
+        note(job, code, f"the stop {by} asked for failed, sent again: {error}", details)
         return
-    note(job, code, f"the cluster refused the stop {by} asked for: {exc.message}", details)
+    note(job, code, f"the cluster refused the stop {by} asked for: {error}", details)
     Job.objects.filter(pk=job.pk, state=S.CANCELLING, external_id=job.external_id).update(
         reason={
-            "code": "stop_refused",
-            "message": f"cancelled by {by}; the cluster refused the stop: {exc.message}",
+            "code": STOP_REFUSED,
+            "message": f"cancelled by {by}; the cluster refused the stop: {error}",
             "details": details,
         }
     )
+
+
+def _stop_taken(job: Job, grace: float) -> None:
+    """A stop the cluster answered, of a job whose reason still says that the cluster refused
+    the last one: it no longer holds (conditional on that reason, so nothing later is undone)."""
+    if job.state != S.CANCELLING or (job.reason or {}).get("code") != STOP_REFUSED:
+        return
+    reason = stopping_reason(cancelled_by(job))
+    reason["message"] += f" (it has {grace:g} s to end after TERM)"
+    Job.objects.filter(
+        pk=job.pk, state=S.CANCELLING, external_id=job.external_id, reason__code=STOP_REFUSED
+    ).update(reason=reason)
 
 
 def _charge_before_stop(job: Job, backend: Any) -> None:
@@ -541,14 +611,20 @@ def _ran(status: JobStatus) -> bool:
 
 def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
     """Record a stop about to be sent: whether a stop of this attempt reached the cluster
-    before (the event is marked `delivered` once the cluster answers), and the new event.
-    Under the job's row lock, so that two deliveries at once read one history."""
+    before (the event is marked `delivered` once the cluster answers), and the event. Under
+    the job's row lock, so that two deliveries at once read one history. A stop sent again
+    after the last one failed, with nothing in the timeline since but that failure's note, is
+    counted on that one's event (`repeats`, `last_at`; it is under way again): a cluster that
+    keeps failing or refusing stops does not add an event per re-send."""
     with transaction.atomic():
         list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
         earlier = job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
         delivered = earlier.filter(details__delivered=True).exists()
+        last = earlier.order_by("-at", "-id").first()
+        if last is not None and _refold(job, last):
+            return delivered, last
         message = (
-            "stop sent again" if earlier.exists() else f"stop sent ({grace:g} s to end after TERM)"
+            STOP_SENT_AGAIN if last is not None else f"stop sent ({grace:g} s to end after TERM)"
         )
         event = JobEvent.objects.create(
             job=job,
@@ -559,12 +635,34 @@ def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
     return delivered, event
 
 
+def _refold(job: Job, last: JobEvent) -> bool:
+    """Count a stop sent again on `last`, the attempt's last `stop_sent`, if that was sent
+    again too and failed (neither answered nor under way: nothing reads it but as a stop that
+    was sent), and nothing but stop failure notes came after it. True if it did."""
+    before = last.details or {}
+    if last.message != STOP_SENT_AGAIN or not before.get("failed") or before.get("delivered"):
+        return False
+    after = job.events.filter(Q(at__gt=last.at) | Q(at=last.at, pk__gt=last.pk))
+    if after.exclude(code__in=("stop_retry", "stop_failed")).exists():
+        return False
+    again = {
+        "attempt": before.get("attempt"),
+        "delivered": False,
+        "repeats": int(before.get("repeats", 1)) + 1,
+        "last_at": timezone.now().isoformat(),
+    }
+    if not JobEvent.objects.filter(pk=last.pk, details=last.details).update(details=again):
+        return False
+    last.details = again
+    return True
+
+
 def sync_cluster(cluster_id: int) -> dict[str, int]:
     """Refresh a cluster's inventory and its jobs' states: one `nodes()` and one `poll()`."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    backend = backend_for(cluster)
     counts = {"nodes": 0, "polled": 0, "changed": 0}
     try:
+        backend = backend_for(cluster)  # unusable settings fail here: the cluster page says so
         inventory = backend.nodes()
         counts["nodes"] = len(inventory)
         _store_inventory(cluster, inventory)
@@ -834,7 +932,10 @@ def apply_mig_layout(node_id: int, config: str) -> None:
     except BackendError as exc:
         Node.objects.filter(pk=node_id).update(
             state=Node.State.DRAIN,
-            reason=f"MIG reconfiguration to {config!r} failed: {exc.message}"[:256],
+            reason=(
+                f"MIG reconfiguration to {config!r} failed:"
+                f" {shown_error(exc, f'node {node.name} of {node.cluster.name}')}"
+            )[:256],
         )
         if not exc.permanent:
             raise
@@ -877,8 +978,9 @@ def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
     overdue = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 30)
     if job.updated_at >= overdue:
         return False
-    last = job.events.filter(code=STOP_SENT).order_by("-at").values_list("at", flat=True).first()
-    return last is None or last < overdue
+    last = job.events.filter(code=STOP_SENT).order_by("-at", "-id").values_list("at", "details")
+    sent = last.first()
+    return sent is None or _sent_at(*sent) < overdue
 
 
 def _redispatch_stale(cluster: Cluster) -> None:
@@ -908,7 +1010,13 @@ def read_logs(job: Job, *, offset: int, limit: int, stream: str) -> LogChunk:
         raise ValueError(f"a log offset runs from 0 to {MAX_LOG_OFFSET}")
     if not job.external_id or job.cluster is None:
         return LogChunk(b"", offset, eof=job.state in Job.TERMINAL)
-    return backend_for(job.cluster).logs(job.external_id, offset=offset, limit=limit, stream=stream)
+    try:
+        backend = backend_for(job.cluster)
+        return backend.logs(job.external_id, offset=offset, limit=limit, stream=stream)
+    except BackendError as exc:  # shown to whoever reads the logs: no host or account
+        raise BackendError(
+            shown_error(exc, f"job {job.pk}: reading its logs failed"), permanent=exc.permanent
+        ) from None
 
 
 def _try(job: Job, to: str, **kwargs: Any) -> bool:

@@ -148,9 +148,17 @@ def record_unseen_run(job: Job, started_at: datetime) -> bool:
 
 
 # Notes a retry writes again and again while a cluster stays down (Celery retries a submit
-# every minute; the embedded sync resumes a stale one, then it fails again): a repeat of one
-# of the job's last two events, with only such notes after it, is counted on it, not added.
-FOLDED_NOTES = frozenset({"dispatch_retry", "dispatch_resumed", "stop_retry"})
+# every minute; the embedded sync resumes a stale one, then it fails again; the sync sends a
+# stop the cluster fails or refuses again): a repeat of one of the job's last two events,
+# with only such notes after it, is counted on it, not added.
+FOLDED_NOTES = frozenset({"dispatch_retry", "dispatch_resumed", "stop_retry", "stop_failed"})
+# A stop's failure repeated is counted across the events of the stops sent again in between
+# (`stop_sent`, whose own repeats dispatch._note_stop counts on one event): each failure
+# follows the send it reports.
+FOLDED_ACROSS: dict[str, frozenset[str]] = {
+    "stop_retry": frozenset({"stop_sent"}),
+    "stop_failed": frozenset({"stop_sent"}),
+}
 
 
 def note(job: Job, code: str, message: str, details: dict[str, Any] | None = None) -> None:
@@ -159,10 +167,15 @@ def note(job: Job, code: str, message: str, details: dict[str, Any] | None = Non
     the event it repeats."""
     details = details or {}
     if code in FOLDED_NOTES:
-        latest = job.events.order_by("-at", "-id").only("id", "code", "message", "details")[:2]
-        for last in latest:
-            if last.code not in FOLDED_NOTES:
+        across = FOLDED_ACROSS.get(code, frozenset())
+        latest = job.events.order_by("-at", "-id").only("id", "code", "message", "details")
+        seen = 0
+        for last in latest[:6]:
+            if last.code in across:
+                continue
+            if last.code not in FOLDED_NOTES or seen == 2:
                 break
+            seen += 1
             if last.code != code or last.message != message:
                 continue
             before = last.details or {}
@@ -438,6 +451,16 @@ def cancelled_by(job: Job) -> str | None:
     return str(by) if by else None
 
 
+def stopping_reason(by: str | None) -> dict[str, Any]:
+    """The reason of a cancelled job its cluster is stopping: who cancelled it."""
+    said = f"cancelled by {by}" if by else "cancelled on request"
+    return {
+        "code": CANCEL_REQUESTED,
+        "message": f"{said}; it is being stopped on its cluster",
+        "details": {"by": by},
+    }
+
+
 def cancelled_reason(job: Job, details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The reason of a job its stop ended after a user cancelled it: gpuq's own code and
     words, as for a job cancelled before it reached a cluster, whatever the cluster called the
@@ -469,12 +492,18 @@ def cancel_job(user: Any, job: Job) -> Job:
                     message=f"cancelled by {user}",
                     reason={"code": "cancelled", "message": f"cancelled by {user}", "details": {}},
                 )
+            # What it waited for (its start on the cluster, a resume after its suspend) no
+            # longer holds. One not yet named keeps its dispatch's code, by which a retry
+            # claims it, and says what the cancel waits for (dispatch.say_cancel_waits).
+            stopped = bool(job.external_id) or was == S.SUSPENDING
+            fields = {"reason": stopping_reason(str(user))} if stopped else {}
             transition(
                 job,
                 S.CANCELLING,
                 code=CANCEL_REQUESTED,
                 message=f"cancel requested by {user}",
                 details={"by": str(user)},
+                **fields,
             )
         except StaleState:
             continue
@@ -664,13 +693,15 @@ def suspend_job(user: Any, job: Job) -> Job:
 
 def _stop_unless_stopping(job: Job, was: str) -> None:
     """Ask the backend to stop the job, unless a stop is already under way (it was being
-    preempted): the first stop's end is then recorded as this request asked; a lost one is
-    sent again by the sync (dispatch._stop_overdue)."""
-    if was in Job.STOPPING:
-        return
-    from .dispatch import request_stop
+    preempted or suspended): the first stop's end is then recorded as this request asked; a
+    lost one is sent again by the sync (dispatch._stop_overdue). A job cancelled while its
+    cluster has not named it says meanwhile what the cancel waits for, either way."""
+    from .dispatch import request_stop, say_cancel_waits
 
-    request_stop(job)
+    if was not in Job.STOPPING:
+        request_stop(job)
+    elif job.state == S.CANCELLING and not job.external_id:
+        say_cancel_waits(job)
 
 
 def held_reason(user: Any, *, at_submit: bool = False) -> dict[str, Any]:

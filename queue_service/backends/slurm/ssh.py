@@ -208,9 +208,12 @@ class SSHConnection:
             self._drop()
             now = self._clock()
             if now < self._next_attempt:
+                # The same words until the backoff ends (a note repeated is counted on one
+                # event of a job's timeline); the wait left, which differs every time, is logged.
+                log.debug("SSH to %s: next attempt in %.1fs", self.where, self._next_attempt - now)
                 raise BackendError(
                     f"SSH to {self.where} is unavailable ({self._last_error}); "
-                    f"next attempt in {self._next_attempt - now:.1f}s"
+                    f"next attempt in at most {self._backoff_s[1]:g}s"
                 )
             try:
                 self._client = self._connect()
