@@ -15,7 +15,7 @@ from . import mig, reasons
 from .backfill import Fluid, Release, Reservation, earliest_start, end_time, releases, reserve
 from .capacity import Fit, FreeIndex, Group, allocate, best_fit, fit_by_end
 from .order import Room, order_kinds, standings
-from .preempt import Candidate, Plan, Preemptor
+from .preempt import Candidate, Plan, Preemptor, within_budget
 from .preempt import plan as plan_preemption
 from .quota import Account, Demand, Ledger
 from .types import (
@@ -1292,7 +1292,9 @@ class _Cycle:
             ):
                 searched = True
                 victims = [(holders[i][0], kind(i) or "") for i in ids]
-                if not self.within_budget(r.team, victims):
+                if not within_budget(
+                    self.reclaim_budget(), r.team, victims, lambda c: holders[c.id][1]
+                ):
                     continue
                 new = [(c, k) for c, k in victims if k != "leaving"]
                 lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
@@ -1321,17 +1323,6 @@ class _Cycle:
             # next cycles, mark_leaving reserves it until r claims it again here).
             self.mig_index.reserve(*gpu, r.id)
         return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
-
-    def within_budget(self, team: str, victims: Sequence[tuple[Candidate, str]]) -> bool:
-        """Do a slice plan's victims of other teams than `team` stay within each quota's
-        budget (reclaim_budget)?"""
-        spent: dict[tuple[str, str], float] = {}
-        holders = self.mig_holders()
-        for c, kind in victims:
-            if kind != "leaving" and c.quota_key is not None and c.team != team:
-                spent[c.quota_key] = spent.get(c.quota_key, 0.0) + holders[c.id][1]
-        budget = self.reclaim_budget()
-        return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
 
     def slice_victim(
         self, r: JobRequest, reclaims: bool, priority: bool, job_id: str

@@ -24,8 +24,9 @@ more than a 1-GPU job that started a minute ago, though each is one victim).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .capacity import FreeIndex, Group
 from .types import RunningJob
@@ -200,7 +201,7 @@ def plan(
             if (
                 budget is not None
                 and more
-                and not _within(budget, team, [*victims.values(), *more.values()])
+                and not within_budget(budget, team, [*victims.values(), *more.values()])
             ):
                 continue
             chosen.append(cost)
@@ -219,15 +220,17 @@ def plan(
     return None if best is None else best[1]
 
 
-def _within(
+def within_budget(
     budget: Mapping[tuple[str, str], float],
     team: str,
     victims: Iterable[tuple[Candidate, str]],
+    gpus: Callable[[Candidate], float] = attrgetter("size"),
 ) -> bool:
     """Do the victims of other teams than `team` (reclaimed, or preempted for priority
-    where they borrow) stay within each quota's budget?"""
+    where they borrow) stay within each quota's budget? `gpus`: what a victim holds (a
+    slice holder's share of a GPU, where its size counts whole GPUs only)."""
     spent: dict[tuple[str, str], float] = {}
     for c, kind in victims:
         if kind != "leaving" and c.quota_key is not None and c.team != team:
-            spent[c.quota_key] = spent.get(c.quota_key, 0.0) + c.size
+            spent[c.quota_key] = spent.get(c.quota_key, 0.0) + gpus(c)
     return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
