@@ -4,15 +4,20 @@ of tests/backends/kubernetes (over real HTTP, with the kubelet's log format: nan
 timestamps at line starts, sinceTime in whole seconds, limitBytes).
 
 - offset+limit: what the backend did before (limitBytes=offset+limit, then slice);
-- cursor, 1 process: the backend now (timestamps=true + sinceTime from the position its
-  previous read reached);
+- cursor, 1 process: the backend now (timestamps=true; the job here has ended, so the
+  pieces come from one answer kept open between reads; a running job's reads resume with
+  sinceTime from the position the previous read reached);
 - cursor, 3 processes: reads taking turns over 3 backends (gunicorn's 3 workers);
-- burst: the whole log written within one second (the cursor's worst case).
+- burst: the whole log written within one second (a sinceTime resume's worst case);
+- progress bar: one line that never ends (tqdm's \r redraws), written as the runtime does,
+  in 16 KiB partial entries (one every 10 s), read by 1 process, then by 3 taking turns.
 
-    .venv/bin/python bench/k8s_logs_bench.py [--mib 4 16 64]
+    .venv/bin/python bench/k8s_logs_bench.py [--mib 4 16 64] [--how progress]
 
 Needs the Volcano CRD schemas (../shared/k8s-schemas). Lines of 120 bytes, 100 a second
-(12 KB/s of log) unless `burst`.
+(12 KB/s of log) unless `burst` or `progress bar`. Each cell: the bytes the API server sent
+(x the log), the log bytes the kubelet read from its file to answer (x the log: it reads
+from the file's start for every answer, whatever sinceTime says), and wall seconds.
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ MIB = 1 << 20
 CHUNK = MIB
 
 
-def setup(api: FakeApiServer, clock: FakeClock, size: int, per_line_s: float) -> tuple[Sim, str]:
+ENTRY = 16 * 1024  # containerd's max_container_log_line_size: a long line's partial entries
+
+
+def setup(
+    api: FakeApiServer, clock: FakeClock, size: int, per_line_s: float, *, bar: bool = False
+) -> tuple[Sim, str]:
     sim = Sim(api)
     sim.namespace("gpuq-team-a")
     sim.queue("team-a")
@@ -42,10 +52,20 @@ def setup(api: FakeApiServer, clock: FakeClock, size: int, per_line_s: float) ->
     b = make_backend(api, clock, workload="indexed", request_timeout_s=120)
     eid = b.submit(request(kind="agent", gpus_per_node=0, mig_profile="1g.10gb")).external_id
     pod = sim.run(eid)[0]
-    start = clock() - size / 120 * per_line_s - 10
-    for i in range(size // 120):
-        line = f"step {i:08d} ".encode().ljust(119, b".") + b"\n"
-        sim.log(pod, line, at=start + i * per_line_s)
+    if bar:  # one line, no newline: 16 KiB entries, one every 10 s
+        start = clock() - size / ENTRY * 10 - 10
+        step = 0
+        for i in range(size // ENTRY):
+            entry = bytearray()
+            while len(entry) < ENTRY:
+                entry += f"\r{step:7d}/9999999 [####......] loss {1 / (step + 1):.6f}".encode()
+                step += 1
+            sim.log(pod, bytes(entry[:ENTRY]), at=start + i * 10)
+    else:
+        start = clock() - size / 120 * per_line_s - 10
+        for i in range(size // 120):
+            line = f"step {i:08d} ".encode().ljust(119, b".") + b"\n"
+            sim.log(pod, line, at=start + i * per_line_s)
     sim.succeed(eid)
     b.close()
     return sim, eid
@@ -81,33 +101,53 @@ def cursor_way(api: FakeApiServer, clock: FakeClock, eid: str, workers: int) -> 
     return offset
 
 
-def measure(size: int, how: str) -> tuple[int, int, float]:
+HOWS = (
+    "offset+limit",
+    "cursor, 1 process",
+    "cursor, 3 processes",
+    "burst",
+    "progress bar, 1 process",
+    "progress bar, 3 processes",
+)
+
+
+def measure(size: int, how: str) -> tuple[int, int, int, float]:
     clock = FakeClock(time.time())
     with FakeApiServer(crd_dir=SCHEMAS) as api:
         api.store.clock = clock
-        _, eid = setup(api, clock, size, 0.0 if how == "burst" else 0.01)
-        api.log_bytes_sent = 0
+        _, eid = setup(
+            api, clock, size, 0.0 if how == "burst" else 0.01, bar=how.startswith("progress")
+        )
+        api.log_bytes_sent = api.log_bytes_scanned = 0
         t0 = time.perf_counter()
         if how == "offset+limit":
             got = old_way(api, clock, eid)
-        elif how == "cursor, 3 processes":
+        elif how.endswith("3 processes"):
             got = cursor_way(api, clock, eid, 3)
         else:
             got = cursor_way(api, clock, eid, 1)
-        return got, api.log_bytes_sent, time.perf_counter() - t0
+        secs = time.perf_counter() - t0
+        assert got >= size - ENTRY, (got, size)
+        return got, api.log_bytes_sent, api.log_bytes_scanned, secs
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument("--how", nargs="+", default=[], help="only the rows naming these words")
     args = parser.parse_args()
-    print("| how | " + " | ".join(f"{m} MiB log" for m in args.mib) + " |")
+    print("| how | " + " | ".join(f"{m} MiB log: sent, scanned, time" for m in args.mib) + " |")
     print("|---|" + "---|" * len(args.mib))
-    for how in ("offset+limit", "cursor, 1 process", "cursor, 3 processes", "burst"):
+    for how in HOWS:
+        if args.how and not any(word in how for word in args.how):
+            continue
         cells = []
         for mib in args.mib:
-            got, sent, secs = measure(mib * MIB, how)
-            cells.append(f"{sent / MIB:,.1f} MiB ({sent / got:.2f}x, {secs:.1f} s)")
+            got, sent, scanned, secs = measure(mib * MIB, how)
+            cells.append(
+                f"{sent / MIB:,.1f} MiB ({sent / got:.2f}x), "
+                f"{scanned / MIB:,.1f} MiB ({scanned / got:.2f}x), {secs:.1f} s"
+            )
         print(f"| {how} | " + " | ".join(cells) + " |", flush=True)
 
 

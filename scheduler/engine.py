@@ -64,6 +64,16 @@ class _Failure:
     mig: bool = False  # no instance for a slice: each member gets its own estimate
 
 
+@dataclass(slots=True)
+class _Hold:
+    """Nominal quota held this cycle for a team's first job that fits it but waits for
+    nodes (FIFO within a team): its `gpus`, until its earliest start."""
+
+    gpus: float
+    until: float
+    holder: str
+
+
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
     """GPUs a running job counts for quota and shares; a MIG slice by its GPU fraction."""
     total = 0.0
@@ -106,12 +116,16 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        guarantee before any borrowing), then within a tier priority-class value, then fair
        share by progressive filling, then FIFO within a team, ties by id (order.py).
        Baselines use submit order alone.
-    3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py),
-       then placement (capacity.py): a single-node job goes where it does not keep a node
-       busy longer than the jobs already there (by time limits), else best fit, so nodes
-       empty whole for gangs; a gang starts all-or-nothing on n best-fit nodes of one
-       group. A group of equivalent jobs (team, class, shape) that failed is not tried
-       again this cycle: capacity and quota only shrink while a cycle runs.
+    3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py;
+       a team's first tier-0 job that waits for nodes holds its share of the team's
+       nominal against the team's later jobs, which may pass only if the nominal has room
+       for both by its earliest start or their time limit ends before it: FIFO within a
+       team, as EASY backfill judges it), then placement (capacity.py): a single-node job
+       goes where it does not keep a node busy longer than the jobs already there (by time
+       limits), else best fit, so nodes empty whole for gangs; a gang starts
+       all-or-nothing on n best-fit nodes of one group. A group of equivalent jobs
+       (team, class, shape) that failed is not tried again this cycle: capacity and quota
+       only shrink while a cycle runs.
     4. Backfill (EASY): the first job per GPU model that does not fit gets a reservation
        (backfill.py) holding the free GPUs it will need; a later job may take held GPUs only
        if its time limit ends before the reservation starts. Without backfill (fifo) the
@@ -211,6 +225,10 @@ class _Cycle:
         # How many jobs lead the order in tier 0: they fit their team's nominal quota in the
         # team's own order.
         self.first_tier = 0
+        # Per quota: nominal held for the team's first tier-0 job that waits for nodes (one
+        # that preempts has committed its quota already): the team's later jobs may not take
+        # it unless they end by then.
+        self.holds: dict[tuple[str, str], _Hold] = {}
         self._events: list[Release] | None = None
         # Per whole-GPU shape that failed: when its nodes could first hold it (shape_floor).
         self._floors: dict[tuple[object, ...], float | None] = {}
@@ -352,6 +370,8 @@ class _Cycle:
             ):
                 if fail.capacity:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
+                    if rank < self.first_tier and policy.quotas and not r.mig_profile:
+                        self.hold_quota(r, kind_demand[k], self.shape_floor(r))
                 elif fail.mig:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
                 elif fail.reason.code == "quota_exhausted":
@@ -397,6 +417,13 @@ class _Cycle:
                     if outcome.capacity:
                         self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
                         blocked = not policy.backfill
+                        if rank < self.first_tier and policy.quotas:
+                            held = self.reserved_for.get(r.id)
+                            self.hold_quota(
+                                r,
+                                gpus,
+                                self.shape_floor(r) if held is None else held.start,
+                            )
                     else:
                         estimate = outcome.estimate
                         if estimate is None and outcome.reason.code == "quota_exhausted":
@@ -620,6 +647,38 @@ class _Cycle:
                 else:
                     f.take(gpus, r.time_limit_s)
 
+    def hold_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
+        """r fits its team's nominal but waits for nodes until about `until`: hold that
+        nominal against the team's later jobs. Not when its start is unknown: the team's
+        later jobs would wait for a time nobody knows."""
+        model = r.gpu_model or (self.models[0] if len(self.models) == 1 else None)
+        if until is None or not gpus or model is None:
+            return  # a job for any of several models: which quota it will use is not known
+        k = self.ledger.key(r.team, model)
+        if k is None:
+            return
+        if k not in self.holds:  # one per quota, as EASY reserves for the first job only
+            self.holds[k] = _Hold(gpus, until, r.id)
+
+    def held_back(
+        self, r: JobRequest, model: str, gpus: float, ends: float | None
+    ) -> tuple[Reason, float] | None:
+        """Would r take nominal its team holds for an earlier job (hold_quota), so that the
+        job could not start when it otherwise would? Then why, and until when a job that
+        ends sooner may pass."""
+        k = self.ledger.key(r.team, model)
+        h = None if k is None else self.holds.get(k)
+        if k is None or h is None or (ends is not None and ends <= h.until):
+            return None
+        acc = self.ledger.accounts[k]
+        if acc.used + h.gpus + gpus <= acc.quota.nominal + 1e-9:
+            return None
+        # Room for both by the time the holder could start (the team's jobs ending by then)?
+        both = self.ledger.nominal_free_at(r.team, model, h.gpus + gpus)
+        if both is not None and both <= h.until:
+            return None
+        return reasons.quota_held(r, acc.quota, acc.used, h.gpus, h.holder), h.until
+
     def shape_floor(self, r: JobRequest) -> float | None:
         """The earliest time r's shape fits on nodes as the cycle has left them and known
         releases free them (now if it fits now; None if none does). Once per shape: a later
@@ -651,6 +710,19 @@ class _Cycle:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
                 refusal = verdict.reason
+        if allowed and self.holds:
+            kept = []
+            held_until = math.inf
+            for m, b in allowed:
+                held = self.held_back(r, m, gpus, ends)
+                if held is None:
+                    kept.append((m, b))
+                else:
+                    refusal, held_until = held[0], min(held_until, held[1])
+            if not kept:
+                # Not a preemption: the team's own earlier job has the first claim.
+                return _Failure(refusal or reasons.unsatisfiable(r, 0), False, held_until)
+            allowed = kept
         if not allowed:
             waiting = self.preempt_for_quota(r, gpus, models)
             note, self.not_worth = self.not_worth, None
@@ -1195,6 +1267,10 @@ class _Cycle:
             verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
             if not verdict.ok:
                 refusal = refusal or verdict.reason
+                continue
+            held = self.held_back(r, m, share, ends) if self.holds else None
+            if held is not None:
+                refusal = refusal or held[0]
                 continue
             admitted.append(m)
             # Instances a relayout creates exist only once the backend has applied it.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from .types import JobRequest, Reason
+from .types import JobRequest, Quota, Reason
 
 
 def gpus_text(x: float) -> str:
@@ -172,3 +172,22 @@ def mig_relayout(r: JobRequest, node: str, gpu: int) -> Reason:
 
 def bad_request(message: str) -> Reason:
     return Reason("invalid_request", message)
+
+
+def quota_held(r: JobRequest, quota: Quota, used: float, held: float, holder: str) -> Reason:
+    """A job that would take the nominal quota its team's earlier job is waiting to use."""
+    return Reason(
+        "quota_exhausted",
+        f"team {r.team} uses {gpus_text(used)} of {gpus_text(quota.nominal)} {quota.gpu_model}"
+        f" GPUs and holds {gpus_text(held)} more for its earlier job {holder}, which waits to"
+        " start; within a team jobs start in submit order, so this one waits too unless its"
+        " time limit ends before that start",
+        (
+            ("team", r.team),
+            ("gpu_model", quota.gpu_model),
+            ("used", round(used, 4)),
+            ("nominal", quota.nominal),
+            ("held_for", holder),
+            ("held", round(held, 4)),
+        ),
+    )

@@ -3,6 +3,7 @@ here instead of surfacing as 500s."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -16,7 +17,10 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_handler
 
 from queue_service.backends import BackendError
+from queue_service.clusters.services import reaching_error_summary
 from queue_service.jobs.services import JobConflict, StaleState
+
+log = logging.getLogger(__name__)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -24,7 +28,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, BackendError):
         code = status.HTTP_502_BAD_GATEWAY if exc.permanent else status.HTTP_503_SERVICE_UNAVAILABLE
-        return Response({"detail": f"the cluster did not answer: {exc.message}"}, status=code)
+        return Response(
+            {"detail": f"the cluster did not answer: {_shown(exc, context)}"}, status=code
+        )
     if isinstance(exc, Http404):
         return Response({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
     if isinstance(exc, RequestDataTooBig):  # Django's 400 page would be HTML, and vague
@@ -34,6 +40,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     return drf_handler(exc, context)
+
+
+def _shown(exc: BackendError, context: dict[str, Any]) -> str:
+    """A backend's error as anyone who asked may read it (the clusters API's and a job's
+    reason's rule, clusters.services.reaching_error_summary): the cluster's answer about a job
+    as it is; an error in how gpuq reaches the cluster (SSH, an HTTP connection, a timeout, a
+    setting quoting an account) as its summary, since its own words name the cluster's host
+    and port and gpuq's account there. Those go to the server's log, for site staff."""
+    summary = reaching_error_summary(exc.message)
+    if summary is None or summary == exc.message:
+        return exc.message
+    request = context.get("request")
+    where = f"{request.method} {request.path}" if request is not None else "the API"
+    log.warning("%s: the cluster did not answer: %s", where, exc.message)
+    return summary
 
 
 @csrf_exempt  # it changes nothing, and API clients send no CSRF token

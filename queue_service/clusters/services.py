@@ -99,7 +99,9 @@ _SYNC_ERRORS: tuple[tuple[str, str], ...] = (
 # 422), which its owner needs to read, nor a setting's error that names only the setting
 # ("known_hosts line 1 is not a host key").
 _REACHING = re.compile(
-    r"\bSSH\b|\S@[^\s@:/]+:\d+(?![\w.])|host key of|pinned host key|(?i:host key for)"
+    # user@host:port, the host a name, an IPv4 or an IPv6 address (bare or in brackets).
+    r"\bSSH\b|\S@(?:\[[^\s\]]+\]|[^\s@/]+):\d+(?![\w.])|host key of|pinned host key"
+    r"|(?i:host key for)"
     r"|HTTP 401|Unauthorized"
     r"|\b(?:Connect|Read|Write|Pool)(?:Error|Timeout)\b|\b(?:Remote|Local)ProtocolError\b"
     r"|\b(?:Network|Proxy|Close)Error\b|\bUnsupportedProtocol\b|\bTimeoutException\b"

@@ -166,30 +166,39 @@ def note(job: Job, code: str, message: str, details: dict[str, Any] | None = Non
     A repeat, for the codes in FOLDED_NOTES, becomes `repeats` and `last_at` in the details of
     the event it repeats."""
     details = details or {}
-    if code in FOLDED_NOTES:
-        across = FOLDED_ACROSS.get(code, frozenset())
-        latest = job.events.order_by("-at", "-id").only("id", "code", "message", "details")
-        seen = 0
-        for last in latest[:6]:
-            if last.code in across:
-                continue
-            if last.code not in FOLDED_NOTES or seen == 2:
-                break
-            seen += 1
-            if last.code != code or last.message != message:
-                continue
-            before = last.details or {}
-            repeated = {
-                **before,
-                **details,
-                "repeats": int(before.get("repeats", 1)) + 1,
-                "last_at": timezone.now().isoformat(),
-            }
-            # Conditional on what was read: a concurrent repeat makes this one a new event.
-            if JobEvent.objects.filter(pk=last.pk, details=last.details).update(details=repeated):
-                return
-            break
-    JobEvent.objects.create(job=job, code=code, message=message, details=details)
+    if code not in FOLDED_NOTES:
+        JobEvent.objects.create(job=job, code=code, message=message, details=details)
+        return
+    with transaction.atomic():
+        # The job's row lock serializes read-then-fold-or-insert: concurrent repeats, one event.
+        list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
+        if not _fold(job, code, message, details):
+            JobEvent.objects.create(job=job, code=code, message=message, details=details)
+
+
+def _fold(job: Job, code: str, message: str, details: dict[str, Any]) -> bool:
+    """Count a note on the event it repeats, if there is one (see FOLDED_NOTES); the caller
+    holds the job's row lock. True if it was counted."""
+    across = FOLDED_ACROSS.get(code, frozenset())
+    latest = job.events.order_by("-at", "-id").only("id", "code", "message", "details")
+    seen = 0
+    for last in latest[:6]:
+        if last.code in across:
+            continue
+        if last.code not in FOLDED_NOTES or seen == 2:
+            return False
+        seen += 1
+        if last.code != code or last.message != message:
+            continue
+        before = last.details or {}
+        repeated = {
+            **before,
+            **details,
+            "repeats": int(before.get("repeats", 1)) + 1,
+            "last_at": timezone.now().isoformat(),
+        }
+        return bool(JobEvent.objects.filter(pk=last.pk).update(details=repeated))
+    return False
 
 
 # --- submit ---------------------------------------------------------------------------------

@@ -169,7 +169,8 @@ def test_a_login_the_cluster_refuses_reads_as_the_summary_in_the_jobs_reason_and
     """gpuq's key is no longer authorised on the login node: the job's reason and events say
     "the cluster refused gpuq's credentials", not "SSH authentication as slurmuser on
     127.0.0.1:2222 failed". (The sync's failed login just before leaves the connection in
-    its backoff, which fails the submit as transient: it is retried.)"""
+    its backoff, whose calls fail with that same permanent error: the job fails at once, as
+    it would outside the backoff, rather than being retried for ever.)"""
     lab = {k: v for k, v in slurm.settings.items() if k != "private_key_file"}
     Cluster.objects.filter(pk=slurm.pk).update(settings={**lab, "private_key": _ed25519_pem()})
     job = lab_job(people, "refused-login")
@@ -179,8 +180,8 @@ def test_a_login_the_cluster_refuses_reads_as_the_summary_in_the_jobs_reason_and
     shown_job = client_for("alice").get(f"/api/v1/jobs/{job.pk}/").json()
     shown_events = client_for("alice").get(f"/api/v1/jobs/{job.pk}/events/").json()
     assert (shown_job["state"], shown_job["reason"]["message"]) == (
-        S.DISPATCHING,
-        "will retry: the cluster refused gpuq's credentials",
+        S.FAILED,
+        "the cluster refused gpuq's credentials",
     )
     said = json.dumps([shown_job, shown_events])
     assert [w for w in SECRET_WORDS if w in said] == []

@@ -13,7 +13,7 @@ import re
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -42,7 +42,13 @@ from ..base import (
     SubmitResult,
 )
 from .config import K8sSettings
-from .inventory import MIG_CONFIG_LABEL, MIG_STATE_LABEL, inventory, node_mig_strategy
+from .inventory import (
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    inventory,
+    node_mig_strategy,
+    unreachable,
+)
 from .manifests import (
     ATTEMPT_LABEL,
     COMPLETION_INDEX,
@@ -87,6 +93,10 @@ LOG_MIN_READ = 64 * 1024
 LOG_MAX_ANSWER = 8 * 1024 * 1024  # what one log answer may hold in memory (see _walk_log)
 LOG_RESUME_MARGIN_S = 2  # see LogCursor.since_time
 LOG_PROBE_MAX = 256 * 1024  # the most a probe for an anchor may send (see _walk_log)
+LOG_STAMP_MAX = 64  # a stamp is shorter (31 bytes with nanoseconds and Z)
+LOG_STREAMS_KEPT = 8  # answers for finished logs a backend keeps open (see _stream_log)
+LOG_STREAM_IDLE_S = 120.0  # one kept this long without a read is closed
+LOG_STREAM_CHUNK = 64 * 1024
 
 
 def load_config(settings: K8sSettings) -> SingleConfig:
@@ -195,6 +205,156 @@ def split_stamped_log(body: bytes, *, resumed: bool, cut: bool) -> list[LogLine]
     return lines
 
 
+class StampedReader:
+    """An answer to timestamps=true read as it arrives, in chunks of any size: the log's bytes
+    with the stamps taken off (as split_stamped_log), and the position (a LogCursor) after
+    the last byte handed out. Begun at `start` (the answer to start.since_time()), it first
+    passes what the answer holds before that position; LookupError when the position is not
+    in it (rotated away). Nothing is held but the chunk being read: a line of any length
+    streams through."""
+
+    def __init__(self, chunks: Iterator[bytes], start: LogCursor | None) -> None:
+        self._chunks = chunks
+        self._buf = b""
+        self._i = 0  # the next unread byte of _buf
+        self._done = False  # the answer has no more chunks
+        self._resumed = start is not None
+        self._sent = 0  # bytes of the answer read (stamps included)
+        self._lines = 0  # lines begun in the answer
+        self._first_unstamped = False
+        self._second, self._second_at = b"", 0  # the second of the last stamp, where it began
+        self._prev: bytes | None = None  # the stamp of the line before, as sent
+        self._in_line = False  # inside a line, its newline not read yet
+        self._stamp: bytes | None = None  # where the last byte handed out lies:
+        self._run = self._into = self._lead = 0
+        self._anchored: LogCursor | None = None  # in the line an anchored start is inside
+        self.ended = False  # the answer (the log) ended
+        if start is not None:
+            self._seek(start)
+
+    @property
+    def cursor(self) -> LogCursor | None:
+        """The position after the last byte passed or handed out (None before any line)."""
+        unfinished = self.ended and self._in_line
+        if self._anchored is not None:
+            return dataclasses.replace(self._anchored, into=self._into, open=unfinished)
+        if self._stamp is None:
+            return None
+        return LogCursor(self._stamp, self._run, self._into, self._lead, open=unfinished)
+
+    def read(self, skip: int, want: int) -> tuple[bytes, int]:
+        """Pass `skip` bytes, then take up to `want` (fewer only where the log ends): the
+        bytes, and how many of `skip` were left when it ended (the position is past its end)."""
+        out = bytearray()
+        while skip or len(out) < want:
+            piece = self._next(skip or want - len(out))
+            if piece is None:
+                break
+            if skip:
+                skip -= len(piece)
+            else:
+                out += piece
+        return bytes(out), skip
+
+    def _more(self, need: int) -> bool:
+        """At least `need` unread bytes at hand, unless the answer ends first."""
+        while len(self._buf) - self._i < need and not self._done:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                self._done = True
+            elif chunk:
+                self._buf = self._buf[self._i :] + chunk
+                self._i = 0
+        return len(self._buf) - self._i >= need
+
+    def _begin_line(self) -> None:
+        self._more(LOG_STAMP_MAX)
+        at = self._sent
+        m = LOG_PREFIX.match(self._buf, self._i)
+        if m is None:
+            if self._lines or not self._resumed:
+                raise LogFormatError(f"no timestamp at the start of line {self._lines + 1}")
+            stamp = None  # the tail of a line that began before sinceTime
+            self._first_unstamped = True
+            lead = 0
+        else:
+            if m["second"] != self._second and not (self._lines == 1 and self._first_unstamped):
+                self._second_at = at
+            self._second = m["second"]
+            stamp = self._buf[self._i : m.end() - 1]
+            self._sent += m.end() - self._i
+            self._i = m.end()
+            lead = at - self._second_at
+        self._run = self._run + 1 if self._lines and stamp == self._prev else 0
+        self._prev = self._stamp = stamp
+        self._into, self._lead, self._anchored = 0, lead, None
+        self._lines += 1
+        self._in_line = True
+
+    def _next(self, most: int) -> bytes | None:
+        """Up to `most` bytes from here, within one line; None where the answer ends."""
+        if not self._in_line:
+            if not self._more(1):
+                self.ended = True
+                return None
+            self._begin_line()
+        if not self._more(1):
+            self.ended = True
+            return None
+        end = self._buf.find(b"\n", self._i, self._i + most)
+        stop = end + 1 if end >= 0 else min(len(self._buf), self._i + most)
+        piece = self._buf[self._i : stop]
+        self._i = stop
+        self._sent += len(piece)
+        self._into += len(piece)
+        self._in_line = not piece.endswith(b"\n")
+        return piece
+
+    def _seek(self, start: LogCursor) -> None:
+        if start.anchor:
+            # The answer begins inside the start's line, `at` bytes into it.
+            if not self._more(1):
+                raise LookupError(start)
+            self._begin_line()
+            if self._stamp is not None:
+                raise LookupError(start)
+            self._stamp, self._run, self._into = start.stamp, start.run, start.at
+            self._anchored = start
+            self._pass_within_line(start.into - start.at, start)
+            return
+        while True:
+            if not self._more(1):
+                raise LookupError(start)
+            self._begin_line()
+            if (self._stamp, self._run) == (start.stamp, start.run):
+                self._pass_within_line(start.into, start)
+                return
+            while self._in_line:
+                if self._next(LOG_MAX_ANSWER) is None:
+                    raise LookupError(start)
+
+    def _pass_within_line(self, n: int, start: LogCursor) -> None:
+        while n:
+            piece = self._next(n) if self._in_line else None
+            if piece is None:
+                raise LookupError(start)  # the line is shorter than when it was read
+            n -= len(piece)
+
+
+@dataclass(eq=False)
+class _LogStream:
+    """An answer for a finished log, kept open at `offset` (see _stream_log)."""
+
+    key: tuple[str, str, str]
+    response: httpx2.Response
+    reader: StampedReader
+    offset: int
+    used: float
+
+    def close(self) -> None:
+        self.response.close()
+
+
 def _retry_after(response: httpx2.Response | None) -> float | None:
     if response is None:
         return None
@@ -226,11 +386,25 @@ class KubernetesBackend:
         # The names of every node of the last Node list (nodes(), which the sync calls just
         # before poll): a pod bound or pinned to a name missing there is looked for once more.
         self._node_names: frozenset[str] | None = None
+        # Those of them the node lifecycle controller had marked unreachable (not Ready,
+        # tainted node.kubernetes.io/unreachable): a pod being deleted there stays terminating.
+        self._unreachable: frozenset[str] = frozenset()
         # (namespace, pod, uid) -> log offset -> where that offset is: see logs().
         self._log_cursors: OrderedDict[tuple[str, str, str], dict[int, LogCursor]] = OrderedDict()
         self._log_lock = threading.Lock()
+        # Answers for finished logs kept open where the last read left them (_stream_log),
+        # and the timer that closes those left idle.
+        self._log_streams: list[_LogStream] = []
+        self._log_reaper: threading.Timer | None = None
 
     def close(self) -> None:
+        with self._log_lock:
+            streams, self._log_streams = self._log_streams, []
+            if self._log_reaper is not None:
+                self._log_reaper.cancel()
+                self._log_reaper = None
+        for stream in streams:
+            stream.close()
         self.client.close()
         self._raw.close()
 
@@ -417,6 +591,7 @@ class KubernetesBackend:
                 now=now,
                 image_pull_grace_s=self.settings.image_pull_grace_s,
                 gone_nodes=gone,
+                unreachable_nodes=self._unreachable,
             )
             out[ref.external_id] = (ref, obj, seen, pods)
         return out
@@ -427,7 +602,8 @@ class KubernetesBackend:
         poll): no call at all while every node is there; a name missing from it is looked
         for with one GET (it may have joined since), or, without a list yet or without
         `get` on nodes, in a new list. A look that fails finds none gone: the next poll
-        looks again, and the jobs' own states are reported meanwhile."""
+        looks again, and the jobs' own states are reported meanwhile. The same list (or GET)
+        tells which of the nodes are unreachable (self._unreachable)."""
         wanted = nodes_wanted(pods)
         if not wanted:
             return frozenset()
@@ -438,25 +614,32 @@ class KubernetesBackend:
                 return wanted - self._list_node_names()
             for name in sorted(wanted - known):
                 try:
-                    self._call(
+                    node = self._call(
                         f"get node {name}",
                         partial(self.client.get, Node, name),
                         passthrough=(403, 404),
-                    )
+                    ).to_dict()
                 except ApiError as exc:
                     if exc.status.code != 404:  # no `get` on nodes: a list tells as well
                         return wanted - self._list_node_names()
                     gone.add(name)
                 else:
                     self._node_names = known = known | {name}
+                    if unreachable(node):
+                        self._unreachable = self._unreachable | {name}
         except BackendError:
             return frozenset()
         return frozenset(gone)
 
     def _list_node_names(self) -> frozenset[str]:
         listed = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
-        self._node_names = frozenset(n["metadata"]["name"] for n in listed)
+        self._remember_nodes(listed)
+        assert self._node_names is not None
         return self._node_names
+
+    def _remember_nodes(self, listed: Sequence[Obj]) -> None:
+        self._node_names = frozenset(n["metadata"]["name"] for n in listed)
+        self._unreachable = frozenset(n["metadata"]["name"] for n in listed if unreachable(n))
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held
@@ -620,7 +803,14 @@ class KubernetesBackend:
         the stamps (31 bytes a line) plus the lines of the same second before it; a read
         at another offset walks from the nearest position known below it (the log's start
         at worst: offset+limit bytes). Positions are per process: a download whose reads
-        land on several workers re-reads, per read, what that worker did not see."""
+        land on several workers re-reads, per read, what that worker did not see.
+
+        Once the container has ended (its log grows no more), a read is instead taken from
+        an answer that runs to the log's end, kept open between reads (_stream_log): the
+        next piece goes on where this one stopped, so a download costs the log once plus
+        the stamps, even inside a line that never ends (a progress bar's \r line, which a
+        sinceTime resume re-reads from its start) and for the kubelet, which reads its file
+        from the start for every answer."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
@@ -649,13 +839,15 @@ class KubernetesBackend:
         pod = rank0_pod(pods)
         if pod is None:
             return LogChunk(b"", offset, eof=False)
-        chunk = self._log_chunk(ref.namespace, pod, offset, limit)
         finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        chunk = self._log_chunk(ref.namespace, pod, offset, limit, finished=finished)
         return LogChunk(
             chunk, offset + len(chunk), eof=finished and len(chunk) < limit, source=log_source(pod)
         )
 
-    def _log_chunk(self, namespace: str, pod: Mapping[str, Any], offset: int, limit: int) -> bytes:
+    def _log_chunk(
+        self, namespace: str, pod: Mapping[str, Any], offset: int, limit: int, *, finished: bool
+    ) -> bytes:
         meta = pod["metadata"]
         key = (namespace, meta["name"], log_source(pod))
         with self._log_lock:
@@ -663,10 +855,15 @@ class KubernetesBackend:
             base = max((o for o in known if o <= offset), default=0)
             start = known.get(base)
         try:
-            try:
-                data, cursor = self._walk_log(namespace, meta["name"], start, offset - base, limit)
-            except LookupError:  # the position is gone (rotated away): walk from the start
-                data, cursor = self._walk_log(namespace, meta["name"], None, offset, limit)
+            if finished:
+                data, cursor = self._stream_log(key, base, start, offset, limit)
+            else:
+                try:
+                    data, cursor = self._walk_log(
+                        namespace, meta["name"], start, offset - base, limit
+                    )
+                except LookupError:  # the position is gone (rotated away): walk from the start
+                    data, cursor = self._walk_log(namespace, meta["name"], None, offset, limit)
         except LogFormatError:  # not the kubelet's stamps: read offset+limit and slice
             data = self._read_log(namespace, meta["name"], offset + limit)[offset:]
             return data[:limit]
@@ -680,6 +877,143 @@ class KubernetesBackend:
                 while len(self._log_cursors) > LOG_PODS_KEPT:
                     self._log_cursors.popitem(last=False)
         return data
+
+    def _stream_log(
+        self,
+        key: tuple[str, str, str],
+        base: int,
+        start: LogCursor | None,
+        offset: int,
+        limit: int,
+    ) -> tuple[bytes, LogCursor | None]:
+        """A read of a finished container's log (it grows no more): from an answer kept open
+        where an earlier read of this process left it, else from a new answer begun at the
+        nearest position known below `offset` (the log's start at worst) and asked to run to
+        the log's end, read only as far as this read needs, then kept open for the next.
+
+        A download in pieces so reads the log once, plus the stamps, however its lines run:
+        resumed with sinceTime instead, each piece would re-read the line it starts in from
+        that line's start (a progress bar's \r line: quadratic), and the kubelet reads its
+        file from the start for every answer. The position each read ends at is still
+        learned (a kept answer may be cut: an idle connection closed, LOG_STREAMS_KEPT)."""
+        stream = self._take_stream(key, base, start, offset)
+        if stream is not None:
+            try:
+                return self._read_stream(stream, offset, limit)
+            except (httpx2.TransportError, httpx2.StreamError):
+                pass  # cut while it was kept: a new answer, as below
+        namespace, pod, _ = key
+        return self._call(
+            f"logs of pod {namespace}/{pod}",
+            lambda: self._open_and_read(key, base, start, offset, limit),
+        )
+
+    def _take_stream(
+        self, key: tuple[str, str, str], base: int, start: LogCursor | None, offset: int
+    ) -> _LogStream | None:
+        """The kept answer of this log that gets to `offset` at least as cheaply as a new one
+        from the position known at `base` (which sends what lies before it in its seconds)."""
+        fresh = (start.resent() if start is not None else 0) + offset - base
+        with self._log_lock:
+            idle = self._idle_streams()
+            usable = [
+                s
+                for s in self._log_streams
+                if s.key == key and s.offset <= offset and offset - s.offset <= fresh
+            ]
+            best = max(usable, key=lambda s: s.offset, default=None)
+            self._log_streams = [s for s in self._log_streams if s is not best]
+        for s in idle:
+            s.close()
+        return best
+
+    def _keep_stream(self, stream: _LogStream) -> None:
+        stream.used = self._clock()
+        with self._log_lock:
+            self._log_streams.append(stream)
+            dropped = self._log_streams[:-LOG_STREAMS_KEPT]
+            self._log_streams = self._log_streams[-LOG_STREAMS_KEPT:]
+            self._reap_later()
+        for s in dropped:
+            s.close()
+
+    def _idle_streams(self) -> list[_LogStream]:
+        """Takes out the kept answers not read for LOG_STREAM_IDLE_S (under _log_lock)."""
+        now = self._clock()
+        idle = [s for s in self._log_streams if now - s.used > LOG_STREAM_IDLE_S]
+        self._log_streams = [s for s in self._log_streams if s not in idle]
+        return idle
+
+    def _reap_later(self) -> None:
+        """Have the kept answers still being sent closed once idle, even when no read comes
+        again (a download given up): each holds a connection, and the API server's and the
+        kubelet's answers wait on it (under _log_lock)."""
+        if self._log_reaper is None and any(not s.reader.ended for s in self._log_streams):
+            self._log_reaper = threading.Timer(LOG_STREAM_IDLE_S, self._reap)
+            self._log_reaper.daemon = True
+            self._log_reaper.start()
+
+    def _reap(self) -> None:
+        with self._log_lock:
+            self._log_reaper = None
+            idle = self._idle_streams()
+            self._reap_later()
+        for s in idle:
+            s.close()
+
+    def _open_and_read(
+        self,
+        key: tuple[str, str, str],
+        base: int,
+        start: LogCursor | None,
+        offset: int,
+        limit: int,
+    ) -> tuple[bytes, LogCursor | None]:
+        try:
+            stream = self._open_stream(key, base, start)
+        except LookupError:  # the position is gone (rotated away): from the log's start
+            stream = self._open_stream(key, 0, None)
+        if stream is None:  # no log yet (the container never started)
+            return b"", None
+        return self._read_stream(stream, offset, limit)
+
+    def _open_stream(
+        self, key: tuple[str, str, str], base: int, start: LogCursor | None
+    ) -> _LogStream | None:
+        """An answer from `start` (at offset `base`) to the log's end, positioned at `base`."""
+        namespace, pod, _ = key
+        params = {"container": CONTAINER, "timestamps": "true"}
+        if start is not None:
+            params["sinceTime"] = start.since_time()
+        request = self._raw.build_request(
+            "GET", f"api/v1/namespaces/{namespace}/pods/{pod}/log", params=params
+        )
+        response = self._raw.send(request, stream=True)
+        try:
+            if response.status_code == 400:  # container not started
+                response.close()
+                return None
+            if response.is_error:
+                response.read()
+                raise ApiError(request=response.request, response=response)
+            reader = StampedReader(response.iter_bytes(LOG_STREAM_CHUNK), start)
+        except BaseException:
+            response.close()
+            raise
+        return _LogStream(key, response, reader, base, self._clock())
+
+    def _read_stream(
+        self, stream: _LogStream, offset: int, limit: int
+    ) -> tuple[bytes, LogCursor | None]:
+        try:
+            data, left = stream.reader.read(offset - stream.offset, limit)
+        except BaseException:
+            stream.close()
+            raise
+        stream.offset = offset - left + len(data)
+        self._keep_stream(stream)
+        # A position is only where the bytes handed out end: not past the log's end.
+        return data, None if left else stream.reader.cursor
 
     def _walk_log(
         self, namespace: str, pod: str, start: LogCursor | None, skip: int, want: int
@@ -838,7 +1172,7 @@ class KubernetesBackend:
 
     def nodes(self) -> list[NodeInfo]:
         nodes = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
-        self._node_names = frozenset(n["metadata"]["name"] for n in nodes)
+        self._remember_nodes(nodes)
         pods = self._call(
             "list gpuq pods",
             lambda: [

@@ -26,6 +26,7 @@ MEMORY_LABEL = "nvidia.com/gpu.memory"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # GFD's: single | mixed (| none)
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"  # the node lifecycle controller's
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "gpuq.io/")
 _PROFILE = re.compile(r"^(\d)g\.(\d+)gb(\+me)?$")
 _SINGLE_PRODUCT = re.compile(r"^(?P<model>.+)-MIG-(?P<profile>\dg\.\d+gb(\+me)?)$")
@@ -227,6 +228,15 @@ def _place_per_gpu(
             if start is not None:
                 out.append(MigInstanceInfo(gpu=index, profile=profile, start=start, size=shape[1]))
     return tuple(sorted(out, key=lambda m: (m.gpu, m.start)))
+
+
+def unreachable(node: Obj) -> bool:
+    """Whether the node lifecycle controller found the node's kubelet gone silent: its Ready
+    condition is not True and it carries the `node.kubernetes.io/unreachable` taint. No
+    kubelet there confirms that a deleted pod stopped, so such a pod stays terminating."""
+    ready, _ = _ready(node)
+    taints = node.get("spec", {}).get("taints") or []
+    return not ready and any(t.get("key") == UNREACHABLE_TAINT for t in taints)
 
 
 def _ready(node: Obj) -> tuple[bool, str]:

@@ -17,7 +17,11 @@ Judgement calls (docs/kubernetes.md explains them):
 - a pod whose node is gone (bound to, or pinned to, a node the backend found missing; PodGC's
   DeletionByPodGC; the long-deprecated phase Unknown) -> NODE_FAILURE, and the workload is
   deleted: no kubelet will run it again, and a gang Volcano restarts in place stays pinned to
-  the missing node for ever;
+  the missing node for ever; so is a pod being deleted (the taint eviction controller's, once
+  its unreachable toleration ran out) on a node that is unreachable (not Ready, tainted
+  node.kubernetes.io/unreachable): no kubelet confirms its end, so it stays terminating, and
+  `Running`, until the node comes back or is deleted. An unreachable node whose pods are not
+  being deleted (yet) ends nothing: it may come back;
 - `started` on an end, where the objects tell: a container that ran, the Job's `ready` or
   `succeeded` counts, Volcano's phase history (`status.conditions`) says True; a batch Job never
   started by its controller (no `status.startTime`: Kueue still held it), a Volcano Job that was
@@ -204,9 +208,11 @@ def nodes_wanted(pods: Sequence[Obj]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _lost(pod: Obj, gone: Set[str]) -> tuple[str, str] | None:
+def _lost(pod: Obj, gone: Set[str], unreachable: Set[str] = frozenset()) -> tuple[str, str] | None:
     """(reason, native) when the pod's node is gone: no kubelet will run or stop it, and a
-    gang pinned to that node can never be placed again."""
+    gang pinned to that node can never be placed again; or when the pod is being deleted on a
+    node that is unreachable: no kubelet confirms that it stopped, so it stays terminating
+    (phase Running) for as long as the node stays away."""
     name = _name(pod)
     for cond in _get(pod, "status", "conditions") or []:
         if (
@@ -225,6 +231,12 @@ def _lost(pod: Obj, gone: Set[str]) -> tuple[str, str] | None:
     if bound:
         if bound in gone:
             return f"pod {name}: its node {bound} no longer exists", "NodeLost"
+        if bound in unreachable and _get(pod, "metadata", "deletionTimestamp"):
+            reason = (
+                f"pod {name} lost: its node {bound} is unreachable and the pod is being deleted"
+            )
+            why, native = _disruption_cause(pod)
+            return (f"{reason} ({why})" if why else reason), native or "NodeLost"
         return None
     missing = sorted(pinned_nodes(pod) & gone)
     if missing:
@@ -232,9 +244,19 @@ def _lost(pod: Obj, gone: Set[str]) -> tuple[str, str] | None:
     return None
 
 
-def _node_lost(eid: str, pods: Sequence[Obj], gone: Set[str]) -> Observation | None:
+def _disruption_cause(pod: Obj) -> tuple[str, str]:
+    """(message, reason) of the pod's DisruptionTarget condition, if it has one."""
+    for cond in _get(pod, "status", "conditions") or []:
+        if cond.get("type") == "DisruptionTarget" and cond.get("status") == "True":
+            return str(cond.get("message") or ""), str(cond.get("reason") or "")
+    return "", ""
+
+
+def _node_lost(
+    eid: str, pods: Sequence[Obj], gone: Set[str], unreachable: Set[str] = frozenset()
+) -> Observation | None:
     for pod in sorted(pods, key=_name):
-        lost = _lost(pod, gone)
+        lost = _lost(pod, gone, unreachable)
         if lost is not None:
             reason, native = lost
             return Observation(
@@ -245,13 +267,22 @@ def _node_lost(eid: str, pods: Sequence[Obj], gone: Set[str]) -> Observation | N
 
 
 def _stopping(
-    eid: str, pods: Sequence[Obj], native: str, gone: Set[str] = frozenset()
+    eid: str,
+    pods: Sequence[Obj],
+    native: str,
+    gone: Set[str] = frozenset(),
+    unreachable: Set[str] = frozenset(),
 ) -> Observation | None:
     """A stopped workload whose pods still run (or wait) within their grace period has not
     ended: RUNNING, which changes nothing for a job being stopped, until they are gone (QUEUED
     when none of its pods ever started: such a wait is no run). A pod whose node is gone is
-    not waited for: no kubelet will stop it, and its GPUs went with the node."""
-    live = [p for p in pods if _get(p, "status", "phase") in LIVE_PHASES and _lost(p, gone) is None]
+    not waited for: no kubelet will stop it, and its GPUs went with the node; nor is one
+    being deleted on an unreachable node: no kubelet there confirms its end."""
+    live = [
+        p
+        for p in pods
+        if _get(p, "status", "phase") in LIVE_PHASES and _lost(p, gone, unreachable) is None
+    ]
     if not live:
         return None
     reason = f"stopping: {len(live)} pod{'s' if len(live) > 1 else ''} not stopped yet"
@@ -325,12 +356,15 @@ def batch_job_status(
     now: float,
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
+    unreachable_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(JobStatus(eid, RemoteState.LOST, reason="the Job no longer exists"))
     conds = _true_conditions(job)
     deleting = bool(_get(job, "metadata", "deletionTimestamp"))
-    if deleting and (stopping := _stopping(eid, pods, "Terminating", gone_nodes)) is not None:
+    gone, unreachable = gone_nodes, unreachable_nodes
+    stopping = _stopping(eid, pods, "Terminating", gone, unreachable) if deleting else None
+    if stopping is not None:
         return stopping
     if "Complete" in conds:
         return Observation(
@@ -342,7 +376,7 @@ def batch_job_status(
         # The controller marks a Job failing (FailureTarget; Failed too before Kubernetes
         # 1.31, kubernetes#123775), then deletes its other pods: their GPUs are busy until
         # they are gone, and their exit codes are known only then.
-        if (failing := _stopping(eid, pods, "Failing", gone_nodes)) is not None:
+        if (failing := _stopping(eid, pods, "Failing", gone, unreachable)) is not None:
             return failing
         return Observation(
             _failed_job(eid, failed, pods),
@@ -352,7 +386,7 @@ def batch_job_status(
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
         )
-    if (lost := _node_lost(eid, pods, gone_nodes)) is not None:
+    if (lost := _node_lost(eid, pods, gone, unreachable)) is not None:
         return lost
     if "Suspended" in conds or _get(job, "spec", "suspend"):
         message = "suspended: waiting for admission by Kueue"
@@ -402,16 +436,18 @@ def volcano_job_status(
     now: float,
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
+    unreachable_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(
             JobStatus(eid, RemoteState.LOST, reason="the Volcano Job no longer exists")
         )
+    gone, unreachable = gone_nodes, unreachable_nodes
     phase = _get(job, "status", "state", "phase") or "Pending"
     message = _get(job, "status", "state", "message") or ""
     retries = int(_get(job, "status", "retryCount") or 0)
     stopped = bool(_get(job, "metadata", "deletionTimestamp")) or phase in ("Aborting", "Aborted")
-    if stopped and (stopping := _stopping(eid, pods, phase, gone_nodes)) is not None:
+    if stopped and (stopping := _stopping(eid, pods, phase, gone, unreachable)) is not None:
         return stopping
     ended_first = _ended_first(job, _get(job, "status", "state", "lastTransitionTime"))
     if phase == "Completed":
@@ -422,7 +458,7 @@ def volcano_job_status(
     if phase in ("Failed", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
-        if (failing := _stopping(eid, pods, phase, gone_nodes)) is not None:
+        if (failing := _stopping(eid, pods, phase, gone, unreachable)) is not None:
             return failing
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
@@ -432,8 +468,10 @@ def volcano_job_status(
             JobStatus(eid, RemoteState.CANCELLED, reason=message or phase, native_state=phase)
         )
     # Volcano restarts a gang in place when a pod is deleted (PodEvicted -> RestartJob), but
-    # the new pods stay pinned to the same nodes: one that is gone would hold it for ever.
-    if (lost := _node_lost(eid, pods, gone_nodes)) is not None:
+    # the new pods stay pinned to the same nodes: one that is gone would hold it for ever, and
+    # one stuck terminating on an unreachable node keeps it Restarting (it recreates the gang
+    # only once no pod is terminating).
+    if (lost := _node_lost(eid, pods, gone, unreachable)) is not None:
         return lost
     if phase in VOLCANO_ACTIVE or phase == "Terminating":
         state = RemoteState.RUNNING
@@ -478,11 +516,19 @@ def observe(
     now: float,
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
+    unreachable_nodes: Set[str] = frozenset(),
 ) -> Observation:
-    """`gone_nodes`: nodes the backend found missing from the cluster."""
+    """`gone_nodes`: nodes the backend found missing from the cluster; `unreachable_nodes`:
+    nodes the node lifecycle controller marked unreachable (inventory.unreachable)."""
     mapper = volcano_job_status if kind == "vcjob" else batch_job_status
     seen = mapper(
-        eid, job, pods, now=now, image_pull_grace_s=image_pull_grace_s, gone_nodes=gone_nodes
+        eid,
+        job,
+        pods,
+        now=now,
+        image_pull_grace_s=image_pull_grace_s,
+        gone_nodes=gone_nodes,
+        unreachable_nodes=unreachable_nodes,
     )
     status = seen.status
     if job is None or status.state not in RemoteState.TERMINAL or status.started is not None:

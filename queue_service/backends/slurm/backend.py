@@ -448,7 +448,12 @@ class SlurmBackend:
 
     def _poll_account(self, account: _Account, ids: list[str]) -> dict[str, JobStatus]:
         """squeue failing means the controller is unreachable: transient, never a reason to
-        call jobs lost."""
+        call jobs lost. One sacct (all records of each job) for the ids squeue no longer
+        shows, and for those whose end squeue reads as never started (cancelled while they
+        waited): a job Slurm requeued and that was cancelled while it waited to run again
+        ended the same way, and only accounting keeps its earlier run. slurmdbd failing
+        leaves the latter unknown (the service charges them: a run missed is lost for good)
+        rather than failing the poll."""
         result = self._exec(account, commands.squeue(ids))
         if result.rc != 0 and not parsers.only_unknown_ids(result.stderr):
             raise parsers.command_error(
@@ -456,13 +461,28 @@ class SlurmBackend:
             )
         found = parsers.parse_squeue(result.stdout) if result.rc == 0 else {}
         missing = [i for i in ids if i not in found]
-        if missing:
-            result = self._exec(account, commands.sacct(missing))
-            if result.rc != 0:
+        waited = [i for i in ids if i in found and found[i].started is False]
+        if missing or waited:
+            result = self._exec(account, commands.sacct(missing + waited))
+            if result.rc == 0:
+                accounted = parsers.parse_sacct(result.stdout)
+                found.update((i, accounted[i]) for i in missing if i in accounted)
+                for i in waited:
+                    if i in accounted and accounted[i].started:
+                        found[i] = dataclasses.replace(found[i], started=True)
+            elif missing:
                 raise parsers.command_error(
                     "sacct", result.stderr, result.rc, rejection_is_permanent=False
                 )
-            found.update(parsers.parse_sacct(result.stdout))
+            else:
+                log.warning(
+                    "%s: sacct failed; whether jobs %s ran before a requeue is unknown: %s",
+                    account.user,
+                    ",".join(waited),
+                    " ".join(result.stderr.split())[:500],
+                )
+                for i in waited:
+                    found[i] = dataclasses.replace(found[i], started=None)
         return {
             i: found.get(i)
             or JobStatus(i, RemoteState.LOST, reason="Slurm no longer knows this job")

@@ -39,7 +39,15 @@ def squeue(external_ids: Sequence[str]) -> str:
 
 
 def sacct(external_ids: Sequence[str]) -> str:
-    return f"sacct -n -P -X -j {job_ids(external_ids)} -o {SACCT_FIELDS}"
+    """Every record of each job (-D, --duplicates), oldest first, not only its last: a run
+    that Slurm requeued (a node failure, `scontrol requeue`) has a record of its own, and the
+    last record of a job cancelled while it waited for its next run shows no nodes.
+
+    -D also lists an older job that had the same id (ids restart at 1 when Slurm's state is
+    wiped while slurmdbd keeps its records, and wrap at MaxJobId): its run would count as
+    this job's. Its name cannot tell them apart: right after a waiting job is cancelled, its
+    last record is named `allocation` (seen in the lab), and only later the job's name."""
+    return f"sacct -n -P -X -D -j {job_ids(external_ids)} -o {SACCT_FIELDS}"
 
 
 def sinfo(partition: str | None) -> str:

@@ -137,16 +137,28 @@ _NO_START = frozenset({"", "None", "Unknown"})
 _NO_NODES = frozenset({"", "None assigned"})
 
 
+def _record_ran(start: str, nodes: str) -> bool:
+    return start.strip() not in _NO_START and nodes.strip() not in _NO_NODES
+
+
 def parse_sacct(text: str) -> dict[str, JobStatus]:
-    """`sacct -n -P -X -o JobIDRaw,State,ExitCode,Start,NodeList,Reason` rows; a requeued
-    job's last run wins. An ended job ran if it had a start and nodes: its end cannot tell
+    """`sacct -n -P -X -D -o JobIDRaw,State,ExitCode,Start,NodeList,Reason` rows: every
+    record of each id, oldest first. A job's state, exit code and reason are its last
+    record's. It ran if any of its records had a start and nodes: its end cannot tell
     (`CANCELLED by <uid>|0:0` either way), and nor can Start alone. A job cancelled while it
     waited has Start `None`, unless slurmdbd had not yet recorded it waiting: then Start is
-    the time of the cancel, and only NodeList (`None assigned`) says it never ran."""
+    the time of the cancel, and only NodeList (`None assigned`) says it never ran. A job
+    Slurm requeued (`REQUEUED`; `NODE_FAIL` after a node failure) keeps each run in a
+    record of its own, so one cancelled while it waited to run again ran, though its last
+    record says otherwise."""
+    records: dict[str, list[list[str]]] = {}
+    for row in _rows(text, 6):
+        records.setdefault(row[0], []).append(row)
     found: dict[str, JobStatus] = {}
-    for job_id, state, exit_code, start, nodes, reason in _rows(text, 6):
+    for job_id, rows in records.items():
+        _, state, exit_code, _, _, reason = rows[-1]
         status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
-        if start.strip() not in _NO_START and nodes.strip() not in _NO_NODES:
+        if any(_record_ran(row[3], row[4]) for row in rows):
             status = dataclasses.replace(status, started=True)
         elif status.state in RemoteState.TERMINAL:
             status = dataclasses.replace(status, started=False)

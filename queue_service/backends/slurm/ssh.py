@@ -7,7 +7,10 @@
   `SSHClient.exec_command`'s file objects can send EOF on a freed channel id from `__del__`
   and kill a transport shared by threads (paramiko#1705).
 - A lost connection is reopened on the next call; after failures, attempts are spaced by an
-  exponential backoff and calls inside the wait fail fast (transient).
+  exponential backoff and calls inside the wait fail fast, as the failure that started it: a
+  permanent one (login refused, host key changed or not pinned) with its own words, still
+  permanent; a transient one (refused, unreachable, timed out) saying the connection is
+  unavailable, still transient.
 - The private key lives only in a paramiko key object; it is never in a repr, log or error.
 """
 
@@ -129,7 +132,8 @@ class SSHConnection:
         self._sftp: paramiko.SFTPClient | None = None
         self._failures = 0
         self._next_attempt = 0.0
-        self._last_error = ""
+        # The failed connect that started the backoff: its message and permanence.
+        self._last_error = BackendError("")
         # Remote round trips started (commands and SFTP operations), for benchmarks.
         self.calls = 0
 
@@ -211,8 +215,13 @@ class SSHConnection:
                 # The same words until the backoff ends (a note repeated is counted on one
                 # event of a job's timeline); the wait left, which differs every time, is logged.
                 log.debug("SSH to %s: next attempt in %.1fs", self.where, self._next_attempt - now)
+                last = self._last_error
+                if last.permanent:
+                    # What refused gpuq (its key, the host key) still does: a call now fails
+                    # as one that made the attempt itself would, not as one to retry.
+                    raise BackendError(last.message, permanent=True)
                 raise BackendError(
-                    f"SSH to {self.where} is unavailable ({self._last_error}); "
+                    f"SSH to {self.where} is unavailable ({last.message}); "
                     f"next attempt in at most {self._backoff_s[1]:g}s"
                 )
             try:
@@ -221,7 +230,7 @@ class SSHConnection:
                 self._failures += 1
                 low, high = self._backoff_s
                 self._next_attempt = now + min(high, low * 2 ** (self._failures - 1))
-                self._last_error = exc.message
+                self._last_error = BackendError(exc.message, permanent=exc.permanent)
                 raise
             self._failures = 0
             transport = self._client.get_transport()
@@ -244,8 +253,9 @@ class SSHConnection:
     def run(
         self, command: str, *, stdin: bytes | None = None, timeout_s: float | None = None
     ) -> Result:
-        """Run a command; the result whatever its exit status. Raises BackendError(transient)
-        when the connection fails or the command outlives its timeout."""
+        """Run a command; the result whatever its exit status. Raises BackendError when the
+        connection fails (transient, unless the login node refuses gpuq: its key, its host
+        key) or the command outlives its timeout (transient)."""
         timeout = timeout_s if timeout_s is not None else self.command_timeout_s
         what = command.split(" ", 1)[0]
         self.calls += 1

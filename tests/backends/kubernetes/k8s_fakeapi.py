@@ -19,11 +19,15 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
   strategy sets it (gracePeriodSeconds, else its terminationGracePeriodSeconds, default 30;
   0 for a pod not bound or already ended; a second delete only shortens it); with
   `store.pods_stop_at_once = False`, a bound pod deleted with a grace stays, terminating,
-  until its kubelet (k8s_sim) confirms it stopped;
+  until its kubelet (k8s_sim) confirms it stopped, and so does one on a node whose kubelet
+  cannot be reached (`store.unreachable_nodes`) whatever that setting; the
+  DefaultTolerationSeconds admission plugin's not-ready/unreachable tolerations on pods;
 - pod logs with container, limitBytes, tailLines, sinceSeconds, timestamps; sinceTime in
   whole seconds (the API server forwards it to the kubelet as RFC3339 without a fraction),
   kept per CRI entry; timestamps with nanoseconds, written only where a line starts (the
-  kubelet since kubernetes#113481, 1.26); `log_bytes_sent` counts the log bytes answered;
+  kubelet since kubernetes#113481, 1.26), streamed (chunked) as the API server relays them;
+  `log_bytes_sent` counts the log bytes answered, as written, `log_bytes_scanned` those the
+  kubelet read from the log file to answer (from the file's start, every time);
 - size limits: 413 for a request body over 3 MiB, 500 "etcdserver: request is too large"
   for an object over etcd's 1.5 MiB;
 - faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
@@ -163,6 +167,7 @@ def status_body(
 # than the JSON measured here.
 MAX_BODY_BYTES = 3 * 1024 * 1024
 MAX_STORED_BYTES = 1536 * 1024
+LOG_WRITE = 64 * 1024  # the pieces a log answer is written (and counted) in
 
 
 def check_stored_size(obj: dict[str, Any]) -> None:
@@ -425,6 +430,11 @@ class Store:
         # when deleted). False: a bound pod deleted with a grace stays terminating until the
         # test's kubelet (Sim.kubelet_confirms_stops) says so, as on a real node.
         self.pods_stop_at_once = True
+        # Nodes whose kubelet the control plane cannot reach (Sim.node_unreachable): nothing
+        # confirms there that a deleted pod's containers stopped, so a pod deleted with a
+        # grace stays terminating (phase unchanged) until its node comes back, the node is
+        # deleted (PodGC force-deletes it), or someone deletes it with grace 0.
+        self.unreachable_nodes: set[str] = set()
 
     def rtype(self, api_version: str, plural: str) -> ResourceType:
         group, _, version = api_version.rpartition("/")
@@ -512,8 +522,15 @@ class Store:
         """A deleted pod whose kubelet has not confirmed yet that its containers stopped."""
         return (
             rtype.kind == "Pod"
-            and not self.pods_stop_at_once
+            and self.kubelet_confirms_later(obj)
             and bool(obj["metadata"].get("deletionGracePeriodSeconds"))
+        )
+
+    def kubelet_confirms_later(self, pod: dict[str, Any]) -> bool:
+        """Whether a graceful deletion of this pod waits for its kubelet: always on a real node
+        (pods_stop_at_once = False), and here too on a node whose kubelet cannot be reached."""
+        return not self.pods_stop_at_once or (
+            (pod.get("spec") or {}).get("nodeName") in self.unreachable_nodes
         )
 
     def remove(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
@@ -582,7 +599,7 @@ class Store:
         terminating = False  # a pod its kubelet has yet to stop
         if rtype.kind == "Pod":
             grace = pod_grace(obj, grace)
-            terminating = grace > 0 and not self.pods_stop_at_once
+            terminating = grace > 0 and self.kubelet_confirms_later(obj)
         if finalizers or terminating:
             now = self.clock()
             was = (meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds"))
@@ -624,6 +641,33 @@ class Store:
         return obj
 
 
+# The DefaultTolerationSeconds admission plugin (on by default): a pod that does not tolerate
+# these NoExecute taints of the node lifecycle controller tolerates them for 300 s
+# (--default-not-ready-toleration-seconds, --default-unreachable-toleration-seconds), after
+# which the taint eviction controller deletes it.
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"
+DEFAULT_TOLERATION_SECONDS = 300
+
+
+def _default_toleration_seconds(spec: dict[str, Any]) -> None:
+    tolerations = spec.setdefault("tolerations", [])
+    for key in (NOT_READY_TAINT, UNREACHABLE_TAINT):
+        if not any(
+            t.get("effect") in (None, "", "NoExecute")
+            and (t.get("key") == key or (not t.get("key") and t.get("operator") == "Exists"))
+            for t in tolerations
+        ):
+            tolerations.append(
+                {
+                    "key": key,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": DEFAULT_TOLERATION_SECONDS,
+                }
+            )
+
+
 def pod_grace(pod: dict[str, Any], grace: int | None) -> int:
     """The grace a pod's deletion gets, as the pod strategy's CheckGracefulDelete sets it:
     the DELETE's gracePeriodSeconds, else the pod's terminationGracePeriodSeconds (defaulted
@@ -663,6 +707,10 @@ class FakeApiServer:
         self.watch_timeout_s = 30.0
         self.log_bytes_sent = 0  # the bodies of pod log answers, as sent
         self.log_answer_max = 0  # the largest of them
+        # The log bytes the kubelet read from log files to answer (ReadLogs reads a file from
+        # its start, whatever sinceTime says, up to where limitBytes stops it).
+        self.log_bytes_scanned = 0
+        self._log_answers: set[socket.socket] = set()  # log answers being written
         self._stopping = threading.Event()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         server.daemon_threads = True
@@ -683,6 +731,22 @@ class FakeApiServer:
             self.store.changed.notify_all()
         self._server.shutdown()
         self._server.server_close()
+
+    def log_answers_open(self) -> int:
+        """How many log answers are being written (not all sent, their client still there)."""
+        with self.store.lock:
+            return len(self._log_answers)
+
+    def cut_log_answers(self) -> int:
+        """Close the connections of the log answers still being written (what a proxy's or
+        load balancer's idle timeout does to an answer its client stopped reading); the
+        client reads what its socket had, then an answer cut short. Returns how many."""
+        with self.store.lock:
+            answers = list(self._log_answers)
+        for conn in answers:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        return len(answers)
 
     def inject(self, fault: Fault) -> Fault:
         with self.store.lock:
@@ -850,6 +914,7 @@ class FakeApiServer:
         elif rtype.kind == "Pod":
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
             obj["spec"].setdefault("restartPolicy", "Always")
+            _default_toleration_seconds(obj["spec"])
         elif rtype.kind == "Service":
             spec = obj.setdefault("spec", {})
             spec.setdefault("type", "ClusterIP")
@@ -1057,6 +1122,16 @@ class FakeApiServer:
                     yield {"type": e.type, "object": e.obj}
 
     def pod_log(self, namespace: str, name: str, q: dict[str, str]) -> bytes:
+        return b"".join(piece for _, piece in self.pod_log_pieces(namespace, name, q))
+
+    def pod_log_pieces(
+        self, namespace: str, name: str, q: dict[str, str]
+    ) -> list[tuple[int, bytes]]:
+        """A pod log answer as the kubelet writes it, entry by entry: (the log bytes it read
+        from the container's log file to come to this piece, the piece). It reads the file
+        from its start (from the tail's start with tailLines) whatever sinceTime says, and
+        stops once limitBytes are written; the last piece may be empty (entries read, then
+        skipped as older than sinceTime)."""
         with self.store.lock:
             pod = self.store.get(self.store.types[("", "v1", "pods")], namespace, name)
             containers = [c["name"] for c in pod["spec"].get("containers") or []]
@@ -1095,19 +1170,28 @@ class FakeApiServer:
             lines = lines[-int(q["tailLines"]) :] if int(q["tailLines"]) > 0 else []
         # As the kubelet's ReadLogs: an entry older than `since` is skipped, and the
         # timestamp goes only where a line starts (an entry after one that did not end its
-        # line carries none, even when that one was skipped).
-        out: list[bytes] = []
+        # line carries none, even when that one was skipped); limitBytes counts the stamps.
+        out: list[tuple[int, bytes]] = []
+        left = int(q["limitBytes"]) if q.get("limitBytes") else None
+        read = 0
         at_line_start = True
         for ln in lines:
+            read += len(ln.data)
             if ln.at >= since:
+                piece = ln.data
                 if q.get("timestamps") == "true" and at_line_start:
-                    out.append(log_timestamp(ln.at).encode() + b" ")
-                out.append(ln.data)
+                    piece = log_timestamp(ln.at).encode() + b" " + piece
+                if left is not None:
+                    piece = piece[:left]
+                    left -= len(piece)
+                out.append((read, piece))
+                read = 0
+                if left == 0:
+                    return out
             at_line_start = not ln.data or ln.data.endswith(b"\n")
-        data = b"".join(out)
-        if q.get("limitBytes"):
-            data = data[: int(q["limitBytes"])]
-        return data
+        if read:
+            out.append((read, b""))
+        return out
 
 
 def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
@@ -1116,6 +1200,12 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
+
+        def handle_one_request(self) -> None:
+            try:
+                super().handle_one_request()
+            except OSError:  # the client closed (a log answer it read no further), or a cut
+                self.close_connection = True
 
         def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
@@ -1212,18 +1302,10 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             dry = q.get("dryRun") == "All"
             warnings: list[str] = []
             if method == "GET" and sub == "log" and rtype.kind == "Pod":
-                data = api.pod_log(namespace or "", name or "", q)
+                pieces = api.pod_log_pieces(namespace or "", name or "", q)
                 if drop_after:
                     return self._drop()
-                with api.store.lock:
-                    api.log_bytes_sent += len(data)
-                    api.log_answer_max = max(api.log_answer_max, len(data))
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
+                return self._stream_log(pieces)
             if sub not in (None, "status"):
                 raise ApiError(404, "NotFound", "the server could not find the requested resource")
             if method == "GET" and name is None and q.get("watch") in ("true", "1"):
@@ -1281,6 +1363,41 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 return self._drop()
             headers = {"Warning": ", ".join(f'299 - "{w}"' for w in warnings)} if warnings else {}
             self._send_json(code, result, headers)
+
+        def _stream_log(self, pieces: list[tuple[int, bytes]]) -> None:
+            """A log answer streamed as the API server relays the kubelet's (chunked, of no
+            length known in advance), counted as it is written: a client that stops reading
+            and closes stops it (what the kernel's socket buffers took counts as sent)."""
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            sent = 0
+            with api.store.lock:
+                api._log_answers.add(self.connection)
+            try:
+                batch: list[bytes] = []
+                size = read = 0
+                for i, (scanned, piece) in enumerate(pieces):
+                    batch.append(piece)
+                    size, read = size + len(piece), read + scanned
+                    if size < LOG_WRITE and i < len(pieces) - 1:
+                        continue
+                    if size:
+                        data = b"".join(batch)
+                        self.wfile.write(f"{size:x}\r\n".encode() + data + b"\r\n")
+                    sent += size
+                    with api.store.lock:
+                        api.log_bytes_sent += size
+                        api.log_bytes_scanned += read
+                    batch, size, read = [], 0, 0
+                self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client closed, or the answer was cut
+                self.close_connection = True
+            finally:
+                with api.store.lock:
+                    api.log_answer_max = max(api.log_answer_max, sent)
+                    api._log_answers.discard(self.connection)
 
         def _stream(self, events: Iterator[dict[str, Any]]) -> None:
             self.send_response(200)

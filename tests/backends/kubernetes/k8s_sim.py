@@ -11,10 +11,11 @@ import copy
 import json
 import random
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from k8s_fakeapi import FakeApiServer, LogLine, ResourceType, now_rfc3339
+from k8s_fakeapi import UNREACHABLE_TAINT, FakeApiServer, LogLine, ResourceType, now_rfc3339
 
 SHAPES: dict[str, Any] = json.loads(
     (Path(__file__).parent / "data" / "status_shapes.json").read_text()
@@ -83,6 +84,42 @@ def container_argv(pod: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         expand(a, env) for a in [*(container.get("command") or []), *(container.get("args") or [])]
     ]
     return argv, env
+
+
+def _eviction_due(taints: list[dict[str, Any]], tolerations: Any) -> float | None:
+    """When the taint eviction controller deletes a pod on a node with these NoExecute taints
+    (Unix time; None: never): at once if one is not tolerated, else the shortest
+    tolerationSeconds of the tolerations used after the taint was added."""
+    due: float | None = None
+    for taint in taints:
+        used = [t for t in tolerations or [] if _tolerates(t, taint)]
+        if not used:
+            return float("-inf")
+        seconds = [t["tolerationSeconds"] for t in used if t.get("tolerationSeconds") is not None]
+        if not seconds:
+            continue
+        added = taint.get("timeAdded")
+        start = (
+            datetime.fromisoformat(added.replace("Z", "+00:00")).timestamp()
+            if added
+            else float("-inf")
+        )
+        at = start + max(min(seconds), 0)
+        due = at if due is None else min(due, at)
+    return due
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
+    """v1.Toleration.ToleratesTaint: an empty effect matches any, an empty key with Exists
+    matches every key; Equal compares values."""
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration["key"] != taint.get("key"):
+        return False
+    operator = toleration.get("operator") or "Equal"
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and toleration.get("value", "") == taint.get("value", "")
 
 
 def _field(pod: dict[str, Any], path: str) -> str:
@@ -410,14 +447,181 @@ class Sim:
         self._end(eid, pod, "job_failed_pod_failure_policy", n=1, evicted=True)
 
     def kubelet_confirms_stops(self) -> None:
-        """Every kubelet reporting that its deleted pods' containers have stopped: the pods
-        go (a kubelet's last delete, grace 0). Only with store.pods_stop_at_once = False."""
+        """Every kubelet the control plane can reach reporting that its deleted pods'
+        containers have stopped: the pods go (a kubelet's last delete, grace 0)."""
         pt = self._t(("", "v1", "pods"))
         with self.store.lock:
             for pod in list(self.store.objects[pt].values()):
-                if pod["metadata"].get("deletionTimestamp"):
+                if (
+                    pod["metadata"].get("deletionTimestamp")
+                    and pod["spec"].get("nodeName") not in self.store.unreachable_nodes
+                ):
                     meta = pod["metadata"]
                     self.store.delete(pt, meta["namespace"], meta["name"], None, 0)
+
+    # --- a node that stops answering (the node lifecycle and taint eviction controllers) ----
+
+    def node_unreachable(self, name: str) -> None:
+        """A node whose kubelet stopped posting status (a network partition, a hung or
+        powered-off machine) for node-monitor-grace-period, as the node lifecycle controller
+        then marks it (node_lifecycle_controller.go): every condition Unknown
+        (NodeStatusUnknown), the taints node.kubernetes.io/unreachable NoSchedule and NoExecute
+        (with timeAdded), and its pods' Ready condition False (MarkPodsNotReady). Their phase
+        stays as it was: nothing reports it. From now on nothing confirms a deletion there."""
+        now = now_rfc3339(self.store.clock())
+        nt = self._t(("", "v1", "nodes"))
+        pt = self._t(("", "v1", "pods"))
+        with self.store.lock:
+            self.store.unreachable_nodes.add(name)
+            node = copy.deepcopy(self.store.get(nt, "", name))
+            for cond in node["status"].get("conditions") or []:
+                if cond.get("status") != "Unknown":
+                    cond["lastTransitionTime"] = now
+                cond.update(
+                    status="Unknown",
+                    reason="NodeStatusUnknown",
+                    message="Kubelet stopped posting node status.",
+                )
+            taints = [
+                t for t in node["spec"].get("taints") or [] if t.get("key") != UNREACHABLE_TAINT
+            ]
+            node["spec"]["taints"] = [
+                *taints,
+                {"key": UNREACHABLE_TAINT, "effect": "NoSchedule"},
+                {"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": now},
+            ]
+            self.store.replace(nt, node)
+            for pod in [
+                copy.deepcopy(p)
+                for p in self.store.objects[pt].values()
+                if p["spec"].get("nodeName") == name
+            ]:
+                for cond in (pod.get("status") or {}).get("conditions") or []:
+                    if cond.get("type") == "Ready" and cond.get("status") != "False":
+                        cond.update(status="False", lastTransitionTime=now)
+                        self.store.replace(pt, pod, spec_changed=False)
+                        break
+
+    def node_reachable(self, name: str) -> None:
+        """The node's kubelet posting status again: its conditions as a healthy node's, the
+        lifecycle controller's taints gone. The kubelet stops the pods deleted meanwhile and
+        confirms it (they go), and reports the others Ready again."""
+        nt = self._t(("", "v1", "nodes"))
+        pt = self._t(("", "v1", "pods"))
+        now = now_rfc3339(self.store.clock())
+        with self.store.lock:
+            self.store.unreachable_nodes.discard(name)
+            node = copy.deepcopy(self.store.get(nt, "", name))
+            fresh = fill(SHAPES["node_ready"], time=now)
+            node["status"]["conditions"] = fresh["conditions"]
+            node["spec"]["taints"] = [
+                t for t in node["spec"].get("taints") or [] if t.get("key") != UNREACHABLE_TAINT
+            ]
+            if not node["spec"]["taints"]:
+                del node["spec"]["taints"]
+            self.store.replace(nt, node)
+            for pod in [
+                copy.deepcopy(p)
+                for p in self.store.objects[pt].values()
+                if p["spec"].get("nodeName") == name
+            ]:
+                meta = pod["metadata"]
+                if meta.get("deletionTimestamp"):
+                    if self.store.pods_stop_at_once:
+                        self.store.delete(pt, meta["namespace"], meta["name"], None, 0)
+                    continue
+                for cond in (pod.get("status") or {}).get("conditions") or []:
+                    if cond.get("type") == "Ready" and cond.get("status") == "False":
+                        cond.update(status="True", lastTransitionTime=now)
+                        self.store.replace(pt, pod, spec_changed=False)
+                        break
+
+    def taint_eviction(self) -> list[dict[str, Any]]:
+        """The taint eviction controller (taint_eviction.go), at the store's clock: a pod on a
+        node with NoExecute taints is deleted at once when one of them is not tolerated, else
+        when the shortest tolerationSeconds of the tolerations used has passed since the
+        taint's timeAdded (never, when none has tolerationSeconds). First its status gets
+        DisruptionTarget DeletionByTaintManager, then it is deleted with its own grace (a
+        DELETE without options). Returns the pods it deleted, as they are now."""
+        nt = self._t(("", "v1", "nodes"))
+        pt = self._t(("", "v1", "pods"))
+        now = self.store.clock()
+        evicted = []
+        with self.store.lock:
+            taints = {
+                n["metadata"]["name"]: [
+                    t for t in n["spec"].get("taints") or [] if t.get("effect") == "NoExecute"
+                ]
+                for n in self.store.objects[nt].values()
+            }
+            pods = [
+                copy.deepcopy(p)
+                for p in self.store.objects[pt].values()
+                if taints.get(p["spec"].get("nodeName") or "")
+                and not p["metadata"].get("deletionTimestamp")
+                and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]
+        for pod in pods:
+            due = _eviction_due(taints[pod["spec"]["nodeName"]], pod["spec"].get("tolerations"))
+            if due is None or due > now:
+                continue
+            status = copy.deepcopy(pod.get("status") or {})
+            status["conditions"] = [
+                c for c in status.get("conditions") or [] if c["type"] != "DisruptionTarget"
+            ] + [
+                {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(now),
+                    "reason": "DeletionByTaintManager",
+                    "message": "Taint manager: deleting due to NoExecute taint",
+                }
+            ]
+            meta = pod["metadata"]
+            self._set_status(pt, meta["namespace"], meta["name"], status)
+            with self.store.lock:
+                self.store.delete(pt, meta["namespace"], meta["name"], None, None)
+                still = self.store.objects[pt].get((meta["namespace"], meta["name"]))
+            evicted.append(copy.deepcopy(still) if still else pod)
+        return evicted
+
+    def volcano_sees_deletions(self, eid: str) -> None:
+        """Volcano's job controller after one of the gang's pods got a deletionTimestamp: it
+        takes that for a deleted pod (updatePod -> deletePod: PodEvicted), and the policy
+        PodEvicted -> RestartJob kills the gang: RetryCount+1, phase Restarting (Failed at
+        maxRetry), every other pod deleted with its own grace (killJob skips the ones already
+        terminating). Restarting leaves that phase only once no pod is terminating
+        (state/restarting.go; gpuq's gangs need all their pods, minAvailable = replicas), so a
+        pod stuck terminating holds it there. The job's retryCount counts the restart."""
+        t, obj = self.workload(eid)
+        assert t.group == "batch.volcano.sh"
+        pods = self.pods(eid)
+        if not any(p["metadata"].get("deletionTimestamp") for p in pods):
+            return
+        retries = int((obj.get("status") or {}).get("retryCount", 0)) + 1
+        total = sum(task["replicas"] for task in obj["spec"]["tasks"])
+        pt = self._t(("", "v1", "pods"))
+        for p in pods:
+            if not p["metadata"].get("deletionTimestamp"):
+                with self.store.lock:
+                    self.store.delete(
+                        pt, p["metadata"]["namespace"], p["metadata"]["name"], None, None
+                    )
+        failed = retries >= (obj["spec"].get("maxRetry") or 3)
+        self._workload_status(
+            eid,
+            None,
+            "vcjob_failed" if failed else "vcjob_restarting",
+            n=total,
+            retries=retries,
+        )
+        terminating = sum(1 for p in self.pods(eid) if p["metadata"].get("deletionTimestamp"))
+        if terminating:
+            _, obj = self.workload(eid)
+            status = copy.deepcopy(obj["status"])
+            status["terminating"] = terminating
+            self._set_status(t, obj["metadata"]["namespace"], obj["metadata"]["name"], status)
 
     def image_pull_backoff(self, eid: str) -> None:
         for i, pod in enumerate(self.create_pods(eid)):

@@ -423,6 +423,76 @@ def test_a_pods_deletion_grace_is_the_pod_strategys_and_is_only_ever_shortened(
     assert list(client.list(Pod)) == []
 
 
+def test_pods_tolerate_the_not_ready_and_unreachable_taints_for_300_s_unless_they_say_otherwise(
+    client: Client, sim: Sim
+) -> None:
+    """The DefaultTolerationSeconds admission plugin (on by default) adds what a pod lacks."""
+    own = {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"}
+    client.create(job("a"))
+    body = job("b").to_dict()
+    body["spec"]["template"]["spec"]["tolerations"] = [own]
+    client.create(Job.from_dict(body))
+    (a,) = sim.create_pods(f"{NS}/job/a")
+    (b,) = sim.create_pods(f"{NS}/job/b")
+    default = {"operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}
+    assert a["spec"]["tolerations"] == [
+        {"key": "node.kubernetes.io/not-ready", **default},
+        {"key": "node.kubernetes.io/unreachable", **default},
+    ]
+    assert b["spec"]["tolerations"] == [own, {"key": "node.kubernetes.io/not-ready", **default}]
+
+
+def test_a_pod_on_an_unreachable_node_is_evicted_when_its_toleration_runs_out_and_stays_terminating(
+    client: Client, sim: Sim, clock: Any
+) -> None:
+    """The node lifecycle controller marks the node and its pods; the taint eviction
+    controller deletes the pods after tolerationSeconds; no kubelet confirms, so the pod
+    stays (phase Running, deletionTimestamp set) until the node is back or deleted."""
+    client.create(job("a", parallelism=2))
+    pods = sim.run(f"{NS}/job/a", nodes=["h100-01", "h100-02"])
+    on_1, on_2 = sorted(pods, key=lambda p: p["spec"]["nodeName"])
+    sim.node_unreachable("h100-02")
+
+    node = sim.api.store.get(sim.api.store.types[("", "v1", "nodes")], "", "h100-02")
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("Unknown", "NodeStatusUnknown")
+    assert [(t["key"], t["effect"]) for t in node["spec"]["taints"]] == [
+        ("node.kubernetes.io/unreachable", "NoSchedule"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    ]
+    pod = client.get(Pod, on_2["metadata"]["name"])
+    assert [c.status for c in pod.status.conditions if c.type == "Ready"] == ["False"]
+
+    clock.now += 299
+    assert sim.taint_eviction() == []
+    clock.now += 1
+    assert [p["metadata"]["name"] for p in sim.taint_eviction()] == [on_2["metadata"]["name"]]
+    pod = client.get(Pod, on_2["metadata"]["name"])
+    assert pod.metadata.deletionTimestamp is not None and pod.status.phase == "Running"
+    assert [c.reason for c in pod.status.conditions if c.type == "DisruptionTarget"] == [
+        "DeletionByTaintManager"
+    ]
+    sim.kubelet_confirms_stops()  # the kubelets that can be reached: not that one
+    assert client.get(Pod, on_2["metadata"]["name"]).metadata.deletionTimestamp is not None
+    assert client.get(Pod, on_1["metadata"]["name"]).metadata.deletionTimestamp is None
+
+    sim.node_reachable("h100-02")  # its kubelet stops the pod and confirms
+    assert [p.metadata.name for p in client.list(Pod)] == [on_1["metadata"]["name"]]
+
+
+def test_a_pod_stuck_terminating_on_an_unreachable_node_goes_when_the_node_is_deleted(
+    client: Client, sim: Sim, clock: Any
+) -> None:
+    client.create(job("a"))
+    sim.run(f"{NS}/job/a", nodes=["h100-03"])
+    sim.node_unreachable("h100-03")
+    clock.now += 300
+    sim.taint_eviction()
+    sim.delete_node("h100-03")
+    sim.pod_gc()  # gcOrphaned force-deletes it (grace 0)
+    assert list(client.list(Pod)) == []
+
+
 def test_a_batch_job_deleted_without_a_policy_orphans_its_pods(client: Client, sim: Sim) -> None:
     client.create(job("a"))
     pods = sim.run(f"{NS}/job/a")

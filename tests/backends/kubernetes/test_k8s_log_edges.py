@@ -4,13 +4,17 @@ skipped whatever its place in the file, limitBytes counts the stamps)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from conftest import FakeClock, make_backend, request
 from k8s_fakeapi import FakeApiServer, Fault
 from k8s_sim import Sim
+from test_k8s_logs import download
 
 from queue_service.backends.kubernetes import KubernetesBackend
+
+MIB = 1 << 20
 
 
 def started(api: FakeApiServer, sim: Sim, clock: FakeClock) -> tuple[KubernetesBackend, str, Any]:
@@ -193,3 +197,122 @@ def test_a_read_far_past_a_large_logs_end_holds_no_more_than_a_bounded_answer(
     assert api.log_answer_max <= k8s.LOG_MAX_ANSWER + lines_of_3_s, api.log_answer_max
     # and the bytes stay exact at offsets walked to that way
     assert b.logs(eid, offset=len(log) - 250, limit=100).data == bytes(log[-250:-150])
+
+
+def write_bar(sim: Sim, pod: Any, size: int, *, start: float) -> bytes:
+    """A progress bar that never ends its line, `size` bytes of it, as the runtime writes
+    it: 16 KiB partial entries (containerd's max_container_log_line_size), one every 10 s."""
+    out = bytearray()
+    step = 0
+    while len(out) < size:
+        entry = bytearray()
+        while len(entry) < 16 * 1024:
+            entry += f"\r{step:7d}/9999999 [####......] loss {1 / (step + 1):.6f}".encode()
+            step += 1
+        sim.log(pod, bytes(entry[: 16 * 1024]), at=start + len(out) // (16 * 1024) * 10)
+        out += entry[: 16 * 1024]
+    return bytes(out)
+
+
+def test_downloading_a_finished_progress_bar_in_pieces_costs_its_length_once_at_any_length(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """A line that never ends, downloaded after the job ended in 1 MiB pieces (the CLI's and
+    the UI's download). Resumed with sinceTime, each piece re-read the line from its start:
+    2.7 x the log at 2 MiB, 3.7 x at 4 MiB, 9.8 x at 16 MiB, in the bytes the API server sent
+    and in those the kubelet read from its file (it reads from the start for every answer).
+    Counted here in both, at two lengths: the cost per byte must not grow with the log."""
+    per_byte = []
+    for i, size in enumerate((1 * MIB, 4 * MIB)):
+        b = make_backend(api, clock, workload="indexed")
+        job_id = f"3f2b8c1e-5d4a-4b7e-9c0f-1a2b3c4d5e6{i}"
+        eid = b.submit(
+            request(job_id=job_id, kind="agent", gpus_per_node=0, mig_profile="1g.10gb")
+        ).external_id
+        (pod,) = sim.run(eid)
+        bar = write_bar(sim, pod, size, start=clock() - 10_000)
+        sim.succeed(eid)
+        sent, scanned = api.log_bytes_sent, api.log_bytes_scanned
+
+        assert download(b, eid, MIB) == bar
+        per_byte.append(
+            ((api.log_bytes_sent - sent) / size, (api.log_bytes_scanned - scanned) / size)
+        )
+        b.close()
+
+    (sent_1, scanned_1), (sent_4, scanned_4) = per_byte
+    # Each byte once (one stamp, where the line starts), at either length.
+    assert sent_4 <= 1.01 and scanned_4 <= 1.01, per_byte
+    assert sent_4 <= sent_1 + 0.01 and scanned_4 <= scanned_1 + 0.01, per_byte
+
+
+def test_a_download_whose_kept_answer_is_cut_goes_on_from_where_it_was(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """A finished log's answer is kept open between the pieces of a download; a proxy may
+    close it meanwhile (an idle timeout). The next piece is read from a new answer, begun at
+    the position the last piece learnt: nothing is lost or read twice."""
+    b, eid, pod = started(api, sim, clock)
+    bar = write_bar(sim, pod, 24 * MIB, start=clock() - 100_000)  # more than socket buffers
+    sim.succeed(eid)
+    got = bytearray()
+    offset = 0
+    for _ in range(3):
+        chunk = b.logs(eid, offset=offset, limit=MIB)
+        got += chunk.data
+        offset = chunk.next_offset
+    assert api.cut_log_answers() == 1  # it was being written, not read
+    while True:
+        chunk = b.logs(eid, offset=offset, limit=MIB)
+        got += chunk.data
+        offset = chunk.next_offset
+        if chunk.eof:
+            break
+    assert bytes(got) == bar
+    # Where the cut was found (past what the client's socket still held), a new answer
+    # resumed inside the bar's line, from its start: the bar once, and once more at most.
+    assert len(api.calls("GET", "/log")) == 2
+    assert api.log_bytes_scanned <= 2 * len(bar)
+
+
+def test_a_kept_answer_left_idle_is_closed_and_the_next_read_resumes_byte_exact(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    from queue_service.backends.kubernetes import backend as k8s
+
+    b, eid, pod = started(api, sim, clock)
+    lines = b""
+    for i in range(20_000):
+        line = f"line {i:05d}\n".encode()
+        sim.log(pod, line, at=clock() - 500 + i * 0.01)
+        lines += line
+    sim.succeed(eid)
+    first = b.logs(eid, offset=0, limit=1000)
+    opened = len(api.calls("GET", "/log"))
+    clock.now += k8s.LOG_STREAM_IDLE_S + 1
+    second = b.logs(eid, offset=first.next_offset, limit=1000)  # closes it, opens another
+    third = b.logs(eid, offset=second.next_offset, limit=1000)  # goes on with that one
+
+    assert first.data + second.data + third.data == lines[:3000]
+    assert len(api.calls("GET", "/log")) == opened + 1
+
+
+def test_an_answer_kept_for_a_download_given_up_is_closed_once_idle(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, monkeypatch: Any
+) -> None:
+    """No read may come again to close it: the backend closes it itself, and with it the
+    API server's answer (which would otherwise wait on the connection, and the kubelet's)."""
+    from queue_service.backends.kubernetes import backend as k8s
+
+    monkeypatch.setattr(k8s, "LOG_STREAM_IDLE_S", 0.5)
+    b, eid, pod = started(api, sim, clock)
+    write_bar(sim, pod, 24 * MIB, start=clock() - 100_000)  # more than socket buffers hold
+    sim.succeed(eid)
+    b.logs(eid, offset=0, limit=MIB)
+    assert api.log_answers_open() == 1
+    clock.now += 1
+
+    deadline = time.monotonic() + 10
+    while api.log_answers_open() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert api.log_answers_open() == 0

@@ -386,6 +386,73 @@ def test_a_stopped_workload_waits_for_no_pod_on_a_gone_node() -> None:
     assert seen.status.state == R.RUNNING and "1 pod not stopped yet" in seen.status.reason
 
 
+def _evicted_on(node: str) -> dict[str, Any]:
+    """A pod the taint eviction controller deleted; its kubelet never confirmed."""
+    p = _bound(pod("pod_running"), node)
+    p["metadata"] = {**p["metadata"], "deletionTimestamp": LATER}
+    p["status"] = {
+        **p["status"],
+        "conditions": [
+            *p["status"]["conditions"],
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByTaintManager",
+                "message": "Taint manager: deleting due to NoExecute taint",
+            },
+        ],
+    }
+    return p
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj"),
+    [("job", job("job_running")), ("vcjob", vcjob("vcjob_running"))],
+)
+def test_a_pod_being_deleted_on_an_unreachable_node_is_a_node_failure(kind: str, obj: Any) -> None:
+    seen = observe(
+        f"ns/{kind}/j",
+        kind,
+        obj,
+        [_evicted_on("h100-02")],
+        now=NOW,
+        image_pull_grace_s=GRACE,
+        unreachable_nodes={"h100-02"},
+    )
+    assert (seen.status.state, seen.stop) == (R.NODE_FAILURE, True), seen
+    assert seen.status.native_state == "DeletionByTaintManager"
+
+
+def test_a_pod_on_an_unreachable_node_that_is_not_being_deleted_still_runs() -> None:
+    """Within its toleration of the unreachable taint the node may come back."""
+    running = [_bound(pod("pod_running"), "h100-02")]
+    seen = observe(
+        EID,
+        "job",
+        job("job_running"),
+        running,
+        now=NOW,
+        image_pull_grace_s=GRACE,
+        unreachable_nodes={"h100-02"},
+    )
+    assert seen.status.state == R.RUNNING
+
+
+def test_a_pod_being_deleted_on_a_reachable_node_is_waited_for() -> None:
+    """Its kubelet will stop it and confirm: not lost, whatever deleted it."""
+    obj = job("job_running", deletionTimestamp=CREATED)
+    seen = observe(
+        EID,
+        "job",
+        obj,
+        [_evicted_on("h100-01")],
+        now=NOW,
+        image_pull_grace_s=GRACE,
+        unreachable_nodes={"h100-02"},
+    )
+    assert seen.status.state == R.RUNNING and "1 pod not stopped yet" in seen.status.reason
+
+
 STARTED = [
     (
         "ran, pod there",

@@ -3,7 +3,7 @@ as root with `deploy/slurm-lab/lab up` done. Takes about two minutes (a TIMEOUT 
 
 Commands run as the submit user over SSH with the backend's own command builders, so the
 captured formats are exactly what the parsers get; root only disturbs the lab (suspend, drain,
-kill a slurmd, stop slurmctld) and restores it with `lab up` at the end."""
+requeue, kill a slurmd, stop slurmctld and slurmdbd) and restores it with `lab up` at the end."""
 
 from __future__ import annotations
 
@@ -45,6 +45,9 @@ def main() -> None:
         "node_fail": sbatch("--nodelist=gpu3", "--no-requeue", "--wrap='sleep 300'"),
         "requeued": sbatch("--requeue", "--nodelist=gpu2", "--wrap='sleep 300'"),
         "held_cancelled": sbatch("--hold", "--wrap=true"),
+        # Runs, is requeued, and is cancelled by its own user (as gpuq cancels) while it waits
+        # to run again: its last accounting record shows no nodes.
+        "requeued_cancelled": sbatch("--requeue", "--nodelist=gpu2", "--wrap='sleep 300'"),
     }
     # Cancelled by its own user before slurmdbd recorded it waiting: sacct's Start is then
     # the cancel's time, its NodeList `None assigned` (`resources`, cancelled after it
@@ -59,6 +62,13 @@ def main() -> None:
     run(commands.cancel(jobs["cancelled"]))
     subprocess.run(["scontrol", "suspend", jobs["suspended"]], check=True)
     subprocess.run(["scontrol", "requeue", jobs["requeued"]], check=True)
+    subprocess.run(["scontrol", "requeue", jobs["requeued_cancelled"]], check=True)
+    # Cancelled once slurmdbd has recorded its first run (REQUEUED, with its start and nodes).
+    deadline = time.time() + 30
+    while "REQUEUED" not in run(commands.sacct([jobs["requeued_cancelled"]])).stdout:
+        assert time.time() < deadline, "slurmdbd never recorded the requeue"
+        time.sleep(0.5)
+    run(commands.cancel(jobs["requeued_cancelled"]))
     subprocess.run(
         ["scontrol", "update", "nodename=gpu2", "state=drain", "reason=maintenance | disk"],
         check=True,
@@ -86,6 +96,12 @@ def main() -> None:
     time.sleep(4)
     save("squeue_final.txt", run(commands.squeue(list(jobs.values()))).stdout)
     save("sacct_final.txt", run(commands.sacct(list(jobs.values()))).stdout)
+    # The same without -D: only each id's last record, as sacct shows by default.
+    last_records = f"sacct -n -P -X -j {commands.job_ids(list(jobs.values()))}"
+    save(
+        "sacct_final_without_duplicates.txt",
+        run(f"{last_records} -o {commands.SACCT_FIELDS}").stdout,
+    )
     name = script.job_name(gpuq_job.job_id)
     save("lookup_squeue.txt", run(commands.lookup_squeue(name)).stdout)
     save("lookup_sacct.txt", run(commands.lookup_sacct(name)).stdout)
@@ -104,8 +120,22 @@ def main() -> None:
     save("sbatch_controller_down.stderr.txt", run("sbatch --parsable --wrap=true").stderr)
     save("squeue_controller_down.stderr.txt", run(commands.squeue([jobs["exit3"]])).stderr)
     subprocess.run([str(LAB), "up"], check=True, capture_output=True)
+    capture_slurmdbd_down()
     save("jobs.json", json.dumps(jobs, indent=2) + "\n")
     print("captured into", DATA.relative_to(REPO))
+
+
+def capture_slurmdbd_down() -> None:
+    """What sacct says while slurmdbd is down (the controller still answers squeue)."""
+    run = lab_backend().connection.run
+    subprocess.run(["pkill", "-F", "/run/slurm/slurmdbd.pid"], check=True)
+    time.sleep(2)
+    try:
+        down = run(commands.sacct(["1"]))
+        assert down.rc != 0, down.stdout
+        (DATA / "sacct_slurmdbd_down.stderr.txt").write_text(down.stderr)
+    finally:
+        subprocess.run([str(LAB), "up"], check=True, capture_output=True)
 
 
 if __name__ == "__main__":

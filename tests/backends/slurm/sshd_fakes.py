@@ -1,12 +1,14 @@
 """In-process sshd fakes: a paramiko server that misbehaves the way a loaded login node can,
-and a real SSHConnection to it (no Slurm lab needed)."""
+or answers commands with what the lab's Slurm printed, and a real SSHConnection to it (no
+Slurm lab needed)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 
 import paramiko
 
@@ -28,9 +30,17 @@ class LetsAnyoneIn(paramiko.ServerInterface):
 
 
 @contextlib.contextmanager
-def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
+def sshd(
+    server: paramiko.ServerInterface,
+    *,
+    pinned_key: paramiko.PKey | None = None,
+    pinned_as: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[SSHConnection]:
     """An in-process sshd that behaves as `server` says, and a connection to it with its host
-    key pinned and a command timeout of 1 s."""
+    key pinned and a command timeout of 1 s. `pinned_key` pins another key in its place (as
+    after a key change), `pinned_as` pins it under another name than `[127.0.0.1]:<port>`;
+    `clock` paces the connection's reconnect backoff."""
     host_key = paramiko.RSAKey.generate(2048)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -46,12 +56,15 @@ def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
                 return
             transport = paramiko.Transport(sock)
             transport.add_server_key(host_key)
-            transport.start_server(server=server)
             transports.append(transport)
+            # A client that refuses the host key hangs up during the handshake.
+            with contextlib.suppress(paramiko.SSHException, EOFError):
+                transport.start_server(server=server)
 
     threading.Thread(target=serve, daemon=True).start()
     known = paramiko.HostKeys()
-    known.add(f"[127.0.0.1]:{port}", host_key.get_name(), host_key)
+    pinned = pinned_key or host_key
+    known.add(pinned_as or f"[127.0.0.1]:{port}", pinned.get_name(), pinned)
     connection = SSHConnection(
         host="127.0.0.1",
         port=port,
@@ -59,6 +72,7 @@ def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
         key=paramiko.RSAKey.generate(2048),
         known_hosts=known,
         command_timeout_s=1.0,
+        clock=clock,
     )
     try:
         yield connection
@@ -67,3 +81,31 @@ def sshd(server: paramiko.ServerInterface) -> Iterator[SSHConnection]:
         listener.close()
         for transport in transports:
             transport.close()
+
+
+class LoginNode(LetsAnyoneIn):
+    """An sshd that answers each command by its first word (`squeue`, `sacct`) with
+    (stdout, stderr, exit status), as a login node's Slurm would: tests give it what the real
+    commands printed (data/). It records the commands it was sent."""
+
+    def __init__(self, answers: Mapping[str, tuple[str, str, int]]) -> None:
+        self.answers = dict(answers)
+        self.commands: list[str] = []
+
+    def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
+        text = command.decode()
+        self.commands.append(text)
+        stdout, stderr, rc = self.answers[text.split(" ", 1)[0]]
+
+        def answer() -> None:
+            # Once the client has sent its stdin and EOF, which it does only after the exec
+            # request was answered: a close before that answer fails the exec itself.
+            while channel.recv(65536):
+                pass
+            channel.sendall(stdout.encode())
+            channel.sendall_stderr(stderr.encode())
+            channel.send_exit_status(rc)
+            channel.close()
+
+        threading.Thread(target=answer, daemon=True).start()
+        return True

@@ -163,6 +163,51 @@ def test_poll_through_sacct_tells_a_job_cancelled_while_it_waited_never_ran(
     }
 
 
+def test_a_job_that_ran_then_was_requeued_and_cancelled_while_it_waited_again_ran(
+    backend: SlurmBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `requeue: true` Slurm runs a job again after a node failure or `scontrol
+    requeue`; cancelled while it waits for that second run, it ends as a job cancelled while
+    it waited: squeue's `CANCELLED|0|BeginTime`, and sacct's last record `CANCELLED by
+    <uid>|0:0` with no nodes. It ran all the same, and gpuq charges it, both while squeue
+    still shows it and once only sacct knows it (whose earlier records `-D` shows)."""
+    requeuing = lab_backend(requeue=True)
+    try:
+        job = request(command=("sleep", "300"), placement=(AllocatedNode("gpu2"),))
+        external_id = requeuing.submit(job).external_id
+        assert wait_for(requeuing, external_id, running).state == RemoteState.RUNNING
+        subprocess.run(["scontrol", "requeue", external_id], check=True, timeout=30)
+        # Slurm holds a requeued job back 120 s (BeginTime): it waits there.
+        waiting = wait_for(requeuing, external_id, lambda s: s.reason == "BeginTime")
+        assert (waiting.state, waiting.reason) == (RemoteState.QUEUED, "BeginTime")
+        accounted = f"sacct -n -P -X -D -j {external_id} -o State"
+        deadline = time.monotonic() + 30  # slurmdbd records the first run a moment later
+        while "REQUEUED" not in requeuing.connection.run(accounted).stdout:
+            assert time.monotonic() < deadline, "slurmdbd never recorded the requeue"
+            time.sleep(0.3)
+        requeuing.cancel(external_id, grace_s=5)
+        seen_by_squeue = wait_for(requeuing, external_id)
+        run = requeuing._run
+
+        def squeue_forgot_it(command: str, stdin: bytes | None = None) -> Any:
+            # squeue's real answer for ids it no longer knows (none of these ever existed).
+            if command.startswith("squeue "):
+                command = commands.squeue(["999998", "999999"])
+            return run(command, stdin=stdin)
+
+        monkeypatch.setattr(requeuing, "_run", squeue_forgot_it)
+        seen_by_sacct = wait_for(requeuing, external_id)
+    finally:
+        requeuing.connection.close()
+    assert {
+        seen: (status.state, status.exit_code, status.started)
+        for seen, status in (("squeue", seen_by_squeue), ("sacct", seen_by_sacct))
+    } == {
+        "squeue": (RemoteState.CANCELLED, 0, True),
+        "sacct": (RemoteState.CANCELLED, 0, True),
+    }
+
+
 def test_mig_job_lands_on_the_mig_node_and_shows_in_inventory(backend: SlurmBackend) -> None:
     job = request(
         mig_profile="1g.10gb", command="echo $SLURMD_NODENAME $CUDA_VISIBLE_DEVICES; sleep 30"

@@ -84,6 +84,11 @@ SACCT_RAN = {
     "completed": True,
     "timeout": True,
     "node_fail": True,
+    # Ran on gpu2, requeued (`scontrol requeue`), cancelled while it waited to run again: by
+    # an admin, and by its own user (as gpuq cancels). Their last records show no nodes; the
+    # first run's record (REQUEUED, with its start and gpu2), which sacct -D lists, does.
+    "requeued": True,
+    "requeued_cancelled": True,
 }
 
 
@@ -91,6 +96,37 @@ SACCT_RAN = {
 def test_sacct_tells_whether_an_ended_job_ran(case: str) -> None:
     status = parsers.parse_sacct(data("sacct_final.txt"))[JOBS[case]]
     assert status.started is SACCT_RAN[case]
+
+
+def test_a_requeued_job_cancelled_while_it_waited_again_ran_and_ended_cancelled() -> None:
+    status = parsers.parse_sacct(data("sacct_final.txt"))[JOBS["requeued_cancelled"]]
+    assert (status.state, status.exit_code, status.reason, status.native_state) == (
+        RemoteState.CANCELLED,
+        0,
+        "cancelled by uid 1001",
+        "CANCELLED",
+    )
+    assert status.started is True
+
+
+@pytest.mark.parametrize("case", ["requeued", "requeued_cancelled"])
+def test_without_duplicates_sacct_shows_a_requeued_job_only_as_its_last_wait(case: str) -> None:
+    """Why sacct runs with -D: by default it shows an id's last record only, which for a job
+    cancelled while it waited to run again is that of a job that never ran."""
+    last = parsers.parse_sacct(data("sacct_final_without_duplicates.txt"))[JOBS[case]]
+    every = parsers.parse_sacct(data("sacct_final.txt"))[JOBS[case]]
+    assert (last.state, last.exit_code, last.started) == (RemoteState.CANCELLED, 0, False)
+    assert (every.state, every.exit_code, every.started) == (RemoteState.CANCELLED, 0, True)
+
+
+@pytest.mark.parametrize("case", ["requeued", "requeued_cancelled", "resources"])
+def test_squeue_cannot_tell_a_requeued_job_cancelled_while_it_waited_from_one_that_never_ran(
+    case: str,
+) -> None:
+    """squeue's end of each is `CANCELLED|0|<pending reason>`: it reads as never started,
+    and poll asks sacct -D whether an earlier run was requeued."""
+    status = parsers.parse_squeue(data("squeue_final.txt"))[JOBS[case]]
+    assert (status.state, status.exit_code, status.started) == (RemoteState.CANCELLED, 0, False)
 
 
 def test_a_job_cancelled_before_it_started_ends_as_one_cancelled_while_it_ran() -> None:
@@ -117,6 +153,27 @@ SACCT_ROWS = [
 )
 def test_a_sacct_row_says_whether_the_job_ran(row: str, ran: bool | None) -> None:
     assert parsers.parse_sacct(row + "\n")["7"].started is ran
+
+
+# Records of id 7, oldest first, as sacct -D lists a job Slurm requeued: its run is in the first.
+REQUEUED_RECORDS = {
+    "requeued, waiting to run again": [
+        "7|REQUEUED|0:0|2026-12-02T07:33:48|gpu2|None",
+        "7|PENDING|0:0|Unknown|None assigned|BeginTime",
+    ],
+    # a node failure in the lab (shared notes, slurm-lab.md): the first run ends NODE_FAIL
+    "requeued after a node failure, then cancelled": [
+        "7|NODE_FAIL|0:0|2026-12-02T07:33:48|gpu3|None",
+        "7|CANCELLED by 0|0:0|None|None assigned|BeginTime",
+    ],
+}
+
+
+@pytest.mark.parametrize("rows", REQUEUED_RECORDS.values(), ids=REQUEUED_RECORDS)
+def test_a_job_ran_if_any_of_its_records_ran(rows: list[str]) -> None:
+    status = parsers.parse_sacct("\n".join(rows) + "\n")["7"]
+    assert status.native_state == rows[-1].split("|")[1].split()[0]  # the last record's end
+    assert status.started is True
 
 
 @pytest.mark.parametrize(

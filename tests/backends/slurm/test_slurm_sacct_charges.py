@@ -18,12 +18,16 @@ from tests.service.test_lifecycle_charges import queued_on_cluster
 DATA = Path(__file__).parent / "data"
 JOBS: dict[str, str] = json.loads((DATA / "jobs.json").read_text())
 
-# case -> whether it is charged: all four end `CANCELLED by <uid>|0:0` in sacct
+# case -> whether it is charged: all six end `CANCELLED by <uid>|0:0` in sacct
 CHARGED = {
     "resources": False,  # cancelled while it waited for GPUs
     "held_cancelled": False,  # cancelled by its user the moment it was submitted
     "cancelled": True,  # cancelled by its user while it ran
     "fill": True,  # cancelled by an admin while it ran
+    # ran, was requeued, and was cancelled while it waited to run again (by an admin, and
+    # by its user): the run before the requeue is charged
+    "requeued": True,
+    "requeued_cancelled": True,
 }
 
 

@@ -1,9 +1,15 @@
 """The SSH settings of a Slurm cluster: a host key line damaged on its way into the settings
 (cut short when pasted) is a permanent error that says which line, never a raw paramiko
-exception that leaves a job dispatching with no word (docs/slurm.md)."""
+exception that leaves a job dispatching with no word (docs/slurm.md).
+
+After a failed connect, calls fail fast until the reconnect backoff ends, with the error that
+started it, as permanent as it was. Before: always transient, so a job submitted right after a
+sync whose login was refused was retried for ever, while the same refusal outside the backoff
+failed it."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -118,3 +124,68 @@ def test_a_file_read_the_login_node_never_answers_times_out(stalling_sshd: SSHCo
     with pytest.raises(BackendError, match="timed out"):
         stalling_sshd.read_file("/tmp/job.out", 0, 100)
     assert time.monotonic() - started < 10
+
+
+class _RefusesEveryKey(LetsAnyoneIn):
+    """An sshd where gpuq's key is not (or no longer) authorised."""
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        return paramiko.AUTH_FAILED
+
+
+# (the sshd, the key pinned in its place, the name it is pinned under, what the connect says)
+PERMANENT_CONNECT_ERRORS = [
+    pytest.param(
+        _RefusesEveryKey(), None, None, "SSH authentication as slurm on 127.0.0.1", id="login"
+    ),
+    pytest.param(
+        LetsAnyoneIn(), paramiko.ECDSAKey.generate(), None, "host key of 127.0.0.1:", id="key"
+    ),
+    pytest.param(LetsAnyoneIn(), None, "login.example.org", "no pinned host key", id="unpinned"),
+]
+
+
+@pytest.mark.parametrize(("server", "pinned_key", "pinned_as", "words"), PERMANENT_CONNECT_ERRORS)
+def test_calls_inside_the_backoff_fail_with_the_permanent_error_that_started_it(
+    server: paramiko.ServerInterface,
+    pinned_key: paramiko.PKey | None,
+    pinned_as: str | None,
+    words: str,
+) -> None:
+    now = [0.0]
+    with sshd(server, pinned_key=pinned_key, pinned_as=pinned_as, clock=lambda: now[0]) as ssh:
+        with pytest.raises(BackendError, match=words) as refused:
+            ssh.run("squeue --me")
+        assert refused.value.permanent
+        now[0] += 0.1  # within the first wait (0.5 s)
+        with pytest.raises(BackendError) as waiting:
+            ssh.run("squeue --me")
+        assert (waiting.value.message, waiting.value.permanent) == (refused.value.message, True)
+        now[0] += 60  # the backoff is over: it tries again, and is refused again
+        with pytest.raises(BackendError, match=words) as again:
+            ssh.run("squeue --me")
+        assert again.value.permanent
+
+
+def test_calls_inside_the_backoff_after_an_unreachable_login_node_fail_fast_as_transient() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    pinned = paramiko.ECDSAKey.generate()
+    known = paramiko.HostKeys()
+    known.add(f"[127.0.0.1]:{port}", pinned.get_name(), pinned)
+    ssh = SSHConnection(
+        host="127.0.0.1",
+        port=port,
+        user="slurm",
+        key=paramiko.ECDSAKey.generate(),
+        known_hosts=known,
+        clock=lambda: 0.0,
+    )
+    with pytest.raises(BackendError, match=r"SSH to slurm@127\.0\.0\.1") as refused:
+        ssh.run("squeue --me")
+    with pytest.raises(
+        BackendError, match=r"unavailable \(.*\); next attempt in at most 30s"
+    ) as waiting:
+        ssh.run("squeue --me")
+    assert (refused.value.permanent, waiting.value.permanent) == (False, False)
+    assert refused.value.message in waiting.value.message
