@@ -72,6 +72,17 @@ class _Hold:
     gpus: float
     until: float
     holder: str
+    value: int  # its class: a later job of a higher class is not held back
+
+
+_HELD_FOR = "held_for"
+
+
+def _not_before_hold(estimate: float | None, reason: Reason, until: float | None) -> float | None:
+    """A job held back for its team's earlier job starts no sooner than that job could."""
+    if estimate is None or until is None or _HELD_FOR not in dict(reason.details):
+        return estimate
+    return max(estimate, until)
 
 
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
@@ -229,6 +240,7 @@ class _Cycle:
         # that preempts has committed its quota already): the team's later jobs may not take
         # it unless they end by then.
         self.holds: dict[tuple[str, str], _Hold] = {}
+        self.held_until: float | None = None  # of the last job held back (held_back)
         self._events: list[Release] | None = None
         # Per whole-GPU shape that failed: when its nodes could first hold it (shape_floor).
         self._floors: dict[tuple[object, ...], float | None] = {}
@@ -371,11 +383,12 @@ class _Cycle:
                 if fail.capacity:
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
                     if rank < self.first_tier and policy.quotas and not r.mig_profile:
-                        self.hold_quota(r, kind_demand[k], self.shape_floor(r))
+                        self.hold_quota(r, kind_demand[k], None)
                 elif fail.mig:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
                 elif fail.reason.code == "quota_exhausted":
                     estimate = self.quota_estimate(k, r, kind_demand[k])
+                    estimate = _not_before_hold(estimate, fail.reason, fail.short_before)
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, estimate))
                 else:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1))
@@ -399,11 +412,14 @@ class _Cycle:
                             until = self.ledger.lent_until(
                                 [r.gpu_model] if r.gpu_model else self.mig_models
                             )
+                            if _HELD_FOR in dict(result.details):
+                                until, self.held_until = self.held_until, None
                         failed[k] = _Failure(result, capacity=False, short_before=until)
                         if until is None:
                             settled[k] = result
                         if result.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
+                            estimate = _not_before_hold(estimate, result, until)
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
@@ -419,15 +435,14 @@ class _Cycle:
                         blocked = not policy.backfill
                         if rank < self.first_tier and policy.quotas:
                             held = self.reserved_for.get(r.id)
-                            self.hold_quota(
-                                r,
-                                gpus,
-                                self.shape_floor(r) if held is None else held.start,
-                            )
+                            self.hold_quota(r, gpus, None if held is None else held.start)
                     else:
                         estimate = outcome.estimate
                         if estimate is None and outcome.reason.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
+                            estimate = _not_before_hold(
+                                estimate, outcome.reason, outcome.short_before
+                            )
                         waits.append(Wait(r.id, outcome.reason, len(waits) + 1, estimate))
             if blocked:
                 # Strict FIFO: nothing passes this job; a bad request still says what is wrong.
@@ -648,17 +663,22 @@ class _Cycle:
                     f.take(gpus, r.time_limit_s)
 
     def hold_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
-        """r fits its team's nominal but waits for nodes until about `until`: hold that
-        nominal against the team's later jobs. Not when its start is unknown: the team's
-        later jobs would wait for a time nobody knows."""
-        model = r.gpu_model or (self.models[0] if len(self.models) == 1 else None)
-        if until is None or not gpus or model is None:
-            return  # a job for any of several models: which quota it will use is not known
-        k = self.ledger.key(r.team, model)
-        if k is None:
+        """r fits its team's nominal but waits for nodes: hold that nominal against the
+        team's later jobs until its earliest start (`until`, its reservation's start; else
+        when nodes could first hold its shape, worked out now: a floor cached earlier in
+        the cycle may be from before GPUs it needs were taken). Not when its start is not
+        known: the team's later jobs would wait for a time nobody knows."""
+        if not gpus or not r.gpus_per_node:
             return
-        if k not in self.holds:  # one per quota, as EASY reserves for the first job only
-            self.holds[k] = _Hold(gpus, until, r.id)
+        k = self.quota_key_of(r)
+        if k is None or k in self.holds:  # one per quota, as EASY reserves for the first
+            return
+        if until is None:
+            groups = self.groups(r.gpu_model, r)
+            until = earliest_start(self.index, groups, r.gpus_per_node, r.nodes, self.events())
+        if until is None or until <= self.now:
+            return
+        self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
 
     def held_back(
         self, r: JobRequest, model: str, gpus: float, ends: float | None
@@ -670,13 +690,19 @@ class _Cycle:
         h = None if k is None else self.holds.get(k)
         if k is None or h is None or (ends is not None and ends <= h.until):
             return None
+        if self.value(r) > h.value:  # classes rank first
+            return None
         acc = self.ledger.accounts[k]
         if acc.used + h.gpus + gpus <= acc.quota.nominal + 1e-9:
             return None
-        # Room for both by the time the holder could start (the team's jobs ending by then)?
-        both = self.ledger.nominal_free_at(r.team, model, h.gpus + gpus)
+        # Room for both by the time the holder could start (the team's jobs ending by then,
+        # those started this cycle too)?
+        both = self.ledger.nominal_free_at(
+            r.team, model, h.gpus + gpus, self._quota_started.get(k, ())
+        )
         if both is not None and both <= h.until:
             return None
+        self.held_until = h.until
         return reasons.quota_held(r, acc.quota, acc.used, h.gpus, h.holder), h.until
 
     def shape_floor(self, r: JobRequest) -> float | None:

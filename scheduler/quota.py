@@ -486,14 +486,24 @@ class Ledger:
         acc = self.account(team, model)
         return 0.0 if acc is None else acc.quota.nominal - acc.fixed
 
-    def nominal_free_at(self, team: str, model: str, gpus: float) -> float | None:
+    def nominal_free_at(
+        self,
+        team: str,
+        model: str,
+        gpus: float,
+        started: Sequence[tuple[float | None, float]] = (),
+    ) -> float | None:
         """When the team's running jobs on this quota will have ended (by their time limits)
-        enough for `gpus` more to fit its nominal; None if never known."""
+        enough for `gpus` more to fit its nominal; None if never known. `started`: (end,
+        GPUs) of jobs started on it since the snapshot (counted in its usage already)."""
         k = self.key(team, model)
         if k is None:
             return None
         acc = self.accounts[k]
-        return _fits_at(self._held.get(k, []), acc.used, acc.quota.nominal - gpus)
+        held = self._held.get(k, [])
+        if started:
+            held = [*held, *started]
+        return _fits_at(held, acc.used, acc.quota.nominal - gpus)
 
     def held(self, key: tuple[str, str]) -> Sequence[tuple[float | None, float]]:
         """(end, GPUs) of the running jobs on a quota, as the snapshot gave them."""

@@ -396,9 +396,11 @@ class KubernetesBackend:
         # and the timer that closes those left idle.
         self._log_streams: list[_LogStream] = []
         self._log_reaper: threading.Timer | None = None
+        self._closed = False  # no answer is kept after close(), even by a read under way
 
     def close(self) -> None:
         with self._log_lock:
+            self._closed = True
             streams, self._log_streams = self._log_streams, []
             if self._log_reaper is not None:
                 self._log_reaper.cancel()
@@ -855,8 +857,9 @@ class KubernetesBackend:
             base = max((o for o in known if o <= offset), default=0)
             start = known.get(base)
         try:
-            if finished:
-                data, cursor = self._stream_log(key, base, start, offset, limit)
+            streamed = self._stream_log(key, base, start, offset, limit) if finished else None
+            if streamed is not None:
+                data, cursor = streamed
             else:
                 try:
                     data, cursor = self._walk_log(
@@ -885,7 +888,7 @@ class KubernetesBackend:
         start: LogCursor | None,
         offset: int,
         limit: int,
-    ) -> tuple[bytes, LogCursor | None]:
+    ) -> tuple[bytes, LogCursor | None] | None:
         """A read of a finished container's log (it grows no more): from an answer kept open
         where an earlier read of this process left it, else from a new answer begun at the
         nearest position known below `offset` (the log's start at worst) and asked to run to
@@ -902,6 +905,12 @@ class KubernetesBackend:
                 return self._read_stream(stream, offset, limit)
             except (httpx2.TransportError, httpx2.StreamError):
                 pass  # cut while it was kept: a new answer, as below
+        with self._log_lock:
+            if self._closed or len(self._log_streams) >= LOG_STREAMS_KEPT:
+                # Every place is taken: a new answer would push out another download's,
+                # which would then open one again (each runs to the log's end). None: read
+                # this piece as a running log's (sinceTime), at that cost.
+                return None
         namespace, pod, _ = key
         return self._call(
             f"logs of pod {namespace}/{pod}",
@@ -930,10 +939,13 @@ class KubernetesBackend:
     def _keep_stream(self, stream: _LogStream) -> None:
         stream.used = self._clock()
         with self._log_lock:
-            self._log_streams.append(stream)
-            dropped = self._log_streams[:-LOG_STREAMS_KEPT]
-            self._log_streams = self._log_streams[-LOG_STREAMS_KEPT:]
-            self._reap_later()
+            if self._closed:
+                dropped = [stream]
+            else:
+                self._log_streams.append(stream)
+                dropped = self._log_streams[:-LOG_STREAMS_KEPT]
+                self._log_streams = self._log_streams[-LOG_STREAMS_KEPT:]
+                self._reap_later()
         for s in dropped:
             s.close()
 

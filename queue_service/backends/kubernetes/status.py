@@ -455,6 +455,13 @@ def volcano_job_status(
             JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase),
             ended_first=ended_first,
         )
+    if phase == "Completing":
+        # The master succeeded (TaskCompleted -> CompleteJob) and Volcano deletes the rest:
+        # running while they stop, succeeded once only pods no kubelet can confirm are left
+        # (on a node gone or unreachable), never a node failure: the work is done.
+        if (completing := _stopping(eid, pods, phase, gone, unreachable)) is not None:
+            return completing
+        return Observation(JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase))
     if phase in ("Failed", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
