@@ -57,8 +57,9 @@ def sshd(
             transport = paramiko.Transport(sock)
             transport.add_server_key(host_key)
             transports.append(transport)
-            # A client that refuses the host key hangs up during the handshake.
-            with contextlib.suppress(paramiko.SSHException, EOFError):
+            # A client that refuses the host key hangs up during the handshake (a reset
+            # when its socket closes before ours has read).
+            with contextlib.suppress(paramiko.SSHException, EOFError, ConnectionResetError):
                 transport.start_server(server=server)
 
     threading.Thread(target=serve, daemon=True).start()
