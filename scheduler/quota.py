@@ -11,11 +11,13 @@ but not on any nodes until running jobs end (both from time limits), wants the n
 then: until then it is lent, but only to jobs whose time limit ends first, so by the limits
 the loan is back before the owner can use it (if running jobs end early, the owner reclaims
 as from any borrower).
-`lending_limit` caps what an owner lends; a team never borrows its own idle quota (it is
-its nominal already). Idle quota of an exact model is lent for that model; idle "*" quota
-for any model, whatever model the borrower's quota is written for. Capacity of a model that
-is nobody's nominal quota (beyond its own quotas', and in all beyond the "*" quotas') is lent
-for that model, so quotas that do not add up to the cluster waste nothing.
+`lending_limit` caps what an owner lends; a team never borrows its own idle quota (it is its
+nominal already), and since it borrows on a quota only once it uses all that quota's
+nominal, loans other teams hold on that idle nominal must then be on other lenders' and
+count against what is lent to it. Idle quota of an exact model is lent for that model; idle
+"*" quota for any model, whatever model the borrower's quota is written for. Capacity of a
+model that is nobody's nominal quota (beyond its own quotas', and in all beyond the "*"
+quotas') is lent for that model, so quotas that do not add up to the cluster waste nothing.
 
 Non-preemptible jobs of a team together stay within its nominal quota; the part of a team's
 usage above nominal is then always held by preemptible jobs, which another team reclaiming
@@ -168,12 +170,12 @@ class Ledger:
                 elif ready < later.get(k, math.inf):
                     later[k] = ready
         # Lending pools by quota model ("*" lends for any model): what accounts lend for good
-        # (`given`) less what is borrowed of it (`pool`), and who borrowed it (`drawn`, so no
-        # team borrows its own). Idle nominal whose owner has a blocked job is lent only until
-        # that job could start on the owner's nominal (`until`, from the owner's running
-        # jobs' ends; not at all when one of them has no end), or until a job waiting for
-        # nodes could start, if sooner: by the limits the loan is back before the owner needs
-        # it, and the nominal does not sit idle meanwhile.
+        # (`given`) less what is borrowed of it (`pool`; below zero when an owner took back what
+        # others hold), and who borrowed it (`drawn`, so no team borrows its own). Idle nominal
+        # whose owner has a blocked job is lent only until that job could start on the owner's
+        # nominal (`until`, from the owner's running jobs' ends; not at all when one of them has no
+        # end), or until a job waiting for nodes could start, if sooner: by the limits the loan is
+        # back before the owner needs it, and the nominal does not sit idle meanwhile.
         self.pool: dict[str, float] = {}
         self.given: dict[str, float] = {}
         self.drawn: dict[tuple[str, str], float] = {}
@@ -266,15 +268,22 @@ class Ledger:
         k = self.key(team, model)
         return None if k is None else self.accounts[k]
 
-    def _pooled(self, m: str, team: str, left: float) -> float:
-        """What `team` may borrow of the `left` > 0 idle nominal lent for good under quota
-        model `m`: within it, and within what the other teams lend less what it borrowed
-        already (then some assignment of every loan to a lender of another team exists)."""
+    def _pooled(self, m: str, team: str, left: float, own_moved: float = 0.0) -> float:
+        """What `team` may borrow of the `left` idle nominal lent for good under quota model
+        `m`: within it, and within what the other teams lend less what it borrowed already
+        (then some assignment of every loan to a lender of another team exists), and less
+        `own_moved` of its loans from another pool (only other teams' idle nominal can hold
+        them). Below zero: loans that need other lenders (an owner took back what they
+        held, or more of its own loans moved here than other teams lend)."""
+        if left < 0.0:
+            return left
         k = (team, m)
-        others = self.given[m] - self.drawn.get(k, 0.0)
+        others = self.given.get(m, 0.0) - self.drawn.get(k, 0.0)
         own = self.accounts.get(k)
         if own is not None and own.loan is None:
             others -= own.lent
+        if own_moved > 0.0:
+            return min(left, max(others, 0.0) - own_moved)
         return left if left < others else (others if others > 0.0 else 0.0)
 
     def lendable(self, model: str, ends: float | None = None, team: str | None = None) -> float:
@@ -282,19 +291,59 @@ class Ledger:
         to end, so only quota idle for good): other teams' idle nominal (not `team`'s own)
         and capacity of that model that is nobody's quota."""
         total = 0.0
-        if self.unowned_total > 0.0:
-            total = min(self.unowned.get(model, 0.0), self.unowned_total)
         # Checked for every job that would borrow: written out, without calls it can skip.
         pool, until = self.pool, self.until
+        if team is None:
+            if self.unowned_total > 0.0:
+                total = min(self.unowned.get(model, 0.0), self.unowned_total)
+            for m in (model,) if model == ANY_MODEL else (model, ANY_MODEL):
+                left = pool.get(m, 0.0)
+                if left > 1e-12:
+                    total += left
+                if ends is not None and m in until:
+                    total += sum(x.amount for x in until[m] if ends <= x.at and x.amount > 0.0)
+            return total
+        k = self.key(team, model)
+        # Loans of this model that need other lenders ("*" may hold them), and of them, the
+        # team's own (which its own idle "*" nominal cannot hold).
+        carry = carry_own = 0.0
+        rest = 0.0  # loans for other models that need capacity nobody owns
         for m in (model,) if model == ANY_MODEL else (model, ANY_MODEL):
             left = pool.get(m, 0.0)
-            if left > 1e-12:
-                total += left if team is None else self._pooled(m, team, left)
+            if m == ANY_MODEL and model != ANY_MODEL:
+                # So may loans for other models that an owner of their quota took back;
+                # beyond "*", only capacity nobody owns may, which all models share.
+                gone = -sum(x for m2, x in pool.items() if x < 0.0 and m2 not in (m, model))
+                rest = max(0.0, gone - max(left, 0.0))
+                left = max(left - gone, min(left, 0.0)) - carry
+            if k is not None and m == k[1]:
+                # It borrows on this quota only once it uses all its nominal: loans held on
+                # its idle nominal then need other lenders.
+                acc = self.accounts[k]
+                if acc.loan is None:
+                    left -= acc.lent
+                elif acc.lent > 1e-12:
+                    left -= acc.lent - acc.loan.amount  # what borrowers hold of its loan
+                part = left
+            elif left > 1e-12 or left < -1e-12 or carry_own > 0.0:
+                part = self._pooled(m, team, left, carry_own)
+            else:
+                part = 0.0
+            if m != ANY_MODEL:
+                if part < 0.0:
+                    carry, part = -part, 0.0
+                    carry_own = min(carry, self.drawn.get((team, m), 0.0))
+            else:
+                carry = 0.0
+            total += part
             if ends is not None and m in until:
                 for loan in until[m]:
                     if ends <= loan.at and loan.amount > 0.0 and loan.team != team:
                         total += loan.amount
-        return total
+        total -= carry
+        if self.unowned_total > rest:
+            total += min(self.unowned.get(model, 0.0), self.unowned_total - rest)
+        return total if total > 0.0 else 0.0
 
     def lent_until(self, models: Iterable[str]) -> float | None:
         """The latest time to which some quota for these models is lent, if any."""

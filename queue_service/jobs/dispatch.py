@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, IntegerField, OuterRef, Q, Sum, Value
+from django.db.models import Exists, F, IntegerField, OuterRef, Q, QuerySet, Sum, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -56,6 +56,8 @@ REMOTE_TO_STATE = {
 }
 # Remote endings that a retry policy may turn into a new attempt.
 RETRYABLE = {RemoteState.NODE_FAILURE: "node_failure", RemoteState.PREEMPTED: "preemption"}
+# The reason of a running job that its cluster put back to wait (_apply_status).
+CLUSTER_HOLDS = "cluster_holds"
 
 
 def cluster_config(cluster: Cluster) -> ClusterConfig:
@@ -777,11 +779,19 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 and job.state in (S.QUEUED, S.DISPATCHING)
                 and job.reason.get("message") != status.reason
             ):
-                Job.objects.filter(
-                    pk=job.pk, state=job.state, attempts=job.attempts, external_id=job.external_id
-                ).update(reason=_reason("backend_pending", status.reason), **fields)
+                _as_read(job).update(reason=_reason("backend_pending", status.reason), **fields)
+            if job.state == S.RUNNING:
+                # Put back to wait by the cluster itself (Kueue's eviction, a gang restarted in
+                # place, Slurm's requeue): the cluster still holds it, so it stays running
+                # here, saying so until it runs again.
+                said = status.reason or status.native_state or remote
+                reason = _reason(CLUSTER_HOLDS, f"the cluster holds it waiting: {said}")
+                if (job.reason, job.remote_state) != (reason, fields["remote_state"]):
+                    _as_read(job).update(reason=reason, **fields)
             return False
         if remote == RemoteState.RUNNING:
+            if job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS:
+                _as_read(job).update(reason={}, **fields)
             if job.state in (S.QUEUED, S.DISPATCHING):
                 transition(
                     job,
@@ -1025,6 +1035,13 @@ def _try(job: Job, to: str, **kwargs: Any) -> bool:
         return True
     except StaleState:
         return False
+
+
+def _as_read(job: Job) -> QuerySet[Job]:
+    """The job's row if still as it was read: a stale read never writes onto a later attempt."""
+    return Job.objects.filter(
+        pk=job.pk, state=job.state, attempts=job.attempts, external_id=job.external_id
+    )
 
 
 def _reason(code: str, message: str) -> dict[str, Any]:

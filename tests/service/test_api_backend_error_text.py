@@ -43,38 +43,37 @@ def on_the_cluster(people: Any, cluster: Cluster, external_id: str) -> Job:
     return job
 
 
-def test_alice_reading_logs_from_a_cluster_that_refuses_the_connection_gets_a_503_with_its_summary(
-    client_for: Any, people: Any, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("external_id", "status", "said", "own_words"),
+    [
+        # The login node refuses the connection: transient.
+        ("4242", 503, REFUSED, "svc-gpuq@127.0.0.1:{port}"),
+        # The job ran as a Unix account since taken out of the cluster's `accounts`
+        # setting: permanent, and the own words name that account.
+        ("svc-old:4242", 502, UNUSABLE, "svc-old"),
+    ],
+    ids=["refused-503", "account-gone-502"],
+)
+def test_alice_reading_logs_from_a_cluster_that_does_not_answer_gets_its_summary(
+    client_for: Any,
+    people: Any,
+    caplog: pytest.LogCaptureFixture,
+    external_id: str,
+    status: int,
+    said: str,
+    own_words: str,
 ) -> None:
     port = closed_port()
     cluster = unreachable_slurm(port)
-    job = on_the_cluster(people, cluster, "4242")
+    job = on_the_cluster(people, cluster, external_id)
 
     with caplog.at_level(logging.WARNING):
         response = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/")
 
-    assert response.status_code == 503
-    assert response.json() == {"detail": REFUSED}
+    assert response.status_code == status
+    assert response.json() == {"detail": said}
     assert not [w for w in transport_words(port) if w in response.content.decode()]
-    assert f"svc-gpuq@127.0.0.1:{port}" in caplog.text  # the own words, for site staff
-
-
-def test_alice_reading_logs_as_an_account_the_cluster_no_longer_has_gets_a_502_with_its_summary(
-    client_for: Any, people: Any, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The job ran as a Unix account since taken out of the cluster's `accounts` setting: a
-    permanent error, whose words name that account."""
-    port = closed_port()
-    cluster = unreachable_slurm(port)
-    job = on_the_cluster(people, cluster, "svc-old:4242")
-
-    with caplog.at_level(logging.WARNING):
-        response = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/")
-
-    assert response.status_code == 502
-    assert response.json() == {"detail": UNUSABLE}
-    assert not [w for w in transport_words(port) if w in response.content.decode()]
-    assert "svc-old" in caplog.text
+    assert own_words.format(port=port) in caplog.text  # for site staff
 
 
 @pytest.mark.parametrize(

@@ -47,6 +47,7 @@ from .inventory import (
     MIG_STATE_LABEL,
     inventory,
     node_mig_strategy,
+    not_ready,
     unreachable,
 )
 from .manifests import (
@@ -66,6 +67,7 @@ from .status import (
     LIVE_PHASES,
     STOPPED_UNSTARTED,
     Observation,
+    nodes_deleting,
     nodes_wanted,
     observe,
     started,
@@ -82,6 +84,10 @@ TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
 TOO_LARGE = "etcdserver: request is too large"
 MIG_LAYOUT_STATES = ("pending", "rebooting", "success", "failed")
 RELEASE_TRIES = 3
+# How long the last Node list tells the nodes' state: the sync lists nodes just before its
+# poll; a process that polls or stops jobs otherwise (a stop's worker) may hold a list of
+# long ago. An older list is read again for the nodes that pods being deleted are on.
+NODE_LIST_FRESH_S = 10.0
 # The kubelet's log timestamp (timestamps=true): RFC3339 with a fixed-width fraction, then
 # a space, at the start of every line (not of a line's later CRI entries: kubernetes#113481).
 LOG_PREFIX = re.compile(
@@ -387,8 +393,11 @@ class KubernetesBackend:
         # before poll): a pod bound or pinned to a name missing there is looked for once more.
         self._node_names: frozenset[str] | None = None
         # Those of them the node lifecycle controller had marked unreachable (not Ready,
-        # tainted node.kubernetes.io/unreachable): a pod being deleted there stays terminating.
+        # tainted node.kubernetes.io/unreachable): a pod being deleted there stays terminating;
+        # and those tainted node.kubernetes.io/not-ready for their kubelet's NotReady.
         self._unreachable: frozenset[str] = frozenset()
+        self._not_ready: frozenset[str] = frozenset()
+        self._nodes_listed_at = 0.0  # this clock's time of that list
         # (namespace, pod, uid) -> log offset -> where that offset is: see logs().
         self._log_cursors: OrderedDict[tuple[str, str, str], dict[int, LogCursor]] = OrderedDict()
         self._log_lock = threading.Lock()
@@ -583,7 +592,9 @@ class KubernetesBackend:
                 found.append(
                     (ref, obj, pods_by_owner.get(obj["metadata"]["uid"], []) if obj else [])
                 )
-        gone = self._gone_nodes([pod for _, _, pods in found for pod in pods])
+        gone, unreachable_nodes, not_ready_nodes = self._node_states(
+            [pod for _, _, pods in found for pod in pods]
+        )
         for ref, obj, pods in found:
             seen = observe(
                 ref.external_id,
@@ -593,28 +604,37 @@ class KubernetesBackend:
                 now=now,
                 image_pull_grace_s=self.settings.image_pull_grace_s,
                 gone_nodes=gone,
-                unreachable_nodes=self._unreachable,
+                unreachable_nodes=unreachable_nodes,
+                not_ready_nodes=not_ready_nodes,
             )
             out[ref.external_id] = (ref, obj, seen, pods)
         return out
 
-    def _gone_nodes(self, pods: Sequence[Obj]) -> frozenset[str]:
-        """The nodes these pods run on or wait for that no longer exist (deleted: a failure,
-        a scale-down). Looked up in the last Node list (the sync's nodes(), just before its
-        poll): no call at all while every node is there; a name missing from it is looked
-        for with one GET (it may have joined since), or, without a list yet or without
-        `get` on nodes, in a new list. A look that fails finds none gone: the next poll
-        looks again, and the jobs' own states are reported meanwhile. The same list (or GET)
-        tells which of the nodes are unreachable (self._unreachable)."""
+    def _node_states(
+        self, pods: Sequence[Obj]
+    ) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+        """(gone, unreachable, not ready) among the nodes these pods run on or wait for.
+        Gone: no longer exists (deleted: a failure, a scale-down). Looked up in the last Node
+        list (the sync's nodes(), just before its poll): no call at all while every node is
+        there; a name missing from it is looked for with one GET (it may have joined since),
+        or, without a list yet or without `get` on nodes, in a new list. The same list (or
+        GET) tells which nodes are unreachable or NotReady; a list older than
+        NODE_LIST_FRESH_S is read again (one GET each) for the nodes that pods being deleted
+        are on, the only pods whose reading depends on it. A look that fails finds none gone,
+        and takes none of the nodes it was to read again for unreachable or NotReady (the
+        next poll looks again; the jobs' own states are reported meanwhile)."""
         wanted = nodes_wanted(pods)
         if not wanted:
-            return frozenset()
+            return frozenset(), self._unreachable, self._not_ready
         known = self._node_names
+        recheck: frozenset[str] = frozenset()
         gone: set[str] = set()
         try:
             if known is None:
-                return wanted - self._list_node_names()
-            for name in sorted(wanted - known):
+                return wanted - self._list_node_names(), self._unreachable, self._not_ready
+            if self._clock() - self._nodes_listed_at >= NODE_LIST_FRESH_S:
+                recheck = nodes_deleting(pods)
+            for name in sorted((wanted - known) | recheck):
                 try:
                     node = self._call(
                         f"get node {name}",
@@ -623,25 +643,42 @@ class KubernetesBackend:
                     ).to_dict()
                 except ApiError as exc:
                     if exc.status.code != 404:  # no `get` on nodes: a list tells as well
-                        return wanted - self._list_node_names()
+                        gone = set(wanted - self._list_node_names())
+                        break
                     gone.add(name)
+                    self._forget_node(name)
                 else:
-                    self._node_names = known = known | {name}
-                    if unreachable(node):
-                        self._unreachable = self._unreachable | {name}
+                    self._remember_node(node)
         except BackendError:
-            return frozenset()
-        return frozenset(gone)
+            return frozenset(), self._unreachable - recheck, self._not_ready - recheck
+        return frozenset(gone), self._unreachable, self._not_ready
 
     def _list_node_names(self) -> frozenset[str]:
-        listed = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
-        self._remember_nodes(listed)
+        self._list_nodes()
         assert self._node_names is not None
         return self._node_names
 
-    def _remember_nodes(self, listed: Sequence[Obj]) -> None:
+    def _list_nodes(self) -> list[Obj]:
+        at = self._clock()
+        listed = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
         self._node_names = frozenset(n["metadata"]["name"] for n in listed)
         self._unreachable = frozenset(n["metadata"]["name"] for n in listed if unreachable(n))
+        self._not_ready = frozenset(n["metadata"]["name"] for n in listed if not_ready(n))
+        self._nodes_listed_at = at
+        return listed
+
+    def _remember_node(self, node: Obj) -> None:
+        """One node as a GET found it, in place of what the last list said of it."""
+        name = node["metadata"]["name"]
+        self._node_names = (self._node_names or frozenset()) | {name}
+        self._unreachable = (self._unreachable - {name}) | ({name} if unreachable(node) else set())
+        self._not_ready = (self._not_ready - {name}) | ({name} if not_ready(node) else set())
+
+    def _forget_node(self, name: str) -> None:
+        if self._node_names is not None:
+            self._node_names = self._node_names - {name}
+        self._unreachable = self._unreachable - {name}
+        self._not_ready = self._not_ready - {name}
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held
@@ -1183,8 +1220,7 @@ class KubernetesBackend:
     # --- inventory and MIG ----------------------------------------------------------------
 
     def nodes(self) -> list[NodeInfo]:
-        nodes = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
-        self._remember_nodes(nodes)
+        nodes = self._list_nodes()
         pods = self._call(
             "list gpuq pods",
             lambda: [

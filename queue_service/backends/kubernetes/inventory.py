@@ -27,6 +27,7 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"  # GFD's: single | mixed (| none)
 UNREACHABLE_TAINT = "node.kubernetes.io/unreachable"  # the node lifecycle controller's
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"  # its too, when the kubelet says NotReady
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "gpuq.io/")
 _PROFILE = re.compile(r"^(\d)g\.(\d+)gb(\+me)?$")
 _SINGLE_PRODUCT = re.compile(r"^(?P<model>.+)-MIG-(?P<profile>\dg\.\d+gb(\+me)?)$")
@@ -237,6 +238,18 @@ def unreachable(node: Obj) -> bool:
     ready, _ = _ready(node)
     taints = node.get("spec", {}).get("taints") or []
     return not ready and any(t.get("key") == UNREACHABLE_TAINT for t in taints)
+
+
+def not_ready(node: Obj) -> bool:
+    """Whether the node is not Ready and the node lifecycle controller has tainted it
+    `node.kubernetes.io/not-ready:NoExecute`, as it does when the kubelet reports NotReady (a
+    hung container runtime, PLEG, a network plugin): the taint manager deletes its pods once
+    their toleration (300 s by default) runs out, and a hung runtime may never stop them."""
+    ready, _ = _ready(node)
+    taints = node.get("spec", {}).get("taints") or []
+    return not ready and any(
+        t.get("key") == NOT_READY_TAINT and t.get("effect") == "NoExecute" for t in taints
+    )
 
 
 def _ready(node: Obj) -> tuple[bool, str]:

@@ -21,7 +21,12 @@ Judgement calls (docs/kubernetes.md explains them):
   its unreachable toleration ran out) on a node that is unreachable (not Ready, tainted
   node.kubernetes.io/unreachable): no kubelet confirms its end, so it stays terminating, and
   `Running`, until the node comes back or is deleted. An unreachable node whose pods are not
-  being deleted (yet) ends nothing: it may come back;
+  being deleted (yet) ends nothing: it may come back. So is a pod the taint manager is
+  deleting (DeletionByTaintManager) from a node whose kubelet reports it NotReady (tainted
+  node.kubernetes.io/not-ready): a hung runtime may never stop it; a pod deleted there for
+  another reason is waited for, since that kubelet still confirms what it stops;
+- a suspended batch Job (Kueue's eviction or preemption) -> QUEUED, before any node loss: the
+  Job controller deletes its pods, so one stuck on a lost node goes because of the suspension;
 - `started` on an end, where the objects tell: a container that ran, the Job's `ready` or
   `succeeded` counts, Volcano's phase history (`status.conditions`) says True; a batch Job never
   started by its controller (no `status.startTime`: Kueue still held it), a Volcano Job that was
@@ -40,6 +45,7 @@ from .manifests import CONTAINER, HOSTNAME_LABEL
 
 Obj = Mapping[str, Any]
 
+TAINT_EVICTION = "DeletionByTaintManager"  # the taint eviction controller's DisruptionTarget
 PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
 PULL_PROBLEMS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
@@ -208,11 +214,35 @@ def nodes_wanted(pods: Sequence[Obj]) -> frozenset[str]:
     return frozenset(out)
 
 
-def _lost(pod: Obj, gone: Set[str], unreachable: Set[str] = frozenset()) -> tuple[str, str] | None:
+def nodes_deleting(pods: Sequence[Obj]) -> frozenset[str]:
+    """The nodes that pods being deleted (not ended) are bound to: whether such a pod is lost
+    depends on its node's state now (_lost)."""
+    return frozenset(
+        str(node)
+        for p in pods
+        if (node := _get(p, "spec", "nodeName"))
+        and _get(p, "metadata", "deletionTimestamp")
+        and _get(p, "status", "phase") not in TERMINAL_PHASES
+    )
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """What the backend found of the nodes pods are on: deleted; marked unreachable (Ready
+    Unknown, tainted node.kubernetes.io/unreachable); reported NotReady by their kubelet and
+    tainted node.kubernetes.io/not-ready (inventory.unreachable, inventory.not_ready)."""
+
+    gone: Set[str] = frozenset()
+    unreachable: Set[str] = frozenset()
+    not_ready: Set[str] = frozenset()
+
+
+def _lost(pod: Obj, nodes: _Nodes) -> tuple[str, str] | None:
     """(reason, native) when the pod's node is gone: no kubelet will run or stop it, and a
     gang pinned to that node can never be placed again; or when the pod is being deleted on a
     node that is unreachable: no kubelet confirms that it stopped, so it stays terminating
-    (phase Running) for as long as the node stays away."""
+    (phase Running) for as long as the node stays away; or when the taint manager is deleting
+    it from a NotReady node (past the pods' toleration of the not-ready taint)."""
     name = _name(pod)
     for cond in _get(pod, "status", "conditions") or []:
         if (
@@ -229,16 +259,23 @@ def _lost(pod: Obj, gone: Set[str], unreachable: Set[str] = frozenset()) -> tupl
         return f"pod {name}: state Unknown (its node stopped reporting)", "NodeLost"
     bound = _get(pod, "spec", "nodeName")
     if bound:
-        if bound in gone:
+        if bound in nodes.gone:
             return f"pod {name}: its node {bound} no longer exists", "NodeLost"
-        if bound in unreachable and _get(pod, "metadata", "deletionTimestamp"):
+        if not _get(pod, "metadata", "deletionTimestamp"):
+            return None
+        why, native = _disruption_cause(pod)
+        if bound in nodes.unreachable:
             reason = (
                 f"pod {name} lost: its node {bound} is unreachable and the pod is being deleted"
             )
-            why, native = _disruption_cause(pod)
             return (f"{reason} ({why})" if why else reason), native or "NodeLost"
+        # That kubelet still reports and confirms the stops it can make: only the taint
+        # manager's deletion says that the node failed (a hung runtime keeps the pod there).
+        if bound in nodes.not_ready and native == TAINT_EVICTION:
+            reason = f"pod {name} lost: its node {bound} is not ready and the pod is being deleted"
+            return f"{reason} ({why})", native
         return None
-    missing = sorted(pinned_nodes(pod) & gone)
+    missing = sorted(pinned_nodes(pod) & nodes.gone)
     if missing:
         return f"pod {name} waits for node {missing[0]}, which no longer exists", "NodeLost"
     return None
@@ -252,11 +289,9 @@ def _disruption_cause(pod: Obj) -> tuple[str, str]:
     return "", ""
 
 
-def _node_lost(
-    eid: str, pods: Sequence[Obj], gone: Set[str], unreachable: Set[str] = frozenset()
-) -> Observation | None:
+def _node_lost(eid: str, pods: Sequence[Obj], nodes: _Nodes) -> Observation | None:
     for pod in sorted(pods, key=_name):
-        lost = _lost(pod, gone, unreachable)
+        lost = _lost(pod, nodes)
         if lost is not None:
             reason, native = lost
             return Observation(
@@ -266,22 +301,14 @@ def _node_lost(
     return None
 
 
-def _stopping(
-    eid: str,
-    pods: Sequence[Obj],
-    native: str,
-    gone: Set[str] = frozenset(),
-    unreachable: Set[str] = frozenset(),
-) -> Observation | None:
+def _stopping(eid: str, pods: Sequence[Obj], native: str, nodes: _Nodes) -> Observation | None:
     """A stopped workload whose pods still run (or wait) within their grace period has not
     ended: RUNNING, which changes nothing for a job being stopped, until they are gone (QUEUED
     when none of its pods ever started: such a wait is no run). A pod whose node is gone is
     not waited for: no kubelet will stop it, and its GPUs went with the node; nor is one
-    being deleted on an unreachable node: no kubelet there confirms its end."""
+    lost on an unreachable or NotReady node (_lost): no kubelet there confirms its end."""
     live = [
-        p
-        for p in pods
-        if _get(p, "status", "phase") in LIVE_PHASES and _lost(p, gone, unreachable) is None
+        p for p in pods if _get(p, "status", "phase") in LIVE_PHASES and _lost(p, nodes) is None
     ]
     if not live:
         return None
@@ -357,13 +384,14 @@ def batch_job_status(
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
     unreachable_nodes: Set[str] = frozenset(),
+    not_ready_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(JobStatus(eid, RemoteState.LOST, reason="the Job no longer exists"))
     conds = _true_conditions(job)
     deleting = bool(_get(job, "metadata", "deletionTimestamp"))
-    gone, unreachable = gone_nodes, unreachable_nodes
-    stopping = _stopping(eid, pods, "Terminating", gone, unreachable) if deleting else None
+    nodes = _Nodes(gone_nodes, unreachable_nodes, not_ready_nodes)
+    stopping = _stopping(eid, pods, "Terminating", nodes) if deleting else None
     if stopping is not None:
         return stopping
     if "Complete" in conds:
@@ -376,7 +404,7 @@ def batch_job_status(
         # The controller marks a Job failing (FailureTarget; Failed too before Kubernetes
         # 1.31, kubernetes#123775), then deletes its other pods: their GPUs are busy until
         # they are gone, and their exit codes are known only then.
-        if (failing := _stopping(eid, pods, "Failing", gone, unreachable)) is not None:
+        if (failing := _stopping(eid, pods, "Failing", nodes)) is not None:
             return failing
         return Observation(
             _failed_job(eid, failed, pods),
@@ -386,13 +414,15 @@ def batch_job_status(
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
         )
-    if (lost := _node_lost(eid, pods, gone, unreachable)) is not None:
-        return lost
     if "Suspended" in conds or _get(job, "spec", "suspend"):
+        # Before any node loss: the Job controller deletes a suspended Job's pods, so one
+        # stuck on a lost node goes because Kueue took the job back, which Kueue resumes.
         message = "suspended: waiting for admission by Kueue"
         return Observation(
             JobStatus(eid, RemoteState.QUEUED, reason=message, native_state="Suspended")
         )
+    if (lost := _node_lost(eid, pods, nodes)) is not None:
+        return lost
     want = int(_get(job, "spec", "parallelism") or 1)
     running = _pods_running(pods, want)
     if running >= want:
@@ -437,17 +467,18 @@ def volcano_job_status(
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
     unreachable_nodes: Set[str] = frozenset(),
+    not_ready_nodes: Set[str] = frozenset(),
 ) -> Observation:
     if job is None:
         return Observation(
             JobStatus(eid, RemoteState.LOST, reason="the Volcano Job no longer exists")
         )
-    gone, unreachable = gone_nodes, unreachable_nodes
+    nodes = _Nodes(gone_nodes, unreachable_nodes, not_ready_nodes)
     phase = _get(job, "status", "state", "phase") or "Pending"
     message = _get(job, "status", "state", "message") or ""
     retries = int(_get(job, "status", "retryCount") or 0)
     stopped = bool(_get(job, "metadata", "deletionTimestamp")) or phase in ("Aborting", "Aborted")
-    if stopped and (stopping := _stopping(eid, pods, phase, gone, unreachable)) is not None:
+    if stopped and (stopping := _stopping(eid, pods, phase, nodes)) is not None:
         return stopping
     ended_first = _ended_first(job, _get(job, "status", "state", "lastTransitionTime"))
     if phase == "Completed":
@@ -458,14 +489,14 @@ def volcano_job_status(
     if phase == "Completing":
         # The master succeeded (TaskCompleted -> CompleteJob) and Volcano deletes the rest:
         # running while they stop, succeeded once only pods no kubelet can confirm are left
-        # (on a node gone or unreachable), never a node failure: the work is done.
-        if (completing := _stopping(eid, pods, phase, gone, unreachable)) is not None:
+        # (lost: _lost), never a node failure: the work is done.
+        if (completing := _stopping(eid, pods, phase, nodes)) is not None:
             return completing
         return Observation(JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase))
     if phase in ("Failed", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
-        if (failing := _stopping(eid, pods, phase, gone, unreachable)) is not None:
+        if (failing := _stopping(eid, pods, phase, nodes)) is not None:
             return failing
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
@@ -478,7 +509,7 @@ def volcano_job_status(
     # the new pods stay pinned to the same nodes: one that is gone would hold it for ever, and
     # one stuck terminating on an unreachable node keeps it Restarting (it recreates the gang
     # only once no pod is terminating).
-    if (lost := _node_lost(eid, pods, gone, unreachable)) is not None:
+    if (lost := _node_lost(eid, pods, nodes)) is not None:
         return lost
     if phase in VOLCANO_ACTIVE or phase == "Terminating":
         state = RemoteState.RUNNING
@@ -524,9 +555,12 @@ def observe(
     image_pull_grace_s: float,
     gone_nodes: Set[str] = frozenset(),
     unreachable_nodes: Set[str] = frozenset(),
+    not_ready_nodes: Set[str] = frozenset(),
 ) -> Observation:
     """`gone_nodes`: nodes the backend found missing from the cluster; `unreachable_nodes`:
-    nodes the node lifecycle controller marked unreachable (inventory.unreachable)."""
+    nodes the node lifecycle controller marked unreachable (inventory.unreachable);
+    `not_ready_nodes`: nodes their kubelet reports NotReady, tainted for it
+    (inventory.not_ready)."""
     mapper = volcano_job_status if kind == "vcjob" else batch_job_status
     seen = mapper(
         eid,
@@ -536,6 +570,7 @@ def observe(
         image_pull_grace_s=image_pull_grace_s,
         gone_nodes=gone_nodes,
         unreachable_nodes=unreachable_nodes,
+        not_ready_nodes=not_ready_nodes,
     )
     status = seen.status
     if job is None or status.state not in RemoteState.TERMINAL or status.started is not None:

@@ -451,7 +451,8 @@ class SlurmBackend:
         call jobs lost. One sacct (all records of each job) for the ids squeue no longer
         shows, and for those whose end squeue reads as never started (cancelled while they
         waited): a job Slurm requeued and that was cancelled while it waited to run again
-        ended the same way, and only accounting keeps its earlier run. slurmdbd failing
+        ended the same way, and only accounting keeps its earlier run (sacct -D also lists
+        older jobs with the same id: parse_sacct keeps this job's records). slurmdbd failing
         leaves the latter unknown (the service charges them: a run missed is lost for good)
         rather than failing the poll."""
         result = self._exec(account, commands.squeue(ids))
@@ -466,10 +467,25 @@ class SlurmBackend:
             result = self._exec(account, commands.sacct(missing + waited))
             if result.rc == 0:
                 accounted = parsers.parse_sacct(result.stdout)
+                unsure = [
+                    i
+                    for i in waited
+                    if i in accounted
+                    and accounted[i].started is None
+                    and accounted[i].state in RemoteState.TERMINAL
+                ]
+                if unsure:
+                    accounted = parsers.parse_sacct(result.stdout, self._workdirs(account, unsure))
                 found.update((i, accounted[i]) for i in missing if i in accounted)
                 for i in waited:
-                    if i in accounted and accounted[i].started:
-                        found[i] = dataclasses.replace(found[i], started=True)
+                    earlier = accounted.get(i)
+                    # None from an ended job: a run sacct cannot yet tell its or an older
+                    # job's with the same id (parse_sacct).
+                    if earlier is not None and (
+                        earlier.started
+                        or (earlier.started is None and earlier.state in RemoteState.TERMINAL)
+                    ):
+                        found[i] = dataclasses.replace(found[i], started=earlier.started)
             elif missing:
                 raise parsers.command_error(
                     "sacct", result.stderr, result.rc, rejection_is_permanent=False
@@ -488,6 +504,14 @@ class SlurmBackend:
             or JobStatus(i, RemoteState.LOST, reason="Slurm no longer knows this job")
             for i in ids
         }
+
+    def _workdirs(self, account: _Account, ids: list[str]) -> dict[str, str]:
+        """{id: WorkDir} of jobs squeue still shows; empty if squeue fails (then whether
+        they ran stays unknown)."""
+        result = self._exec(account, commands.workdirs(ids))
+        if result.rc != 0:
+            return {}
+        return {job_id: workdir for workdir, job_id in parsers.parse_lookup(result.stdout).items()}
 
     # -- cancel ----------------------------------------------------------------------------
 

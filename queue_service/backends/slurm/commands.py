@@ -16,7 +16,8 @@ from queue_service.backends.base import BackendError
 SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,Reason:"
 # Start and NodeList: whether an ended job ever ran (its end cannot tell: a job cancelled
 # while it waited and one cancelled while it ran both end `CANCELLED by <uid>|0:0`).
-SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,NodeList,Reason"
+# WorkDir: which records of an id are this job's (see `sacct`).
+SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,NodeList,WorkDir,Reason"
 SINFO_FORMAT = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:"
 # How far back sacct looks for an earlier submission of the same attempt.
 LOOKUP_WINDOW = "now-30days"
@@ -43,11 +44,18 @@ def sacct(external_ids: Sequence[str]) -> str:
     that Slurm requeued (a node failure, `scontrol requeue`) has a record of its own, and the
     last record of a job cancelled while it waited for its next run shows no nodes.
 
-    -D also lists an older job that had the same id (ids restart at 1 when Slurm's state is
-    wiped while slurmdbd keeps its records, and wrap at MaxJobId): its run would count as
-    this job's. Its name cannot tell them apart: right after a waiting job is cancelled, its
-    last record is named `allocation` (seen in the lab), and only later the job's name."""
+    -D also lists older jobs that had the same id (ids restart at 1 when Slurm's state is
+    wiped while slurmdbd keeps its records, and wrap at MaxJobId). WorkDir tells them apart
+    (`parsers.parse_sacct`): gpuq gives each attempt a directory of its own. Submit cannot:
+    Slurm resets it at every requeue. Nor can the name, nor -S without the time of our
+    first submit, which poll does not have."""
     return f"sacct -n -P -X -D -j {job_ids(external_ids)} -o {SACCT_FIELDS}"
+
+
+def workdirs(external_ids: Sequence[str]) -> str:
+    """Each job's WorkDir while slurmctld still has the job: for the few seconds its last
+    accounting record has none (`parsers.parse_sacct`)."""
+    return f"squeue -h -a -t all -j {job_ids(external_ids)} -O 'JobID:|,WorkDir:'"
 
 
 def sinfo(partition: str | None) -> str:

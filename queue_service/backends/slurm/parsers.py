@@ -141,25 +141,37 @@ def _record_ran(start: str, nodes: str) -> bool:
     return start.strip() not in _NO_START and nodes.strip() not in _NO_NODES
 
 
-def parse_sacct(text: str) -> dict[str, JobStatus]:
-    """`sacct -n -P -X -D -o JobIDRaw,State,ExitCode,Start,NodeList,Reason` rows: every
-    record of each id, oldest first. A job's state, exit code and reason are its last
+def parse_sacct(text: str, workdirs: Mapping[str, str] | None = None) -> dict[str, JobStatus]:
+    """`sacct -n -P -X -D -o JobIDRaw,State,ExitCode,Start,NodeList,WorkDir,Reason` rows:
+    every record of each id, oldest first. A job's state, exit code and reason are its last
     record's. It ran if any of its records had a start and nodes: its end cannot tell
     (`CANCELLED by <uid>|0:0` either way), and nor can Start alone. A job cancelled while it
     waited has Start `None`, unless slurmdbd had not yet recorded it waiting: then Start is
     the time of the cancel, and only NodeList (`None assigned`) says it never ran. A job
     Slurm requeued (`REQUEUED`; `NODE_FAIL` after a node failure) keeps each run in a
     record of its own, so one cancelled while it waited to run again ran, though its last
-    record says otherwise."""
+    record says otherwise.
+
+    The job's records are those with its last record's WorkDir: -D also lists older jobs
+    that had the id, and gpuq gives each attempt a directory of its own. For a few seconds
+    after a job that slurmdbd had no record of its current wait is cancelled, that last
+    record has no WorkDir (and is named `allocation`): `workdirs` ({id: WorkDir}, from
+    squeue) may then give it; without it, whether an earlier record that ran was this job's
+    is unknown."""
     records: dict[str, list[list[str]]] = {}
-    for row in _rows(text, 6):
+    for row in _rows(text, 7):
         records.setdefault(row[0], []).append(row)
     found: dict[str, JobStatus] = {}
     for job_id, rows in records.items():
-        _, state, exit_code, _, _, reason = rows[-1]
+        _, state, exit_code, _, _, workdir, reason = rows[-1]
         status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
-        if any(_record_ran(row[3], row[4]) for row in rows):
+        workdir = workdir.strip() or (workdirs or {}).get(job_id, "")
+        earlier = [row for row in rows[:-1] if workdir and row[5].strip() == workdir]
+        own = [*earlier, rows[-1]]
+        if any(_record_ran(row[3], row[4]) for row in own):
             status = dataclasses.replace(status, started=True)
+        elif not workdir and any(_record_ran(row[3], row[4]) for row in rows):
+            status = dataclasses.replace(status, started=None)
         elif status.state in RemoteState.TERMINAL:
             status = dataclasses.replace(status, started=False)
         found[job_id] = status

@@ -139,12 +139,16 @@ def test_a_job_cancelled_before_it_started_ends_as_one_cancelled_while_it_ran() 
 
 # (a sacct row, whether the job ran)
 SACCT_ROWS = [
-    ("ended, start Unknown", "7|CANCELLED by 0|0:0|Unknown|None assigned|None", False),
-    ("ended, start empty", "7|CANCELLED by 0|0:0||None assigned|None", False),
-    ("a start but no nodes", "7|CANCELLED by 0|0:0|2026-12-02T07:37:23|None assigned|None", False),
-    ("SLURM_TIME_FORMAT=relative", "7|CANCELLED by 0|0:0|Tue 07:33|gpu[1-2]|None", True),
-    ("still waiting", "7|PENDING|0:0|Unknown|None assigned|Priority", None),
-    ("running", "7|RUNNING|0:0|2026-12-02T07:33:48|gpu1|None", True),
+    ("ended, start Unknown", "7|CANCELLED by 0|0:0|Unknown|None assigned|/jobs/j.1|None", False),
+    ("ended, start empty", "7|CANCELLED by 0|0:0||None assigned|/jobs/j.1|None", False),
+    (
+        "a start but no nodes",
+        "7|CANCELLED by 0|0:0|2026-12-02T07:37:23|None assigned|/jobs/j.1|None",
+        False,
+    ),
+    ("SLURM_TIME_FORMAT=relative", "7|CANCELLED by 0|0:0|Tue 07:33|gpu[1-2]|/jobs/j.1|None", True),
+    ("still waiting", "7|PENDING|0:0|Unknown|None assigned|/jobs/j.1|Priority", None),
+    ("running", "7|RUNNING|0:0|2026-12-02T07:33:48|gpu1|/jobs/j.1|None", True),
 ]
 
 
@@ -158,13 +162,13 @@ def test_a_sacct_row_says_whether_the_job_ran(row: str, ran: bool | None) -> Non
 # Records of id 7, oldest first, as sacct -D lists a job Slurm requeued: its run is in the first.
 REQUEUED_RECORDS = {
     "requeued, waiting to run again": [
-        "7|REQUEUED|0:0|2026-12-02T07:33:48|gpu2|None",
-        "7|PENDING|0:0|Unknown|None assigned|BeginTime",
+        "7|REQUEUED|0:0|2026-12-02T07:33:48|gpu2|/jobs/j.1|None",
+        "7|PENDING|0:0|Unknown|None assigned|/jobs/j.1|BeginTime",
     ],
     # a node failure in the lab (shared notes, slurm-lab.md): the first run ends NODE_FAIL
     "requeued after a node failure, then cancelled": [
-        "7|NODE_FAIL|0:0|2026-12-02T07:33:48|gpu3|None",
-        "7|CANCELLED by 0|0:0|None|None assigned|BeginTime",
+        "7|NODE_FAIL|0:0|2026-12-02T07:33:48|gpu3|/jobs/j.1|None",
+        "7|CANCELLED by 0|0:0|None|None assigned|/jobs/j.1|BeginTime",
     ],
 }
 
