@@ -898,8 +898,12 @@ def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, A
     retries = job.spec.get("retries") or {}
     if cause == "preemption":
         # Ours: why it stopped (the cycle's sentence, its reason while it left), not how the
-        # backend saw the stop ("cancelled"). The cluster's own: the cluster's words.
-        message = (job.reason or {}).get("message") or status.reason or "preempted"
+        # backend saw the stop ("cancelled"). The cluster's own: the cluster's words (also
+        # after the cluster held it waiting, which is no reason for the end).
+        ours = job.reason or {}
+        if ours.get("code") == CLUSTER_HOLDS:
+            ours = {}
+        message = ours.get("message") or status.reason or "preempted"
     else:
         message = status.reason or cause.replace("_", " ")
     # Retries used: the requeues so far (not the attempts, which suspends also add to).

@@ -381,6 +381,7 @@ class KubernetesBackend:
         *,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         timeout = httpx2.Timeout(settings.request_timeout_s)
@@ -389,6 +390,7 @@ class KubernetesBackend:
         self._raw = AdapterClient(config, ConnectionParams(timeout=timeout, trust_env=False))
         self._sleep = sleep
         self._clock = clock
+        self._monotonic = monotonic  # for ages: a wall clock may step back
         # The names of every node of the last Node list (nodes(), which the sync calls just
         # before poll): a pod bound or pinned to a name missing there is looked for once more.
         self._node_names: frozenset[str] | None = None
@@ -397,7 +399,11 @@ class KubernetesBackend:
         # and those tainted node.kubernetes.io/not-ready for their kubelet's NotReady.
         self._unreachable: frozenset[str] = frozenset()
         self._not_ready: frozenset[str] = frozenset()
-        self._nodes_listed_at = 0.0  # this clock's time of that list
+        self._nodes_listed_at = 0.0  # self._monotonic's time of that list
+        # The threads of a process share this backend (a stop's poll beside the sync): a GET
+        # answered before a newer list was taken must not be written over that list.
+        self._nodes_lock = threading.Lock()
+        self._nodes_listed = 0  # lists taken so far
         # (namespace, pod, uid) -> log offset -> where that offset is: see logs().
         self._log_cursors: OrderedDict[tuple[str, str, str], dict[int, LogCursor]] = OrderedDict()
         self._log_lock = threading.Lock()
@@ -632,9 +638,10 @@ class KubernetesBackend:
         try:
             if known is None:
                 return wanted - self._list_node_names(), self._unreachable, self._not_ready
-            if self._clock() - self._nodes_listed_at >= NODE_LIST_FRESH_S:
+            if self._monotonic() - self._nodes_listed_at >= NODE_LIST_FRESH_S:
                 recheck = nodes_deleting(pods)
             for name in sorted((wanted - known) | recheck):
+                listed = self._nodes_listed
                 try:
                     node = self._call(
                         f"get node {name}",
@@ -646,11 +653,13 @@ class KubernetesBackend:
                         gone = set(wanted - self._list_node_names())
                         break
                     gone.add(name)
-                    self._forget_node(name)
+                    self._forget_node(name, listed)
                 else:
-                    self._remember_node(node)
+                    self._remember_node(node, listed)
         except BackendError:
             return frozenset(), self._unreachable - recheck, self._not_ready - recheck
+        # A list taken meanwhile (another thread's) is newer than these GETs.
+        gone -= self._node_names or frozenset()
         return frozenset(gone), self._unreachable, self._not_ready
 
     def _list_node_names(self) -> frozenset[str]:
@@ -659,26 +668,40 @@ class KubernetesBackend:
         return self._node_names
 
     def _list_nodes(self) -> list[Obj]:
-        at = self._clock()
+        at = self._monotonic()
         listed = self._call("list nodes", lambda: [n.to_dict() for n in self.client.list(Node)])
-        self._node_names = frozenset(n["metadata"]["name"] for n in listed)
-        self._unreachable = frozenset(n["metadata"]["name"] for n in listed if unreachable(n))
-        self._not_ready = frozenset(n["metadata"]["name"] for n in listed if not_ready(n))
-        self._nodes_listed_at = at
+        with self._nodes_lock:
+            self._node_names = frozenset(n["metadata"]["name"] for n in listed)
+            self._unreachable = frozenset(n["metadata"]["name"] for n in listed if unreachable(n))
+            self._not_ready = frozenset(n["metadata"]["name"] for n in listed if not_ready(n))
+            self._nodes_listed_at = at
+            self._nodes_listed += 1
         return listed
 
-    def _remember_node(self, node: Obj) -> None:
-        """One node as a GET found it, in place of what the last list said of it."""
+    def _remember_node(self, node: Obj, listed: int) -> bool:
+        """One node as a GET found it, in place of what the last list said of it, unless a
+        list was taken since the GET was sent (`listed`: the lists taken then)."""
         name = node["metadata"]["name"]
-        self._node_names = (self._node_names or frozenset()) | {name}
-        self._unreachable = (self._unreachable - {name}) | ({name} if unreachable(node) else set())
-        self._not_ready = (self._not_ready - {name}) | ({name} if not_ready(node) else set())
+        with self._nodes_lock:
+            if self._nodes_listed != listed:
+                return False
+            self._node_names = (self._node_names or frozenset()) | {name}
+            self._unreachable = (self._unreachable - {name}) | (
+                {name} if unreachable(node) else set()
+            )
+            self._not_ready = (self._not_ready - {name}) | ({name} if not_ready(node) else set())
+            return True
 
-    def _forget_node(self, name: str) -> None:
-        if self._node_names is not None:
-            self._node_names = self._node_names - {name}
-        self._unreachable = self._unreachable - {name}
-        self._not_ready = self._not_ready - {name}
+    def _forget_node(self, name: str, listed: int) -> bool:
+        """A GET found no such node: as _remember_node."""
+        with self._nodes_lock:
+            if self._nodes_listed != listed:
+                return False
+            if self._node_names is not None:
+                self._node_names = self._node_names - {name}
+            self._unreachable = self._unreachable - {name}
+            self._not_ready = self._not_ready - {name}
+            return True
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held

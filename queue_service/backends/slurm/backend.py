@@ -466,16 +466,10 @@ class SlurmBackend:
         if missing or waited:
             result = self._exec(account, commands.sacct(missing + waited))
             if result.rc == 0:
-                accounted = parsers.parse_sacct(result.stdout)
-                unsure = [
-                    i
-                    for i in waited
-                    if i in accounted
-                    and accounted[i].started is None
-                    and accounted[i].state in RemoteState.TERMINAL
-                ]
-                if unsure:
-                    accounted = parsers.parse_sacct(result.stdout, self._workdirs(account, unsure))
+                # The directories of the jobs squeue still shows: sacct's records of an id
+                # may all be an older job's (parse_sacct).
+                workdirs = self._workdirs(account, waited) if waited else {}
+                accounted = parsers.parse_sacct(result.stdout, workdirs)
                 found.update((i, accounted[i]) for i in missing if i in accounted)
                 for i in waited:
                     earlier = accounted.get(i)

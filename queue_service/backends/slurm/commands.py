@@ -53,8 +53,8 @@ def sacct(external_ids: Sequence[str]) -> str:
 
 
 def workdirs(external_ids: Sequence[str]) -> str:
-    """Each job's WorkDir while slurmctld still has the job: for the few seconds its last
-    accounting record has none (`parsers.parse_sacct`)."""
+    """Each job's WorkDir while slurmctld still has the job: which of the id's accounting
+    records are its, also before slurmdbd has any (`parsers.parse_sacct`)."""
     return f"squeue -h -a -t all -j {job_ids(external_ids)} -O 'JobID:|,WorkDir:'"
 
 

@@ -155,17 +155,30 @@ def parse_sacct(text: str, workdirs: Mapping[str, str] | None = None) -> dict[st
     The job's records are those with its last record's WorkDir: -D also lists older jobs
     that had the id, and gpuq gives each attempt a directory of its own. For a few seconds
     after a job that slurmdbd had no record of its current wait is cancelled, that last
-    record has no WorkDir (and is named `allocation`): `workdirs` ({id: WorkDir}, from
-    squeue) may then give it; without it, whether an earlier record that ran was this job's
-    is unknown."""
+    record has no WorkDir (and is named `allocation`), and before slurmdbd has any record of
+    a new job, every record is an older job's: `workdirs` ({id: WorkDir}, from squeue, which
+    still shows such jobs) tells them apart; without it, the last record's WorkDir is taken,
+    and where there is none, whether an earlier record that ran was this job's is unknown."""
     records: dict[str, list[list[str]]] = {}
     for row in _rows(text, 7):
         records.setdefault(row[0], []).append(row)
     found: dict[str, JobStatus] = {}
     for job_id, rows in records.items():
+        known = (workdirs or {}).get(job_id, "").strip()
+        if known:
+            # The job's directory, from squeue: its records are those in it, and a last one
+            # without any (its cancel, just recorded); none while slurmdbd has no record of it
+            # yet, when every record is an older job's.
+            rows = [
+                row
+                for i, row in enumerate(rows)
+                if row[5].strip() == known or (i == len(rows) - 1 and not row[5].strip())
+            ]
+            if not rows:
+                continue
         _, state, exit_code, _, _, workdir, reason = rows[-1]
         status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
-        workdir = workdir.strip() or (workdirs or {}).get(job_id, "")
+        workdir = known or workdir.strip()
         earlier = [row for row in rows[:-1] if workdir and row[5].strip() == workdir]
         own = [*earlier, rows[-1]]
         if any(_record_ran(row[3], row[4]) for row in own):

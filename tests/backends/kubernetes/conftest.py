@@ -86,7 +86,9 @@ def kubeconfig(url: str, token: str = "t0ken") -> str:  # noqa: S107 (a fake ser
 
 def make_backend(api: FakeApiServer, clock: FakeClock, **settings: Any) -> KubernetesBackend:
     parsed = parse_settings({"kubeconfig": kubeconfig(api.url), "request_timeout_s": 2, **settings})
-    return KubernetesBackend(parsed, load_config(parsed), sleep=clock.sleep, clock=clock)
+    return KubernetesBackend(
+        parsed, load_config(parsed), sleep=clock.sleep, clock=clock, monotonic=clock
+    )
 
 
 @pytest.fixture

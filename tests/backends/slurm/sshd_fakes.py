@@ -85,9 +85,10 @@ def sshd(
 
 
 class LoginNode(LetsAnyoneIn):
-    """An sshd that answers each command by its first word (`squeue`, `sacct`) with
-    (stdout, stderr, exit status), as a login node's Slurm would: tests give it what the real
-    commands printed (data/). It records the commands it was sent."""
+    """An sshd that answers each command by its first word (`squeue`, `sacct`; `squeue
+    WorkDir` for the squeue that asks jobs' directories, if given) with (stdout, stderr, exit
+    status), as a login node's Slurm would: tests give it what the real commands printed
+    (data/). It records the commands it was sent."""
 
     def __init__(self, answers: Mapping[str, tuple[str, str, int]]) -> None:
         self.answers = dict(answers)
@@ -96,7 +97,10 @@ class LoginNode(LetsAnyoneIn):
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
         text = command.decode()
         self.commands.append(text)
-        stdout, stderr, rc = self.answers[text.split(" ", 1)[0]]
+        word = text.split(" ", 1)[0]
+        stdout, stderr, rc = self.answers.get(
+            f"{word} WorkDir" if "WorkDir" in text else word, self.answers[word]
+        )
 
         def answer() -> None:
             # Once the client has sent its stdin and EOF, which it does only after the exec

@@ -115,14 +115,30 @@ def test_poll_asks_squeue_for_the_workdir_when_sacct_cannot_tell_whose_run_it_wa
     ]
 
 
-def test_poll_asks_no_workdir_once_sacct_has_the_jobs_details() -> None:
+def test_poll_asks_squeue_once_for_the_workdirs_of_the_jobs_it_read_as_ended_unstarted() -> None:
     ids = [JOBS["cancelled_waiting"], JOBS["requeued_cancelled_at_once"]]
     backend, sent = answering(
-        data("squeue_reused_ids.txt"), data("sacct_reused_ids.txt"), "unexpected"
+        data("squeue_reused_ids.txt"),
+        data("sacct_reused_ids.txt"),
+        data("squeue_reused_ids_workdirs.txt"),
     )
     statuses = backend.poll(ids)
     assert [statuses[i].started for i in ids] == [False, True]
-    assert [c.split()[0] for c in sent] == ["squeue", "sacct"]
+    assert sent == [commands.squeue(ids), commands.sacct(ids), commands.workdirs(ids)]
+
+
+def test_before_slurmdbd_has_a_record_of_a_job_an_older_jobs_run_is_not_its_own() -> None:
+    """Until slurmdbd records the cancel of a job that waited, every record of its id is an
+    older job's (here, the first line of the lab's capture: the older job 142, COMPLETED on
+    gpu1); squeue still shows the job, and its WorkDir."""
+    job_id = JOBS["cancelled_at_once"]
+    older_only = data("sacct_reused_id_cancelled_at_once.txt").splitlines()[0] + "\n"
+    assert parsers.parse_sacct(older_only)[job_id].started is True  # read alone: the old run
+    backend, _ = answering(
+        data("squeue_reused_ids.txt"), older_only, data("squeue_reused_ids_workdirs.txt")
+    )
+    status = backend.poll([job_id])[job_id]
+    assert (status.state, status.started) == (RemoteState.CANCELLED, False)
 
 
 def test_when_squeue_cannot_give_the_workdir_whether_the_job_ran_is_unknown() -> None:
