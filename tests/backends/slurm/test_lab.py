@@ -196,7 +196,14 @@ def test_a_job_that_ran_then_was_requeued_and_cancelled_while_it_waited_again_ra
             return run(command, stdin=stdin)
 
         monkeypatch.setattr(requeuing, "_run", squeue_forgot_it)
-        seen_by_sacct = wait_for(requeuing, external_id)
+        # Once slurmdbd has the cancel's details (seconds; squeue forgets a job only after
+        # MinJobAge): until then the last record has no WorkDir, and whether the job ran is
+        # not known (parse_sacct).
+        seen_by_sacct = wait_for(
+            requeuing,
+            external_id,
+            lambda s: s.state in RemoteState.TERMINAL and s.started is not None,
+        )
     finally:
         requeuing.connection.close()
     assert {
