@@ -156,6 +156,7 @@ def _deleted_by_gpuq_on(node: str) -> dict[str, Any]:
     return p
 
 
+@pytest.mark.parametrize("node_state", ["unreachable_nodes", "not_ready_nodes"])
 @pytest.mark.parametrize(
     ("kind", "obj"),
     [
@@ -165,8 +166,8 @@ def _deleted_by_gpuq_on(node: str) -> dict[str, Any]:
     ],
     ids=["batch", "volcano", "volcano restarting"],
 )
-def test_a_pod_the_taint_manager_is_deleting_from_a_not_ready_node_is_a_node_failure(
-    kind: str, obj: Any
+def test_a_pod_the_taint_manager_is_deleting_from_an_unreachable_or_not_ready_node_is_lost(
+    kind: str, obj: Any, node_state: str
 ) -> None:
     seen = observe(
         f"ns/{kind}/j",
@@ -175,7 +176,7 @@ def test_a_pod_the_taint_manager_is_deleting_from_a_not_ready_node_is_a_node_fai
         [_evicted_on("h100-02")],
         now=NOW,
         image_pull_grace_s=GRACE,
-        not_ready_nodes={"h100-02"},
+        **{node_state: {"h100-02"}},
     )
     assert (seen.status.state, seen.stop) == (R.NODE_FAILURE, True), seen
     assert seen.status.native_state == "DeletionByTaintManager"

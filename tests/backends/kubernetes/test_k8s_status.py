@@ -405,24 +405,6 @@ def _evicted_on(node: str) -> dict[str, Any]:
     return p
 
 
-@pytest.mark.parametrize(
-    ("kind", "obj"),
-    [("job", job("job_running")), ("vcjob", vcjob("vcjob_running"))],
-)
-def test_a_pod_being_deleted_on_an_unreachable_node_is_a_node_failure(kind: str, obj: Any) -> None:
-    seen = observe(
-        f"ns/{kind}/j",
-        kind,
-        obj,
-        [_evicted_on("h100-02")],
-        now=NOW,
-        image_pull_grace_s=GRACE,
-        unreachable_nodes={"h100-02"},
-    )
-    assert (seen.status.state, seen.stop) == (R.NODE_FAILURE, True), seen
-    assert seen.status.native_state == "DeletionByTaintManager"
-
-
 def test_a_pod_on_an_unreachable_node_that_is_not_being_deleted_still_runs() -> None:
     """Within its toleration of the unreachable taint the node may come back."""
     running = [_bound(pod("pod_running"), "h100-02")]
