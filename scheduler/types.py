@@ -150,7 +150,7 @@ class JobRequest:
 @dataclass(frozen=True, slots=True)
 class PendingJob:
     request: JobRequest
-    # Seconds of work already done and kept (checkpoint) - informational for estimates.
+    # Runs so far (a preempted job waiting again has had one); informational, no rule reads it.
     attempts: int = 0
 
 

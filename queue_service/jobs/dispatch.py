@@ -34,12 +34,15 @@ from queue_service.clusters.services import reaching_error_summary
 from .models import Job, JobEvent
 from .notify import deliver_due
 from .services import (
+    CLUSTER_HOLDS,
     StaleState,
     cancelled_by,
     cancelled_reason,
+    hold_run,
     note,
     record_unseen_run,
     request_cycle,
+    rerun_held,
     stopping_reason,
     transition,
 )
@@ -56,8 +59,6 @@ REMOTE_TO_STATE = {
 }
 # Remote endings that a retry policy may turn into a new attempt.
 RETRYABLE = {RemoteState.NODE_FAILURE: "node_failure", RemoteState.PREEMPTED: "preemption"}
-# The reason of a running job that its cluster put back to wait (_apply_status).
-CLUSTER_HOLDS = "cluster_holds"
 
 
 def cluster_config(cluster: Cluster) -> ClusterConfig:
@@ -784,14 +785,15 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 # Put back to wait by the cluster itself (Kueue's eviction, a gang restarted in
                 # place, Slurm's requeue): the cluster still holds it, so it stays running
                 # here, saying so until it runs again.
+                # Its run ends meanwhile: the team is not charged for the wait.
                 said = status.reason or status.native_state or remote
                 reason = _reason(CLUSTER_HOLDS, f"the cluster holds it waiting: {said}")
                 if (job.reason, job.remote_state) != (reason, fields["remote_state"]):
-                    _as_read(job).update(reason=reason, **fields)
+                    hold_run(job, _as_read(job), timezone.now(), reason=reason, **fields)
             return False
         if remote == RemoteState.RUNNING:
             if job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS:
-                _as_read(job).update(reason={}, **fields)
+                rerun_held(job, _as_read(job), timezone.now(), reason={}, **fields)
             if job.state in (S.QUEUED, S.DISPATCHING):
                 transition(
                     job,

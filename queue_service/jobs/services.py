@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
@@ -26,6 +27,9 @@ from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, duration_text, p
 
 log = logging.getLogger(__name__)
 S = Job.State
+# The reason code of a running job its cluster put back to wait (dispatch._apply_status), and
+# what its run ended by.
+CLUSTER_HOLDS = "cluster_holds"
 
 ALLOWED: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED, S.SUSPENDED}),
@@ -119,6 +123,33 @@ def _open_run(job: Job, started_at: Any) -> None:
         placement=job.placement,
         started_at=started_at,
     )
+
+
+def hold_run(job: Job, as_read: QuerySet[Job], now: datetime, **fields: Any) -> bool:
+    """The cluster put a running job back to wait while holding it (Kueue's eviction, Slurm's
+    requeue): it stays running, `fields` saying so, but its run ends now, so its team is not
+    charged for the wait. Only while the job is still as read (`as_read` hits its row); True
+    if it was."""
+    with transaction.atomic():
+        if as_read.update(**fields) != 1:
+            return False
+        JobRun.objects.filter(job=job, ended_at__isnull=True).update(
+            ended_at=now, ended_by=CLUSTER_HOLDS
+        )
+    return True
+
+
+def rerun_held(job: Job, as_read: QuerySet[Job], now: datetime, **fields: Any) -> bool:
+    """A job the cluster held waiting runs again: a new run of the same attempt is charged from
+    now. Once (its row locked: two syncs that see it at once open one run); True if this call
+    found it still as read."""
+    with transaction.atomic():
+        if not list(as_read.select_for_update().values_list("pk")):
+            return False
+        as_read.update(**fields)
+        if not job.runs.filter(ended_at__isnull=True).exists():
+            _open_run(job, now)
+    return True
 
 
 def record_unseen_run(job: Job, started_at: datetime) -> bool:

@@ -18,8 +18,11 @@ import pytest
 import yaml
 
 from queue_service.clusters.models import Cluster
-from queue_service.jobs.dispatch import sync_cluster
-from tests.conftest import lab_missing
+from queue_service.jobs.dispatch import run_once, sync_cluster
+from queue_service.jobs.models import Job
+from queue_service.jobs.services import submit_job
+from queue_service.tenancy.models import Quota
+from tests.conftest import lab_missing, spec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "backends" / "kubernetes"))
 from k8s_fakeapi import FakeApiServer
@@ -63,6 +66,30 @@ def fake_k8s(teams: Any) -> Callable[..., Any]:
             )
             sync_cluster(cluster.pk)
             yield cluster, sim
+
+    return make
+
+
+@pytest.fixture
+def running_on_k8s(fake_k8s: Any, people: Any, teams: Any) -> Callable[..., Any]:
+    """`with running_on_k8s(**settings) as (job, sim)`: alice's job, running on an 8-GPU node
+    of the fake cluster (settings as the cluster row's, e.g. `workload="indexed"`)."""
+    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=8)
+
+    @contextmanager
+    def make(**settings: Any) -> Iterator[tuple[Job, Sim]]:
+        with fake_k8s(
+            setup=lambda sim: sim.node("gpu-1", gpus=8), image_default="busybox", **settings
+        ) as (_, sim):
+            job = submit_job(people["alice"], spec(name="on-k8s", cluster="k8s")).job
+            run_once()
+            job.refresh_from_db()
+            assert job.state == Job.State.QUEUED, job.reason
+            sim.run(job.external_id)
+            run_once()
+            job.refresh_from_db()
+            assert job.state == Job.State.RUNNING
+            yield job, sim
 
     return make
 

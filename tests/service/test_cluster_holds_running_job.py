@@ -6,47 +6,24 @@ again."""
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from queue_service.backends.base import JobStatus, RemoteState
-from queue_service.jobs.dispatch import _apply_status, run_once, sync_cluster
-from queue_service.jobs.models import Job
-from queue_service.jobs.services import submit_job
-from queue_service.tenancy.models import Quota
+from queue_service.jobs.dispatch import _apply_status, sync_cluster
+from queue_service.jobs.models import Job, JobRun
+from queue_service.jobs.services import _open_run, submit_job
+from queue_service.jobs.snapshot import _usage_by_team
 from tests.conftest import spec
 
 S = Job.State
 KUEUE = "suspended: waiting for admission by Kueue"
 HELD = f"the cluster holds it waiting: {KUEUE}"
-
-
-@pytest.fixture
-def running(fake_k8s: Any, people: Any, teams: Any) -> Callable[[], Any]:
-    """`with running() as (job, sim)`: alice's job, running as a batch Job (which Kueue may
-    suspend) on the fake Kubernetes cluster."""
-    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=8)
-
-    @contextmanager
-    def make() -> Iterator[tuple[Job, Any]]:
-        with fake_k8s(
-            setup=lambda sim: sim.node("gpu-1", gpus=8), image_default="busybox", workload="indexed"
-        ) as (_, sim):
-            job = submit_job(people["alice"], spec(name="on-k8s", cluster="k8s")).job
-            run_once()
-            job.refresh_from_db()
-            sim.run(job.external_id)
-            run_once()
-            job.refresh_from_db()
-            assert job.state == S.RUNNING
-            yield job, sim
-
-    return make
 
 
 def kueue_evicts(sim: Any, job: Job) -> None:
@@ -72,9 +49,9 @@ def job_page(people: Any, job: Job) -> str:
 
 
 def test_a_running_job_the_cluster_puts_back_to_wait_stays_running_and_says_why(
-    running: Any, people: Any, client_for: Any
+    running_on_k8s: Any, people: Any, client_for: Any
 ) -> None:
-    with running() as (job, sim):
+    with running_on_k8s(workload="indexed") as (job, sim):
         kueue_evicts(sim, job)
         sync_cluster(job.cluster_id)
 
@@ -86,9 +63,9 @@ def test_a_running_job_the_cluster_puts_back_to_wait_stays_running_and_says_why(
 
 
 def test_the_clusters_wait_is_no_longer_shown_once_the_job_runs_again(
-    running: Any, people: Any, client_for: Any
+    running_on_k8s: Any, people: Any, client_for: Any
 ) -> None:
-    with running() as (job, sim):
+    with running_on_k8s(workload="indexed") as (job, sim):
         kueue_evicts(sim, job)
         sync_cluster(job.cluster_id)
         assert HELD in job_page(people, job)
@@ -125,3 +102,55 @@ def test_a_stale_status_of_an_earlier_attempt_leaves_the_later_attempts_wait_alo
 
     job.refresh_from_db()
     assert (job.state, job.reason["message"], job.remote_state) == (S.RUNNING, HELD, "Suspended")
+
+
+def charged(job: Job, at: datetime) -> float:
+    """The GPU-seconds fair share charges the job's team with, as of `at`."""
+    team = _usage_by_team(at).get(job.team_id, ())
+    return sum(bucket.gpu_seconds for bucket in team)
+
+
+def test_a_job_the_cluster_holds_waiting_is_not_charged_for_the_wait(
+    running_on_k8s: Any, people: Any
+) -> None:
+    with running_on_k8s(workload="indexed") as (job, sim):
+        kueue_evicts(sim, job)
+        sync_cluster(job.cluster_id)
+
+        (run,) = JobRun.objects.filter(job=job)
+        assert run.ended_at is not None and run.ended_by == "cluster_holds"
+        later = timezone.now() + timedelta(hours=1)
+        assert charged(job, later + timedelta(hours=1)) == charged(job, later)
+
+
+def test_a_held_job_that_runs_again_is_charged_again_in_a_new_run_of_the_same_attempt(
+    running_on_k8s: Any, people: Any
+) -> None:
+    with running_on_k8s(workload="indexed") as (job, sim):
+        kueue_evicts(sim, job)
+        sync_cluster(job.cluster_id)
+        sim.run(job.external_id)
+        sync_cluster(job.cluster_id)
+
+        first, second = JobRun.objects.filter(job=job).order_by("id")
+        assert (first.attempt, second.attempt) == (job.attempts, job.attempts)
+        assert second.ended_at is None and second.started_at >= first.ended_at
+        later = timezone.now() + timedelta(hours=1)
+        assert charged(job, later + timedelta(hours=1)) - charged(job, later) == pytest.approx(
+            job.gpus * 3600
+        )
+
+
+def test_two_syncs_that_both_read_a_held_job_running_again_open_one_run(people: Any) -> None:
+    job = submit_job(people["alice"], spec()).job
+    Job.objects.filter(pk=job.pk).update(state=S.RUNNING, external_id="x", attempts=1, reason={})
+    job.refresh_from_db()
+    _open_run(job, timezone.now())
+    _apply_status(job, JobStatus("x", RemoteState.QUEUED, reason="", native_state="REQUEUED"))
+    read_by_both = [Job.objects.get(pk=job.pk) for _ in range(2)]
+
+    for read in read_by_both:
+        _apply_status(read, JobStatus("x", RemoteState.RUNNING, native_state="RUNNING"))
+
+    assert JobRun.objects.filter(job=job, ended_at__isnull=True).count() == 1
+    assert JobRun.objects.filter(job=job).count() == 2

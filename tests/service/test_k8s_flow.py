@@ -4,8 +4,6 @@ before its owner cancelled it keeps its own end."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -13,43 +11,16 @@ from k8s_fakeapi import ApiError
 
 from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job
-from queue_service.jobs.services import cancel_job, resume_job, submit_job, suspend_job
-from queue_service.tenancy.models import Quota
-from tests.conftest import spec
+from queue_service.jobs.services import cancel_job, resume_job, suspend_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Job.State
 
 
-@pytest.fixture
-def running(fake_k8s: Any, people: Any, teams: Any) -> Callable[[], Any]:
-    """`with running() as (job, sim)`: alice's job, running on an 8-GPU node of the fake
-    cluster."""
-    Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=8)
-
-    @contextmanager
-    def make() -> Iterator[tuple[Job, Any]]:
-        with fake_k8s(setup=lambda sim: sim.node("gpu-1", gpus=8), image_default="busybox") as (
-            _,
-            sim,
-        ):
-            job = submit_job(people["alice"], spec(name="on-k8s", cluster="k8s")).job
-            run_once()
-            job.refresh_from_db()
-            assert job.state == S.QUEUED, job.reason
-            sim.run(job.external_id)
-            run_once()
-            job.refresh_from_db()
-            assert job.state == S.RUNNING
-            yield job, sim
-
-    return make
-
-
 def test_a_suspended_job_is_deleted_and_created_again_when_resumed(
-    running: Any, people: Any
+    running_on_k8s: Any, people: Any
 ) -> None:
-    with running() as (job, sim):
+    with running_on_k8s() as (job, sim):
         first = job.external_id
 
         suspend_job(people["alice"], job)
@@ -66,8 +37,10 @@ def test_a_suspended_job_is_deleted_and_created_again_when_resumed(
         assert job.external_id and job.external_id != first
 
 
-def test_a_job_that_ended_before_its_cancel_keeps_its_own_end(running: Any, people: Any) -> None:
-    with running() as (job, sim):
+def test_a_job_that_ended_before_its_cancel_keeps_its_own_end(
+    running_on_k8s: Any, people: Any
+) -> None:
+    with running_on_k8s() as (job, sim):
         sim.succeed(job.external_id)  # gpuq's next sync has not seen it when alice cancels
 
         cancel_job(people["alice"], job)

@@ -678,30 +678,28 @@ class KubernetesBackend:
             self._nodes_listed += 1
         return listed
 
-    def _remember_node(self, node: Obj, listed: int) -> bool:
+    def _remember_node(self, node: Obj, listed: int) -> None:
         """One node as a GET found it, in place of what the last list said of it, unless a
         list was taken since the GET was sent (`listed`: the lists taken then)."""
         name = node["metadata"]["name"]
         with self._nodes_lock:
             if self._nodes_listed != listed:
-                return False
+                return
             self._node_names = (self._node_names or frozenset()) | {name}
             self._unreachable = (self._unreachable - {name}) | (
                 {name} if unreachable(node) else set()
             )
             self._not_ready = (self._not_ready - {name}) | ({name} if not_ready(node) else set())
-            return True
 
-    def _forget_node(self, name: str, listed: int) -> bool:
+    def _forget_node(self, name: str, listed: int) -> None:
         """A GET found no such node: as _remember_node."""
         with self._nodes_lock:
             if self._nodes_listed != listed:
-                return False
+                return
             if self._node_names is not None:
                 self._node_names = self._node_names - {name}
             self._unreachable = self._unreachable - {name}
             self._not_ready = self._not_ready - {name}
-            return True
 
     def _release(self, ref: ObjectRef, obj: Obj) -> None:
         """Drop gpuq's finalizer once the end is reported, so a cancelled workload (held

@@ -365,6 +365,22 @@ def test_a_killed_node_is_reported_as_node_failure(
     assert next(n for n in backend.nodes() if n.name == "gpu3").state == "up"
 
 
+def test_a_killed_node_under_a_job_slurm_may_requeue_reads_as_waiting_not_as_a_failure(
+    restore_lab: None,
+) -> None:
+    """With `requeue: true` Slurm itself runs the job again; were it read as a node failure,
+    gpuq would retry it too and two copies would run."""
+    backend = lab_backend(requeue=True)
+    job = request(command=("sleep", "300"), placement=(AllocatedNode("gpu3"),))
+    external_id = backend.submit(job).external_id
+    wait_for(backend, external_id, running)
+    kill_node("gpu3")
+    status = wait_for(backend, external_id, lambda s: not running(s), timeout_s=90)
+    assert (status.state, status.native_state) == (RemoteState.QUEUED, "PENDING")
+    assert backend.cancel(external_id)
+    assert wait_for(backend, external_id).state == RemoteState.CANCELLED
+
+
 def test_a_restarted_controller_keeps_tracking_the_job(
     backend: SlurmBackend, restore_lab: None
 ) -> None:
