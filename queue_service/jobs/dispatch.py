@@ -595,8 +595,13 @@ def _charge_before_stop(job: Job, backend: Any) -> None:
 
 
 def _unseen(job: Job) -> bool:
-    """Being stopped, with no run of this attempt recorded: no sync saw it running."""
-    return job.state in Job.STOPPING and not job.runs.filter(attempt=max(job.attempts, 1)).exists()
+    """No sync saw it running since it was handed over or its cluster held it waiting: being
+    stopped, or held (`CLUSTER_HOLDS`), with no open run of this attempt."""
+    if job.state not in Job.STOPPING and not (
+        job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS
+    ):
+        return False
+    return not job.runs.filter(attempt=max(job.attempts, 1), ended_at__isnull=True).exists()
 
 
 def _ran(status: JobStatus) -> bool:
@@ -821,8 +826,9 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 reason={},
             )
         elif _ran(status) and _unseen(job):
-            # Asked to stop while gpuq knew it queued, it had started meanwhile: its run is
-            # charged as one seen, up to the end recorded now.
+            # Asked to stop while gpuq knew it queued, or held waiting by its cluster, it had
+            # started (again) meanwhile: its run is charged as one seen, up to the end recorded
+            # now.
             record_unseen_run(job, _earliest_start(job))
         if stopped and job.state == S.SUSPENDING and remote != RemoteState.TIMEOUT:
             # However it ended once asked to stop (a clean exit after its checkpoint, the
@@ -983,6 +989,16 @@ def _earliest_start(job: Job) -> datetime:
         and synced > queued
     ):
         start = max(start, synced)
+    # A run of this attempt ended when its cluster held it waiting: it ran again after that,
+    # and after the last sync that saw it still held.
+    held = (
+        job.runs.filter(attempt=max(job.attempts, 1), ended_at__isnull=False)
+        .order_by("-ended_at")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+    if held is not None:
+        start = max(held, synced) if synced is not None else held
     return min(start, now)
 
 

@@ -153,28 +153,43 @@ def rerun_held(job: Job, as_read: QuerySet[Job], now: datetime, **fields: Any) -
 
 
 def record_unseen_run(job: Job, started_at: datetime) -> bool:
-    """Open the run of a job being stopped that no sync saw running, once its cluster tells it
-    ran (seen running now, or an end only a run leaves): it is charged from `started_at` like
-    any other run, and its run ends with the job's move out of the running states. Once per
-    attempt, and only while the job is still where it was read (its row locked: a sync and a
-    stop that learn it at once open one run). True if it opened one."""
+    """Open the run of a job that no sync saw running since it was handed over or its cluster
+    held it waiting (being stopped, or held), once its cluster tells it ran (seen running now,
+    or an end only a run leaves): it is charged from `started_at` like any other run, and its
+    run ends with the job's move out of the running states. Only while it has no open run and
+    is still where it was read (its row locked: a sync and a stop that learn it at once open
+    one run). True if it opened one."""
     attempt = max(job.attempts, 1)
     with transaction.atomic():
         same = Job.objects.select_for_update().filter(
             pk=job.pk, state=job.state, attempts=job.attempts
         )
-        if not list(same.values_list("pk")) or job.runs.filter(attempt=attempt).exists():
+        if (
+            not list(same.values_list("pk"))
+            or job.runs.filter(attempt=attempt, ended_at__isnull=True).exists()
+        ):
             return False
+        held = job.runs.filter(attempt=attempt).exists()
         _open_run(job, started_at)
-        same.update(started_at=started_at)  # not updated_at: the stop's clock (overdue) runs on
+        if not held:  # a held job keeps its first start
+            # Not updated_at: the stop's clock (overdue) runs on.
+            same.update(started_at=started_at)
         note(
             job,
             "ran_unseen",
-            "it had started on the cluster before it was asked to stop (no sync saw it"
-            " running): its run counts from when it was handed over or last seen waiting",
+            (
+                "it ran again on the cluster after it was held waiting (no sync saw it running):"
+                " its run counts from when it was last seen waiting"
+            )
+            if held
+            else (
+                "it had started on the cluster before it was asked to stop (no sync saw it"
+                " running): its run counts from when it was handed over or last seen waiting"
+            ),
             {"attempt": attempt, "started_at": started_at.isoformat()},
         )
-    job.started_at = started_at
+    if not held:
+        job.started_at = started_at
     return True
 
 
