@@ -525,10 +525,57 @@ class YamlError(ValueError):
         self.shape = shape  # a file that parsed, but whose shape is refused
 
 
+class _CoreLoader(yaml.SafeLoader):
+    """YAML 1.2's core schema for plain scalars, as in JSON: only true/false are booleans
+    (YAML 1.1's bare `on`, `off`, `yes`, `no` are strings: `retries: {on: [...]}`), and
+    numbers are decimal, 0o octal or 0x hex (1.1's base-60 `12:00` and octal `010` are a
+    string and ten), so a job file means what the same spec means as JSON."""
+
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+_BOOL = "tag:yaml.org,2002:bool"
+_CoreLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT, _BOOL)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_CoreLoader.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_CoreLoader.add_implicit_resolver(
+    _INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), list("-+0123456789")
+)
+_CoreLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    digits = text.lstrip("+-")
+    sign = -1 if text.startswith("-") else 1
+    try:
+        if digits[:2] in ("0o", "0x"):
+            return sign * int(digits[2:], 8 if digits[1] == "o" else 16)
+        return sign * int(digits, 10)
+    except ValueError:  # an explicit !!int that is none
+        raise yaml.constructor.ConstructorError(
+            None, None, f"{text!r} is not an integer", node.start_mark
+        ) from None
+
+
+_CoreLoader.add_constructor(_INT, _core_int)
+
+
 def load_yaml_spec(text: str) -> dict[str, Any]:
     """Parse a YAML job file into the dict the serializer takes; syntax errors carry a line."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_CoreLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         line = mark.line + 1 if mark is not None else None
