@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
@@ -38,14 +40,20 @@ class JobCursorPagination(CursorPagination):
         return min(size, self.max_page_size)
 
     def decode_cursor(self, request: Request) -> Cursor | None:
+        raw = request.query_params.get(self.cursor_query_param, "")
         try:
+            # DRF's own decoding drops what is not base64 ("!!!" reads as the first page),
+            # and a cursor it gives out is never empty.
+            if raw and not base64.b64decode(raw.encode("ascii"), validate=True):
+                raise NotFound
             cursor = super().decode_cursor(request)
             # The position is a submitted_at (the first ordering field), as the API wrote it.
             if cursor is not None and cursor.position is not None:
                 when = parse_datetime(cursor.position)
                 if when is None or when.tzinfo is None:
                     raise NotFound
-        except (NotFound, ValueError):  # parse_datetime: a well-formed date that is not one
+        # ValueError: a date parse_datetime finds well-formed but that is none, or not ASCII.
+        except (NotFound, ValueError, binascii.Error):
             raise ValidationError(
                 {self.cursor_query_param: ["not a cursor from this API's next or previous links"]}
             ) from None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import re
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -46,6 +47,15 @@ def test_a_forged_cursor_position_is_a_400_naming_the_cursor(
     # DRF's cursor is base64 of "o=&r=&p=": the position p went straight into
     # filter(submitted_at__lt=p), and one that is not a time raised Django's ValidationError.
     response = _as(client_for, "alice").get("/api/v1/jobs/", {"cursor": _cursor(position)})
+    assert response.status_code == 400, response.content[:200]
+    assert list(response.json()) == ["cursor"]
+
+
+@pytest.mark.parametrize("cursor", ["!!!", "é", "==", "bz0x!"])
+def test_a_cursor_that_is_not_base64_or_is_empty_is_a_400_naming_the_cursor(
+    client_for: Any, alice_job: Job, cursor: str
+) -> None:
+    response = _as(client_for, "alice").get("/api/v1/jobs/?cursor=" + quote(cursor))
     assert response.status_code == 400, response.content[:200]
     assert list(response.json()) == ["cursor"]
 
