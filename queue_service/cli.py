@@ -136,7 +136,8 @@ def _http_error(exc: urllib.error.HTTPError) -> str:
     except ValueError:
         return f"the server answered {exc.code} {exc.reason}"
     if exc.code == 401:
-        return f"not signed in: {_flatten(body)[0]} (check GPUQ_TOKEN)"
+        said = _flatten(body)
+        return f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)"
     return f"the server answered {exc.code}:\n" + "\n".join("  " + line for line in _flatten(body))
 
 
@@ -1147,6 +1148,15 @@ def main(
             code: int = args.run(api, args, stream, datetime.now(UTC))
         except CliError as exc:
             print(f"gpuq: {exc}", file=sys.stderr)
+            code = 1
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            # JSON of another shape than gpuq's (another service behind GPUQ_URL): the
+            # commands read answers as the API writes them.
+            print(
+                f"gpuq: {api.base} answered JSON that is not a gpuq answer"
+                f" ({type(exc).__name__}: {exc}): is GPUQ_URL a gpuq service?",
+                file=sys.stderr,
+            )
             code = 1
         # Here, not at the interpreter's exit: a reader that left (`gpuq ls | true`) is
         # then a BrokenPipeError below, not a traceback after main() returned.

@@ -223,6 +223,29 @@ class _Account:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+_ATTEMPT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\.[0-9]+")
+
+
+def slurm_job_id(external_id: str) -> str:
+    """The Slurm job id an external id names (what squeue -j and scancel take)."""
+    return _without_attempt(external_id)[0].rpartition(":")[2]
+
+
+def log_name(external_id: str) -> str:
+    """What names the job's log files (script.log_path): its attempt; the Slurm id for jobs
+    submitted before attempts named them."""
+    return _without_attempt(external_id)[1] or slurm_job_id(external_id)
+
+
+def _without_attempt(external_id: str) -> tuple[str, str]:
+    """An external id without its `@<attempt>`, and the attempt ("" in ids from before
+    attempts named log files)."""
+    head, sep, attempt = external_id.rpartition("@")
+    if sep and _ATTEMPT.fullmatch(attempt):
+        return head, attempt
+    return external_id, ""
+
+
 class SlurmBackend:
     """Jobs of a team the `accounts` setting maps run as that account, over its own connection
     and in its own workdir; their external id is `<user>:<Slurm id>`. Other jobs run as the
@@ -315,15 +338,17 @@ class SlurmBackend:
         """The connection the team's jobs go through."""
         return self._team_account(team).connection
 
-    def _external_id(self, account: _Account, slurm_id: str) -> str:
-        return slurm_id if account is self._default else f"{account.user}:{slurm_id}"
+    def _external_id(self, account: _Account, slurm_id: str, job: DispatchRequest) -> str:
+        """`[<account user>:]<Slurm id>@<attempt>`: the attempt names its log files."""
+        base = slurm_id if account is self._default else f"{account.user}:{slurm_id}"
+        return f"{base}@{script.attempt_name(job)}"
 
     def _split(self, external_id: str) -> tuple[_Account, str]:
         """The account of an external id, and the Slurm job id. A bare id is the cluster
         user's (every id from before accounts existed is)."""
-        user, sep, slurm_id = external_id.rpartition(":")
+        user, sep, slurm_id = _without_attempt(external_id)[0].rpartition(":")
         if not sep:
-            return self._default, external_id
+            return self._default, slurm_id
         return self._account(user), slurm_id
 
     def workdir(self) -> str:
@@ -391,7 +416,7 @@ class SlurmBackend:
             # An earlier submit of this attempt got at least as far as creating its directory.
             return self._adopt_or_resubmit(account, job, job_dir, text)
         slurm_id = self._submitted(self._exec(account, commands.SUBMIT, stdin=text))
-        return SubmitResult(self._external_id(account, slurm_id))
+        return SubmitResult(self._external_id(account, slurm_id, job))
 
     @staticmethod
     def _submitted(result: Result) -> str:
@@ -418,9 +443,9 @@ class SlurmBackend:
                 )
             found = parsers.parse_lookup(result.stdout).get(job_dir)
             if found is not None:
-                return SubmitResult(self._external_id(account, found), adopted=True)
+                return SubmitResult(self._external_id(account, found, job), adopted=True)
         slurm_id = self._submitted(self._exec(account, commands.SUBMIT, stdin=text))
-        return SubmitResult(self._external_id(account, slurm_id))
+        return SubmitResult(self._external_id(account, slurm_id, job))
 
     # -- follow ----------------------------------------------------------------------------
 
@@ -553,7 +578,8 @@ class SlurmBackend:
         account. At the end of what is written, eof says whether the job has ended (so
         nothing more will come)."""
         account, slurm_id = self._split(external_id)
-        path = script.log_path(self._workdir(account), commands.job_ids([slurm_id]), stream)
+        commands.job_ids([slurm_id])  # an id that is none is refused before any path is made
+        path = script.log_path(self._workdir(account), log_name(external_id), stream)
         data = account.connection.read_file(path, offset, limit) or b""
         if len(data) == limit:
             return LogChunk(data, offset + len(data))

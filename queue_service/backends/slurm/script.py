@@ -92,21 +92,29 @@ def job_name(job_id: str) -> str:
     return f"gpuq-{job_id}"
 
 
+def attempt_name(job: DispatchRequest) -> str:
+    """`<job id>.<attempt>`: the attempt's directory and its log files are named so."""
+    job_name(job.job_id)
+    return f"{job.job_id}.{int(job.attempt)}"
+
+
 def job_dir(workdir: str, job: DispatchRequest) -> str:
     """One directory per attempt, so a retry never adopts an earlier attempt's Slurm job."""
-    job_name(job.job_id)
-    return f"{workdir.rstrip('/')}/{job.job_id}.{job.attempt}"
+    return f"{workdir.rstrip('/')}/{attempt_name(job)}"
 
 
 def logs_dir(workdir: str) -> str:
     return f"{workdir.rstrip('/')}/logs"
 
 
-def log_path(workdir: str, slurm_id: str, stream: str) -> str:
-    """Where Slurm writes a job's output; named by Slurm job id so `logs()` needs no lookup."""
+def log_path(workdir: str, name: str, stream: str) -> str:
+    """Where Slurm writes a job's output: named by the attempt (`attempt_name`), which its
+    external id carries, so `logs()` needs no lookup and a Slurm id given again (ids wrap at
+    MaxJobId, and restart when slurmctld's state is lost) never appends to another job's
+    file. Jobs submitted before that are named by their Slurm id."""
     if stream not in ("stdout", "stderr"):
         raise BackendError(f"unknown log stream {stream!r}", permanent=True)
-    return f"{logs_dir(workdir)}/{slurm_id}.{'out' if stream == 'stdout' else 'err'}"
+    return f"{logs_dir(workdir)}/{name}.{'out' if stream == 'stdout' else 'err'}"
 
 
 def format_time_limit(seconds: int) -> str:
@@ -147,10 +155,10 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
         f"--job-name={name}",
         f"--comment=gpuq:{job.job_id}:{job.attempt}",
         f"--chdir={directive_value('workdir', job_dir(workdir, job))}",
-        f"--output={log_path(workdir, '%j', 'stdout')}",
-        f"--error={log_path(workdir, '%j', 'stderr')}",
+        f"--output={log_path(workdir, attempt_name(job), 'stdout')}",
+        f"--error={log_path(workdir, attempt_name(job), 'stderr')}",
         # A run Slurm requeues writes after the first run's output instead of truncating it
-        # (byte offsets stay valid); each gpuq attempt has its own Slurm id, so its own file.
+        # (byte offsets stay valid); each gpuq attempt has its own file.
         "--open-mode=append",
         f"--nodes={job.nodes}",
         "--ntasks-per-node=1",

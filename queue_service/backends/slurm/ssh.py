@@ -177,8 +177,13 @@ class SSHConnection:
                 "refusing to connect",
                 permanent=True,
             ) from None
-        except paramiko.AuthenticationException:
+        except paramiko.AuthenticationException as exc:
             client.close()
+            if "timeout" in str(exc).lower():  # no answer within auth_timeout: a slow login
+                raise BackendError(
+                    f"SSH authentication as {self.user} on {self.host}:{self.port} got no"
+                    f" answer within {self.connect_timeout_s:g} s"
+                ) from None
             raise BackendError(
                 f"SSH authentication as {self.user} on {self.host}:{self.port} failed",
                 permanent=True,
@@ -377,6 +382,16 @@ class SSHConnection:
                 make(sftp, posixpath.dirname(directory))
                 sftp.mkdir(directory)
                 return True
+            except PermissionError:
+                try:
+                    sftp.stat(directory)
+                except FileNotFoundError:
+                    # A setting (workdir) the account may not write: no retry mends it.
+                    raise BackendError(
+                        f"cannot create {directory} on {self.where}: permission denied",
+                        permanent=True,
+                    ) from None
+                return False
             except OSError:
                 # SFTP v3 answers a plain "Failure": it exists, unless stat says otherwise.
                 sftp.stat(directory)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from queue_service.backends.slurm import commands, parsers, script
+from queue_service.backends.slurm.backend import slurm_job_id
 
 from .conftest import LAB, REPO, kill_node, lab_backend, request
 
@@ -55,7 +56,7 @@ def main() -> None:
     run(commands.cancel(jobs["held_cancelled"]))
     gpuq_job = request(command=("true",))
     lookup = {
-        "job_id": backend.submit(gpuq_job).external_id,
+        "job_id": slurm_job_id(backend.submit(gpuq_job).external_id),
         "job_dir": script.job_dir(backend.workdir(), gpuq_job),
     }
     time.sleep(3)

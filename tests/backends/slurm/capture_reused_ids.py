@@ -19,6 +19,7 @@ from pathlib import Path
 
 from queue_service.backends.base import DispatchRequest
 from queue_service.backends.slurm import commands, script
+from queue_service.backends.slurm.backend import slurm_job_id
 
 from .conftest import REPO, lab_backend, request
 
@@ -48,7 +49,7 @@ def main() -> None:
         return run(f"sacct -n -P -X -D -j {commands.job_ids(job_ids)} -o {fields}").stdout
 
     def submit(job: DispatchRequest) -> str:
-        return backend.submit(job).external_id
+        return slurm_job_id(backend.submit(job).external_id)
 
     def submit_held(job: DispatchRequest) -> str:
         """As backend.submit, held: sbatch's own options beat the script's."""

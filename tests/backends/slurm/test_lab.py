@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from queue_service.backends.base import AllocatedNode, BackendError, MigInstanceInfo, RemoteState
 from queue_service.backends.slurm import SlurmBackend, commands, script
+from queue_service.backends.slurm.backend import log_name, slurm_job_id
 
 from .conftest import kill_node, lab_backend, lab_up, request, wait_for
 from .test_script import HOSTILE
@@ -61,7 +62,7 @@ def test_multi_node_training_starts_one_torchrun_per_node_with_its_rank(
     )
     external_id = backend.submit(job).external_id
     assert wait_for(backend, external_id).state == RemoteState.SUCCEEDED
-    port = 20000 + int(external_id) % 20000
+    port = 20000 + int(slurm_job_id(external_id)) % 20000
     assert sorted(backend.logs(external_id).data.decode().split("\n")[:-1]) == [
         f"gpu{n + 1} --nnodes=2 --nproc_per_node=4 --node_rank={n} --master_addr=gpu1"
         f" --master_port={port} train.py --lr 0.1"
@@ -176,11 +177,11 @@ def test_a_job_that_ran_then_was_requeued_and_cancelled_while_it_waited_again_ra
         job = request(command=("sleep", "300"), placement=(AllocatedNode("gpu2"),))
         external_id = requeuing.submit(job).external_id
         assert wait_for(requeuing, external_id, running).state == RemoteState.RUNNING
-        subprocess.run(["scontrol", "requeue", external_id], check=True, timeout=30)
+        subprocess.run(["scontrol", "requeue", slurm_job_id(external_id)], check=True, timeout=30)
         # Slurm holds a requeued job back 120 s (BeginTime): it waits there.
         waiting = wait_for(requeuing, external_id, lambda s: s.reason == "BeginTime")
         assert (waiting.state, waiting.reason) == (RemoteState.QUEUED, "BeginTime")
-        accounted = f"sacct -n -P -X -D -j {external_id} -o State"
+        accounted = f"sacct -n -P -X -D -j {slurm_job_id(external_id)} -o State"
         deadline = time.monotonic() + 30  # slurmdbd records the first run a moment later
         while "REQUEUED" not in requeuing.connection.run(accounted).stdout:
             assert time.monotonic() < deadline, "slurmdbd never recorded the requeue"
@@ -257,7 +258,8 @@ def test_a_submit_interrupted_after_sbatch_is_adopted_by_name(backend: SlurmBack
     text = script.render(job, backend.settings.script, workdir).encode()
     submitted = backend.connection.run("sbatch --parsable", stdin=text).stdout.strip()
     again = backend.submit(job)
-    assert (again.external_id, again.adopted) == (submitted, True)
+    assert (slurm_job_id(again.external_id), again.adopted) == (submitted, True)
+    assert log_name(again.external_id) == script.attempt_name(job)
 
 
 def test_a_submit_interrupted_before_sbatch_submits_once(backend: SlurmBackend) -> None:

@@ -87,10 +87,11 @@ def render(**overrides: Any) -> str:
 def test_directives_carry_the_job_shape(overrides: dict[str, Any], expected: set[str]) -> None:
     directives = sbatch_directives(render(**overrides))
     assert expected <= set(directives)
+    attempt = overrides.get("attempt", 1)
     assert {
         f"--job-name=gpuq-{JOB_ID}",
-        f"--output={WORKDIR}/logs/%j.out",
-        f"--error={WORKDIR}/logs/%j.err",
+        f"--output={WORKDIR}/logs/{JOB_ID}.{attempt}.out",
+        f"--error={WORKDIR}/logs/{JOB_ID}.{attempt}.err",
         "--partition=gpu",
         "--account=lab",
     } <= set(directives)

@@ -12,6 +12,7 @@ import pytest
 
 from queue_service.backends.base import BackendError
 from queue_service.backends.slurm import SlurmBackend, script
+from queue_service.backends.slurm.backend import slurm_job_id
 
 from .conftest import lab_backend, request, second_account
 from .test_slurm_accounts import backend_for, entry
@@ -61,7 +62,7 @@ def test_on_the_lab_a_teams_job_runs_under_its_own_slurm_account(slurm_lab: None
         nlp = backend.submit(request(team="nlp", user="charlie", command=("sleep", "30")))
         vision = backend.submit(request(team="vision", command=("sleep", "30")))
         accounts = {
-            team: conn.run(f"squeue -h -o %a -j {external_id.rpartition(':')[2]}").stdout.strip()
+            team: conn.run(f"squeue -h -o %a -j {slurm_job_id(external_id)}").stdout.strip()
             for team, conn, external_id in (
                 ("nlp", backend.account_connection("nlp"), nlp.external_id),
                 ("vision", backend.connection, vision.external_id),

@@ -26,6 +26,7 @@ from queue_service.backends.base import (
     SubmitResult,
 )
 from queue_service.backends.slurm import SlurmBackend, create, script
+from queue_service.backends.slurm.backend import log_name, slurm_job_id
 
 from .conftest import lab_backend, request, second_account, wait_for
 
@@ -35,7 +36,7 @@ def running(status: JobStatus) -> bool:
 
 
 def slurm_id(external_id: str) -> str:
-    return external_id.rpartition(":")[2]
+    return slurm_job_id(external_id)
 
 
 def read_log(backend: SlurmBackend, external_id: str, until: str, timeout_s: float = 30) -> str:
@@ -87,7 +88,7 @@ def charlie_goes_for_alices_job(backend: SlurmBackend) -> tuple[str, str, JobSta
         assert wait_for(backend, alice, running).state == RemoteState.RUNNING
         assert f"key={secret}" in read_log(backend, alice, until="key=")
         target = slurm_id(alice)
-        alice_log = script.log_path(backend.workdir(), target, "stdout")
+        alice_log = script.log_path(backend.workdir(), log_name(alice), "stdout")
         charlie = backend.submit(
             request(
                 team="nlp",

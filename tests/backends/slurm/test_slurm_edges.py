@@ -19,6 +19,7 @@ import pytest
 
 from queue_service.backends.base import BackendError, RemoteState
 from queue_service.backends.slurm import SlurmBackend, parsers, script
+from queue_service.backends.slurm.backend import slurm_job_id
 from queue_service.backends.slurm.ssh import SSHConnection
 from scheduler import mig
 
@@ -130,11 +131,11 @@ def test_a_job_slurm_requeues_keeps_its_first_runs_log_and_its_offsets(
         wait_for(requeuing, external_id, lambda s: requeuing.logs(external_id).data != b"")
         first = requeuing.logs(external_id)
         assert first.data == b"run 0 started\n"
-        subprocess.run(["scontrol", "requeue", external_id], check=True, timeout=30)
+        subprocess.run(["scontrol", "requeue", slurm_job_id(external_id)], check=True, timeout=30)
         # Slurm holds a requeued job back 120 s (BeginTime): start it now.
         wait_for(requeuing, external_id, lambda s: s.reason == "BeginTime", timeout_s=30)
         time.sleep(3)  # let the first run's step finish its cleanup on the node
-        update = ["scontrol", "update", f"jobid={external_id}", "StartTime=now"]
+        update = ["scontrol", "update", f"jobid={slurm_job_id(external_id)}", "StartTime=now"]
         subprocess.run(update, check=True, timeout=30)
         assert wait_for(requeuing, external_id, timeout_s=60).state == RemoteState.SUCCEEDED
         rest = requeuing.logs(external_id, offset=first.next_offset)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from queue_service.backends.slurm import SlurmBackend, parsers
+from queue_service.backends.slurm.backend import slurm_job_id
 
 from .conftest import CLUSTER_JSON, lab_up
 
@@ -98,13 +99,13 @@ def lab_cluster(teams: Any, slurm_lab: None) -> Iterator[Any]:
     from queue_service.jobs.models import Job
 
     for external_id in Job.objects.exclude(external_id="").values_list("external_id", flat=True):
-        subprocess.run(["scancel", external_id.rsplit(":", 1)[-1]], check=False)
+        subprocess.run(["scancel", slurm_job_id(external_id)], check=False)
 
 
 def slurm_job(external_id: str) -> dict[str, str]:
     """`scontrol show job -o` as a dict (root: the lab runs on this machine)."""
     shown = subprocess.run(
-        ["scontrol", "show", "job", "-o", external_id.rsplit(":", 1)[-1]],
+        ["scontrol", "show", "job", "-o", slurm_job_id(external_id)],
         capture_output=True,
         text=True,
         check=True,
