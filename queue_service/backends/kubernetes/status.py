@@ -3,10 +3,12 @@ returns it) and its pods in, a gpuq JobStatus out.
 
 Judgement calls (docs/kubernetes.md explains them):
 - a pod disrupted by the scheduler (DisruptionTarget PreemptionByScheduler) -> PREEMPTED;
-  by the kubelet (node-pressure eviction, reason Evicted), the taint manager, pod GC or a
-  drain (Eviction API) -> NODE_FAILURE; both are retried by gpuq per the job's retry policy;
-- ImagePullBackOff / ErrImagePull / CreateContainerConfigError -> QUEUED with the reason for
-  `image_pull_grace_s` after the pod was created, then FAILED (InvalidImageName at once);
+  by the kubelet (node-pressure eviction, reason Evicted; a refusal at admission), the taint
+  manager, pod GC or a drain (Eviction API) -> NODE_FAILURE; both are retried by gpuq per
+  the job's retry policy;
+- ImagePullBackOff / ErrImagePull / CreateContainerConfigError / CreateContainerError ->
+  QUEUED with the reason for `image_pull_grace_s` after the pod was created, then FAILED
+  (InvalidImageName at once);
 - Unschedulable -> QUEUED with the scheduler's message;
 - a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED, once
   the pods Volcano deletes at the last retry are gone (RUNNING "stopping" until then);
@@ -47,7 +49,13 @@ Obj = Mapping[str, Any]
 
 TAINT_EVICTION = "DeletionByTaintManager"  # the taint eviction controller's DisruptionTarget
 PREEMPTION_REASONS = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
-PULL_PROBLEMS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+PULL_PROBLEMS = frozenset(
+    {"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "CreateContainerError"}
+)
+# A pod its node's kubelet refused at admission (kubelet.rejectPod: phase Failed, this reason,
+# "Pod was rejected: ..."; no container ever created): the device plugin failed to allocate,
+# or the node has less than the scheduler counted (`OutOf<resource>`).
+ADMISSION_REJECTIONS = frozenset({"UnexpectedAdmissionError", "NodeAffinity", "InvalidNodeInfo"})
 FATAL_WAITING = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 LIVE_PHASES = frozenset({"Pending", "Running"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
@@ -112,6 +120,12 @@ def _disruption(pod: Obj) -> tuple[str, str, str] | None:
     if pod_reason in ("Evicted", "NodeLost", "NodeShutdown"):
         message = _get(pod, "status", "message") or pod_reason
         return RemoteState.NODE_FAILURE, f"pod {name} {pod_reason.lower()}: {message}", pod_reason
+    if _get(pod, "status", "phase") == "Failed" and (
+        pod_reason in ADMISSION_REJECTIONS or pod_reason.startswith("OutOf")
+    ):
+        message = _get(pod, "status", "message") or pod_reason
+        refused = f"pod {name} refused by its node ({pod_reason}): {message}"
+        return RemoteState.NODE_FAILURE, refused, pod_reason
     return None
 
 
