@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from queue_service.backends.base import RemoteState as R
 from queue_service.backends.kubernetes.status import observe
 
@@ -68,26 +70,16 @@ def job(created: str) -> dict[str, Any]:
     }
 
 
-def test_a_container_the_runtime_cannot_create_is_reported_with_its_reason() -> None:
+@pytest.mark.parametrize(
+    ("created", "state", "stop"),
+    [(CREATED_RECENTLY, R.QUEUED, False), (CREATED_LONG_AGO, R.FAILED, True)],
+    ids=["within-the-grace", "after-the-grace"],
+)
+def test_a_container_the_runtime_cannot_create_waits_with_its_reason_then_fails(
+    created: str, state: str, stop: bool
+) -> None:
     seen = observe(
-        "ns/job/j",
-        "job",
-        job(CREATED_RECENTLY),
-        [pod(CREATED_RECENTLY)],
-        now=NOW,
-        image_pull_grace_s=GRACE,
+        "ns/job/j", "job", job(created), [pod(created)], now=NOW, image_pull_grace_s=GRACE
     )
-    assert seen.status.state == R.QUEUED
+    assert (seen.status.state, seen.stop) == (state, stop), seen.status
     assert "CreateContainerError" in seen.status.reason, seen.status
-
-
-def test_a_container_the_runtime_never_creates_fails_after_the_grace_as_a_config_error() -> None:
-    seen = observe(
-        "ns/job/j",
-        "job",
-        job(CREATED_LONG_AGO),
-        [pod(CREATED_LONG_AGO)],
-        now=NOW,
-        image_pull_grace_s=GRACE,
-    )
-    assert (seen.status.state, seen.stop) == (R.FAILED, True), seen.status
