@@ -188,6 +188,23 @@ class SlurmSettings:
         except (TypeError, ValueError) as exc:
             raise BackendError(f"invalid Slurm cluster settings: {exc}", permanent=True) from None
 
+    def __post_init__(self) -> None:
+        # A timeout of 0 would time every command out and retry it for ever; nan and inf
+        # cannot be given to a socket.
+        for name in ("connect_timeout_s", "command_timeout_s"):
+            value = getattr(self, name)
+            if not 0 < value <= 3600:
+                raise BackendError(
+                    f"invalid Slurm cluster settings: {name} must be more than 0 and at most"
+                    f" 3600 seconds, not {value!r}",
+                    permanent=True,
+                )
+        if not 0 < self.port < 65536:
+            raise BackendError(
+                f"invalid Slurm cluster settings: port must be 1-65535, not {self.port}",
+                permanent=True,
+            )
+
 
 def private_key_text(settings: Mapping[str, Any], where: str = "") -> str:
     """The key text of the cluster's settings, or of one `accounts` entry (`where` then names

@@ -232,10 +232,16 @@ def command_error(what: str, stderr: str, rc: int, *, rejection_is_permanent: bo
 
 
 def _node_state(state_long: str) -> str:
+    """down (no job runs there), drain (its jobs run on, no new ones: failing, a node in a
+    reservation other jobs may not use) or up. `*`: not responding."""
     base = state_long.strip().lower()
-    if base.endswith("*") or base.startswith(("down", "fail", "inval", "unknown", "future")):
+    if base.endswith("*"):
         return "down"
-    if "drain" in base or base.startswith(("maint", "reboot", "failing")):
+    if base.startswith("failing"):  # before "fail": its jobs still run
+        return "drain"
+    if base.startswith(("down", "fail", "inval", "unknown", "future")):
+        return "down"
+    if "drain" in base or base.startswith(("maint", "reboot", "reserved")):
         return "drain"
     return "up"
 

@@ -263,6 +263,7 @@ def test_unmapped_gres_types_keep_their_own_name() -> None:
         ("drained", "drain"), ("draining", "drain"), ("maint", "drain"),
         ("down", "down"), ("down*", "down"), ("idle*", "down"), ("drained*", "down"),
         ("inval", "down"), ("unknown", "down"), ("fail", "down"),
+        ("failing", "drain"), ("failing*", "down"), ("reserved", "drain"),
     ],
 )  # fmt: skip
 def test_node_states(state: str, node_state: str) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from queue_service.backends.base import AllocatedNode, BackendError
 from queue_service.backends.slurm import commands, script
+from queue_service.backends.slurm.backend import SlurmSettings
 from queue_service.backends.slurm.script import ScriptOptions
 
 from .conftest import request
@@ -258,6 +259,24 @@ def test_no_user_text_starts_a_line(text: str) -> None:
 def test_unusable_specs_are_permanent_errors(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(BackendError, match=message) as raised:
         script.render(request(**overrides), OPTS, WORKDIR)
+    assert raised.value.permanent
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("command_timeout_s", 0),
+        ("connect_timeout_s", -1),
+        ("command_timeout_s", "nan"),
+        ("connect_timeout_s", "inf"),
+        ("port", 0),
+        ("port", 70000),
+    ],
+)
+def test_timeouts_and_ports_no_connection_can_use_are_refused(setting: str, value: Any) -> None:
+    settings = {"host": "login", "user": "slurm", "known_hosts": "pinned", setting: value}
+    with pytest.raises(BackendError, match=f"invalid Slurm cluster settings: {setting}") as raised:
+        SlurmSettings.from_mapping(settings)
     assert raised.value.permanent
 
 
