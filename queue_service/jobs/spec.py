@@ -563,7 +563,10 @@ def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
         if digits[:2] in ("0o", "0x"):
             return sign * int(digits[2:], 8 if digits[1] == "o" else 16)
         return sign * int(digits, 10)
-    except ValueError:  # an explicit !!int that is none
+    except ValueError:
+        if digits.isdigit():  # more digits than int() reads: load_yaml_spec says so
+            raise
+        # An explicit !!int that is none.
         raise yaml.constructor.ConstructorError(
             None, None, f"{text!r} is not an integer", node.start_mark
         ) from None

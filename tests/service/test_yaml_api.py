@@ -81,7 +81,14 @@ BAD_FILES = [
         400,
         "over 3,000 digits",
     ),
-    ("a base-60 number", "name: x\ncommand: x\npriority: 1" + ":59" * 3000 + "\n", 400, "digits"),
+    # YAML 1.1 read 1:59:59... as a base-60 integer of any length; job files are YAML 1.2
+    # (core schema), where it is text: too long for the field.
+    (
+        "a base-60 number",
+        "name: x\ncommand: x\npriority: 1" + ":59" * 3000 + "\n",
+        400,
+        "no more than 32 characters",
+    ),
     ("a hex key", f"? 0x{'f' * 4000}\n: 1\nname: x\ncommand: x\n", 400, "a key that is a number"),
 ]
 
