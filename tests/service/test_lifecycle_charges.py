@@ -176,11 +176,11 @@ def cancelled_while_queued(people: Any, cluster: Any) -> Job:
     ("status", "charged"),
     [
         # squeue of a job scancelled while it ran: the wait status of its SIGTERM
-        (parse_squeue("4651|CANCELLED|15|None")["4651"], True),
+        (parse_squeue("4651|CANCELLED|15|/home/u/.gpuq/jobs/j.1|None")["4651"], True),
         # it had failed on its own before the stop came (exit 3)
         (JobStatus("4651", RemoteState.FAILED, exit_code=3, reason="exit code 3"), True),
         # scancelled while it waited for resources: it never ran
-        (parse_squeue("4651|CANCELLED|0|Resources")["4651"], False),
+        (parse_squeue("4651|CANCELLED|0|/home/u/.gpuq/jobs/j.1|Resources")["4651"], False),
         # the local cluster's "cancelled before it started"
         (
             JobStatus(
@@ -334,9 +334,9 @@ def queued_on_cluster(people: Any, cluster: Any) -> Job:
     ("status", "charged"),
     [
         # an admin's scancel while it waited for resources: it never ran
-        (parse_squeue("4652|CANCELLED|0|Resources")["4652"], False),
+        (parse_squeue("4652|CANCELLED|0|/home/u/.gpuq/jobs/j.1|Resources")["4652"], False),
         # scancelled while it ran, between two syncs
-        (parse_squeue("4652|CANCELLED|15|None")["4652"], True),
+        (parse_squeue("4652|CANCELLED|15|/home/u/.gpuq/jobs/j.1|None")["4652"], True),
         # it ran and failed between two syncs
         (JobStatus("4652", RemoteState.FAILED, exit_code=3, reason="exit code 3"), True),
     ],

@@ -263,6 +263,63 @@ def _without_attempt(external_id: str) -> tuple[str, str]:
     return external_id, ""
 
 
+@dataclass
+class _Layer:
+    """Jobs of one poll with distinct Slurm ids, and what squeue and sacct say of them."""
+
+    attempts: dict[str, str] = field(default_factory=dict)  # {Slurm id: attempt, or ""}
+    owners: dict[str, str] = field(default_factory=dict)  # {Slurm id: external id}
+    found: dict[str, JobStatus] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)  # squeue no longer shows them
+    waited: list[str] = field(default_factory=list)  # squeue reads them as ended unstarted
+    # squeue shows their id in another directory: slurmctld no longer has them.
+    displaced: set[str] = field(default_factory=set)
+
+    def read(self, squeue: str, workdirs: Mapping[str, str]) -> None:
+        read = parsers.parse_squeue(squeue, self.attempts)
+        self.found = {i: read[i] for i in self.attempts if i in read}  # squeue has every layer's
+        self.missing = [i for i in self.attempts if i not in self.found]
+        self.waited = [i for i in self.found if self.found[i].started is False]
+        self.displaced = {
+            i
+            for i, attempt in self.attempts.items()
+            if attempt and i in workdirs and parsers.dir_name(workdirs[i]) != attempt
+        }
+
+    def account(self, sacct: str, workdirs: Mapping[str, str]) -> None:
+        """`workdirs`: squeue's, which tells an id's records apart where no attempt does."""
+        accounted = parsers.parse_sacct(
+            sacct,
+            {i: a or workdirs.get(i, "") for i, a in self.attempts.items()},
+            shown=set(self.waited),
+        )
+        for i in self.missing:
+            status = accounted.get(i)
+            if (
+                i in self.displaced
+                and status is not None
+                and status.state not in RemoteState.TERMINAL
+            ):
+                # Accounting still says it waits or runs (slurmctld's state was lost with it),
+                # but the id is another job's now: no scancel may be sent by that id.
+                said = status.native_state or status.state
+                reason = (
+                    f"Slurm no longer has this job (its id is another job's); it last said {said}"
+                )
+                status = dataclasses.replace(status, state=RemoteState.LOST, reason=reason)
+            if status is not None:
+                self.found[i] = status
+        for i in self.waited:
+            earlier = accounted.get(i)
+            # None from an ended job: a run sacct cannot yet tell its or an older job's with
+            # the same id (parse_sacct).
+            if earlier is not None and (
+                earlier.started
+                or (earlier.started is None and earlier.state in RemoteState.TERMINAL)
+            ):
+                self.found[i] = dataclasses.replace(self.found[i], started=earlier.started)
+
+
 class SlurmBackend:
     """Jobs of a team the `accounts` setting maps run as that account, over its own connection
     and in its own workdir; their external id is `<user>:<Slurm id>`. Other jobs run as the
@@ -472,57 +529,62 @@ class SlurmBackend:
         whose account is no longer in the settings is LOST: gpuq cannot reach it."""
         ids = list(dict.fromkeys(external_ids))
         statuses: dict[str, JobStatus] = {}
-        groups: dict[str, tuple[_Account, list[tuple[str, str]]]] = {}
+        groups: dict[str, tuple[_Account, list[tuple[str, str, str]]]] = {}
         for external_id in ids:
             try:
                 account, slurm_id = self._split(external_id)
             except BackendError as exc:
                 statuses[external_id] = JobStatus(external_id, RemoteState.LOST, reason=exc.message)
                 continue
-            groups.setdefault(account.user, (account, []))[1].append((external_id, slurm_id))
-        for account, pairs in groups.values():
-            found = self._poll_account(account, [slurm_id for _, slurm_id in pairs])
-            for external_id, slurm_id in pairs:
-                statuses[external_id] = dataclasses.replace(
-                    found[slurm_id], external_id=external_id
-                )
+            attempt = _without_attempt(external_id)[1]
+            groups.setdefault(account.user, (account, []))[1].append(
+                (external_id, slurm_id, attempt)
+            )
+        for account, jobs in groups.values():
+            statuses.update(self._poll_account(account, jobs))
         return {i: statuses[i] for i in ids}
 
-    def _poll_account(self, account: _Account, ids: list[str]) -> dict[str, JobStatus]:
-        """squeue failing means the controller is unreachable: transient, never a reason to
-        call jobs lost. One sacct (all records of each job) for the ids squeue no longer
-        shows, and for those whose end squeue reads as never started (cancelled while they
-        waited): a job Slurm requeued and that was cancelled while it waited to run again
-        ended the same way, and only accounting keeps its earlier run (sacct -D also lists
-        older jobs with the same id: parse_sacct keeps this job's records). slurmdbd failing
-        leaves the latter unknown (the service charges them: a run missed is lost for good)
-        rather than failing the poll."""
+    def _poll_account(
+        self, account: _Account, jobs: list[tuple[str, str, str]]
+    ) -> dict[str, JobStatus]:
+        """`jobs`: (external id, Slurm id, attempt) triples. squeue failing means the
+        controller is unreachable: transient, never a reason to call jobs lost. One sacct (all
+        records of each job) for the ids squeue no longer shows, and for those whose end
+        squeue reads as never started (cancelled while they waited): a job Slurm requeued and
+        that was cancelled while it waited to run again ended the same way, and only
+        accounting keeps its earlier run. slurmdbd failing leaves the latter unknown (the
+        service charges them: a run missed is lost for good) rather than failing the poll.
+
+        An id may be another job's by now (it wrapped at MaxJobId, or slurmctld's state was
+        wiped): squeue's row and sacct's records count only when in the attempt's directory
+        (parse_squeue, parse_sacct). Ids submitted before attempts named directories are
+        told apart by the WorkDir squeue gives, asked only for jobs read as ended unstarted.
+        Two jobs gpuq follows may share an id: each layer holds an id once."""
+        layers: list[_Layer] = []
+        for external_id, slurm_id, attempt in jobs:
+            layer = next((layer for layer in layers if slurm_id not in layer.attempts), None)
+            if layer is None:
+                layer = _Layer()
+                layers.append(layer)
+            layer.attempts[slurm_id] = attempt
+            layer.owners[slurm_id] = external_id
+        ids = list(dict.fromkeys(slurm_id for _, slurm_id, _ in jobs))
         result = self._exec(account, commands.squeue(ids))
         if result.rc != 0 and not parsers.only_unknown_ids(result.stderr):
             raise parsers.command_error(
                 "squeue", result.stderr, result.rc, rejection_is_permanent=False
             )
-        found = parsers.parse_squeue(result.stdout) if result.rc == 0 else {}
-        missing = [i for i in ids if i not in found]
-        waited = [i for i in ids if i in found and found[i].started is False]
-        if missing or waited:
-            result = self._exec(account, commands.sacct(missing + waited))
+        queued = result.stdout if result.rc == 0 else ""
+        workdirs = parsers.squeue_workdirs(queued)
+        for layer in layers:
+            layer.read(queued, workdirs)
+        asked = list(dict.fromkeys(i for layer in layers for i in (*layer.missing, *layer.waited)))
+        if asked:
+            result = self._exec(account, commands.sacct(asked))
             if result.rc == 0:
-                # The directories of the jobs squeue still shows: sacct's records of an id
-                # may all be an older job's (parse_sacct).
-                workdirs = self._workdirs(account, waited) if waited else {}
-                accounted = parsers.parse_sacct(result.stdout, workdirs)
-                found.update((i, accounted[i]) for i in missing if i in accounted)
-                for i in waited:
-                    earlier = accounted.get(i)
-                    # None from an ended job: a run sacct cannot yet tell its or an older
-                    # job's with the same id (parse_sacct).
-                    if earlier is not None and (
-                        earlier.started
-                        or (earlier.started is None and earlier.state in RemoteState.TERMINAL)
-                    ):
-                        found[i] = dataclasses.replace(found[i], started=earlier.started)
-            elif missing:
+                for layer in layers:
+                    layer.account(result.stdout, workdirs)
+            elif any(layer.missing for layer in layers):
                 raise parsers.command_error(
                     "sacct", result.stderr, result.rc, rejection_is_permanent=False
                 )
@@ -530,24 +592,21 @@ class SlurmBackend:
                 log.warning(
                     "%s: sacct failed; whether jobs %s ran before a requeue is unknown: %s",
                     account.user,
-                    ",".join(waited),
+                    ",".join(asked),
                     " ".join(result.stderr.split())[:500],
                 )
-                for i in waited:
-                    found[i] = dataclasses.replace(found[i], started=None)
+                for layer in layers:
+                    for i in layer.waited:
+                        layer.found[i] = dataclasses.replace(layer.found[i], started=None)
         return {
-            i: found.get(i)
-            or JobStatus(i, RemoteState.LOST, reason="Slurm no longer knows this job")
-            for i in ids
+            external_id: dataclasses.replace(
+                layer.found.get(slurm_id)
+                or JobStatus(slurm_id, RemoteState.LOST, reason="Slurm no longer knows this job"),
+                external_id=external_id,
+            )
+            for layer in layers
+            for slurm_id, external_id in layer.owners.items()
         }
-
-    def _workdirs(self, account: _Account, ids: list[str]) -> dict[str, str]:
-        """{id: WorkDir} of jobs squeue still shows; empty if squeue fails (then whether
-        they ran stays unknown)."""
-        result = self._exec(account, commands.workdirs(ids))
-        if result.rc != 0:
-            return {}
-        return {job_id: workdir for workdir, job_id in parsers.parse_lookup(result.stdout).items()}
 
     # -- cancel ----------------------------------------------------------------------------
 

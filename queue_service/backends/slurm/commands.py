@@ -12,12 +12,15 @@ from collections.abc import Sequence
 
 from queue_service.backends.base import BackendError
 
-# Reason last: it is free text, and the parsers split only up to it.
-SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,Reason:"
+# Reason last: it is free text, and the parsers split only up to it. WorkDir: whether the job
+# with the id is still the attempt gpuq submitted (`parsers.parse_squeue`).
+SQUEUE_FORMAT = "JobID:|,State:|,exit_code:|,WorkDir:|,Reason:"
 # Start and NodeList: whether an ended job ever ran (its end cannot tell: a job cancelled
 # while it waited and one cancelled while it ran both end `CANCELLED by <uid>|0:0`).
 # WorkDir: which records of an id are this job's (see `sacct`).
 SACCT_FIELDS = "JobIDRaw,State,ExitCode,Start,NodeList,WorkDir,Reason"
+# The squeue that asks only which directory each job runs in (`lookup_squeue`).
+WORKDIR_FORMAT = "JobID:|,WorkDir:"
 SINFO_FORMAT = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionName:|,Reason:"
 # How far back sacct looks for an earlier submission of the same attempt.
 LOOKUP_WINDOW = "now-30days"
@@ -52,19 +55,13 @@ def sacct(external_ids: Sequence[str]) -> str:
     return f"sacct -n -P -X -D -j {job_ids(external_ids)} -o {SACCT_FIELDS}"
 
 
-def workdirs(external_ids: Sequence[str]) -> str:
-    """Each job's WorkDir while slurmctld still has the job: which of the id's accounting
-    records are its, also before slurmdbd has any (`parsers.parse_sacct`)."""
-    return f"squeue -h -a -t all -j {job_ids(external_ids)} -O 'JobID:|,WorkDir:'"
-
-
 def sinfo(partition: str | None) -> str:
     where = f" -p {shlex.quote(partition)}" if partition else ""
     return f"sinfo -h -N{where} -O {shlex.quote(SINFO_FORMAT)}"
 
 
 def lookup_squeue(name: str) -> str:
-    return f"squeue -h -a -t all --name={shlex.quote(name)} -O 'JobID:|,WorkDir:'"
+    return f"squeue -h -a -t all --name={shlex.quote(name)} -O {shlex.quote(WORKDIR_FORMAT)}"
 
 
 def lookup_sacct(name: str) -> str:

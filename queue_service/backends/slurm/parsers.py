@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -119,12 +119,28 @@ def _rows(text: str, fields: int) -> Iterable[list[str]]:
             yield row
 
 
-def parse_squeue(text: str) -> dict[str, JobStatus]:
-    """`squeue -O JobID:|,State:|,exit_code:|,Reason:` rows."""
+def dir_name(path: str) -> str:
+    """A WorkDir's last part: gpuq names each attempt's directory `<uuid>.<attempt>`."""
+    return path.strip().rstrip("/").rpartition("/")[2]
+
+
+def parse_squeue(text: str, attempts: Mapping[str, str] | None = None) -> dict[str, JobStatus]:
+    """`squeue -O JobID:|,State:|,exit_code:|,WorkDir:|,Reason:` rows. A row of an id that
+    `attempts` ({id: the attempt gpuq submitted as it}) names is left out unless its WorkDir
+    is that attempt's directory: Slurm gave the id to another job since (ids wrap at
+    MaxJobId, and restart at 1 when slurmctld's state is wiped)."""
     found: dict[str, JobStatus] = {}
-    for job_id, state, exit_code, reason in _rows(text, 4):
+    for job_id, state, exit_code, workdir, reason in _rows(text, 5):
+        attempt = (attempts or {}).get(job_id, "")
+        if attempt and dir_name(workdir) != attempt:
+            continue
         found[job_id] = job_status(job_id, state, reason, exit_from_wait_status(exit_code))
     return found
+
+
+def squeue_workdirs(text: str) -> dict[str, str]:
+    """{id: WorkDir} of the same squeue rows: which job has each id now."""
+    return {row[0]: row[3].strip() for row in _rows(text, 5)}
 
 
 def only_unknown_ids(stderr: str) -> bool:
@@ -141,7 +157,12 @@ def _record_ran(start: str, nodes: str) -> bool:
     return start.strip() not in _NO_START and nodes.strip() not in _NO_NODES
 
 
-def parse_sacct(text: str, workdirs: Mapping[str, str] | None = None) -> dict[str, JobStatus]:
+def parse_sacct(
+    text: str,
+    workdirs: Mapping[str, str] | None = None,
+    *,
+    shown: Container[str] | None = None,
+) -> dict[str, JobStatus]:
     """`sacct -n -P -X -D -o JobIDRaw,State,ExitCode,Start,NodeList,WorkDir,Reason` rows:
     every record of each id, oldest first. A job's state, exit code and reason are its last
     record's. It ran if any of its records had a start and nodes: its end cannot tell
@@ -156,15 +177,18 @@ def parse_sacct(text: str, workdirs: Mapping[str, str] | None = None) -> dict[st
     that had the id, and gpuq gives each attempt a directory of its own. For a few seconds
     after a job that slurmdbd had no record of its current wait is cancelled, that last
     record has no WorkDir (and is named `allocation`), and before slurmdbd has any record of
-    a new job, every record is an older job's: `workdirs` ({id: WorkDir}, from squeue, which
-    still shows such jobs) tells them apart; without it, the last record's WorkDir is taken,
-    and where there is none, whether an earlier record that ran was this job's is unknown."""
+    a new job, every record is an older job's: `workdirs` ({id: its WorkDir, from squeue,
+    which still shows such jobs, or the attempt that names it}) tells them apart, by the
+    directory's name; without it, the last record's WorkDir is taken, and where there is
+    none, whether an earlier record that ran was this job's is unknown. A last record without
+    WorkDir is the job's only if squeue still shows the job (`shown`; None: every id): of an
+    id squeue shows as another job's, or no longer shows, it is the other job's cancel."""
     records: dict[str, list[list[str]]] = {}
     for row in _rows(text, 7):
         records.setdefault(row[0], []).append(row)
     found: dict[str, JobStatus] = {}
     for job_id, rows in records.items():
-        known = (workdirs or {}).get(job_id, "").strip()
+        known = dir_name((workdirs or {}).get(job_id, ""))
         if known:
             # The job's directory, from squeue: its records are those in it, and a last one
             # without any (its cancel, just recorded); none while slurmdbd has no record of it
@@ -172,14 +196,17 @@ def parse_sacct(text: str, workdirs: Mapping[str, str] | None = None) -> dict[st
             rows = [
                 row
                 for i, row in enumerate(rows)
-                if row[5].strip() == known or (i == len(rows) - 1 and not row[5].strip())
+                if dir_name(row[5]) == known
+                or (
+                    i == len(rows) - 1 and not row[5].strip() and (shown is None or job_id in shown)
+                )
             ]
             if not rows:
                 continue
         _, state, exit_code, _, _, workdir, reason = rows[-1]
         status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
-        workdir = known or workdir.strip()
-        earlier = [row for row in rows[:-1] if workdir and row[5].strip() == workdir]
+        workdir = known or dir_name(workdir)
+        earlier = [row for row in rows[:-1] if workdir and dir_name(row[5]) == workdir]
         own = [*earlier, rows[-1]]
         if any(_record_ran(row[3], row[4]) for row in own):
             status = dataclasses.replace(status, started=True)

@@ -73,7 +73,9 @@ def main() -> None:
         run(commands.cancel(job_id))
 
     sleeper = ("sleep", "300")
-    old = [submit(request()), *(submit(request(command=sleeper)) for _ in range(3))]
+    older = [backend.submit(request()).external_id]
+    older += [backend.submit(request(command=sleeper)).external_id for _ in range(3)]
+    old = [slurm_job_id(i) for i in older]
     assert [int(i) for i in old] == list(range(int(old[0]), int(old[0]) + 4)), old
     requeue_and_cancel(old[1], rerun=True)
     requeue_and_cancel(old[2])
@@ -111,8 +113,9 @@ def main() -> None:
     save("sacct_reused_ids.txt", run(commands.sacct(old)).stdout)
     save("sacct_reused_ids_every_field.txt", accounted(old))
     save("squeue_reused_ids.txt", run(commands.squeue(old)).stdout)
-    save("squeue_reused_ids_workdirs.txt", run(commands.workdirs(old)).stdout)
     save("reused_ids.json", json.dumps(jobs, indent=2) + "\n")
+    # The older jobs' external ids: gpuq may still follow one after its id is another job's.
+    save("reused_ids_older.json", json.dumps(older, indent=2) + "\n")
     print("captured into", DATA.relative_to(REPO))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import paramiko
 
+from queue_service.backends.slurm import commands
 from queue_service.backends.slurm.ssh import SSHConnection
 
 
@@ -86,7 +87,7 @@ def sshd(
 
 class LoginNode(LetsAnyoneIn):
     """An sshd that answers each command by its first word (`squeue`, `sacct`; `squeue
-    WorkDir` for the squeue that asks jobs' directories, if given) with (stdout, stderr, exit
+    WorkDir` for the squeue that asks only jobs' directories, if given) with (stdout, stderr, exit
     status), as a login node's Slurm would: tests give it what the real commands printed
     (data/). It records the commands it was sent."""
 
@@ -99,7 +100,7 @@ class LoginNode(LetsAnyoneIn):
         self.commands.append(text)
         word = text.split(" ", 1)[0]
         stdout, stderr, rc = self.answers.get(
-            f"{word} WorkDir" if "WorkDir" in text else word, self.answers[word]
+            f"{word} WorkDir" if commands.WORKDIR_FORMAT in text else word, self.answers[word]
         )
 
         def answer() -> None:

@@ -107,7 +107,12 @@ def charlie_goes_for_alices_job(backend: SlurmBackend) -> tuple[str, str, JobSta
         assert wait_for(backend, charlie).state == RemoteState.SUCCEEDED
         output = read_log(backend, charlie, until="charlie-end")
         assert "charlie-start" in output and "charlie-end" in output, output
-        return secret, output, backend.poll([alice])[alice]
+        status = backend.poll([alice])[alice]
+        deadline = time.monotonic() + 30
+        while status.native_state == "COMPLETING" and time.monotonic() < deadline:
+            time.sleep(0.5)  # a cancel's end: Slurm still stops her processes
+            status = backend.poll([alice])[alice]
+        return secret, output, status
     finally:
         backend.cancel(alice, grace_s=0)
 

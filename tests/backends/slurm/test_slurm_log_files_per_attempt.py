@@ -13,7 +13,7 @@ import re
 import shlex
 from typing import cast
 
-from queue_service.backends.slurm import SlurmBackend
+from queue_service.backends.slurm import SlurmBackend, commands
 from queue_service.backends.slurm.backend import SlurmSettings
 from queue_service.backends.slurm.ssh import Result, SSHConnection
 
@@ -73,9 +73,11 @@ class FakeSlurmLogin:
         asked = ids.group(1).split(",") if ids else list(self.workdir_of)
         known = [i for i in asked if i in self.workdir_of]
         if word == "squeue":
-            if "WorkDir" in command:
+            if commands.WORKDIR_FORMAT in command:
                 return Result(0, "".join(f"{i}|{self.workdir_of[i]}\n" for i in known), "")
-            return Result(0, "".join(f"{i}|COMPLETED|0|None\n" for i in known), "")
+            return Result(
+                0, "".join(f"{i}|COMPLETED|0|{self.workdir_of[i]}|None\n" for i in known), ""
+            )
         if word == "sacct":
             return Result(
                 0,

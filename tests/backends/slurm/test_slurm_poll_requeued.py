@@ -26,22 +26,12 @@ DATA = Path(__file__).parent / "data"
 JOBS: dict[str, str] = json.loads((DATA / "jobs.json").read_text())
 SQUEUE = ((DATA / "squeue_final.txt").read_text(), "", 0)
 SACCT = ((DATA / "sacct_final.txt").read_text(), "", 0)
-# squeue's `JobID|WorkDir` of those jobs: the directory sacct's records show for each.
-WORKDIRS = (
-    "".join(
-        f"{row.split('|')[0]}|{row.split('|')[5]}\n"
-        for row in (DATA / "sacct_final.txt").read_text().splitlines()
-        if row.split("|")[5]
-    ),
-    "",
-    0,
-)
 SLURMDBD_DOWN = ("", (DATA / "sacct_slurmdbd_down.stderr.txt").read_text(), 1)
 
 
 @pytest.fixture
 def login_node() -> Iterator[tuple[LoginNode, SlurmBackend]]:
-    node = LoginNode({"squeue": SQUEUE, "squeue WorkDir": WORKDIRS, "sacct": SACCT})
+    node = LoginNode({"squeue": SQUEUE, "sacct": SACCT})
     with sshd(node) as connection:
         settings = SlurmSettings(host="127.0.0.1", user="slurm", known_hosts="pinned")
         yield node, SlurmBackend("lab", settings, connection)
@@ -58,7 +48,7 @@ ENDED = {
 }
 
 
-def test_a_job_squeue_reads_as_never_started_is_asked_of_sacct_and_its_workdir_in_one_call_each(
+def test_a_job_squeue_reads_as_never_started_is_asked_of_sacct_in_one_call(
     login_node: tuple[LoginNode, SlurmBackend],
 ) -> None:
     node, backend = login_node
@@ -67,7 +57,8 @@ def test_a_job_squeue_reads_as_never_started_is_asked_of_sacct_and_its_workdir_i
         ENDED
     )
     waited = [JOBS[c] for c in ("requeued_cancelled", "requeued", "resources", "held_cancelled")]
-    assert node.commands[1:] == [commands.sacct(waited), commands.workdirs(waited)]
+    # Which records are each job's: by the WorkDir the same squeue gave.
+    assert node.commands[1:] == [commands.sacct(waited)]
 
 
 def test_a_poll_of_jobs_squeue_tells_all_about_asks_no_sacct(
