@@ -116,8 +116,10 @@ def _render(
             ],
             # A refused new quota: its form open again, as typed.
             "quota_adding": typed if typed and model not in {q.gpu_model for q in quotas} else {},
+            # The adding form offers models without a quota only: it must not replace one.
             "gpu_models": sorted(
                 {Quota.ANY_MODEL, *Node.objects.values_list("gpu_model", flat=True)}
+                - {q.gpu_model for q in quotas}
             ),
             "report": report,
             "chart": charts.usage_chart(report.days, report.users, report.gpu_hours),
@@ -213,7 +215,9 @@ def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
         body.is_valid(raise_exception=True)
         values = dict(body.validated_data)
         with permission_as_403():
-            team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
+            team_services.set_quota(
+                request.user, team, values.pop("gpu_model"), values, new="adding" in request.POST
+            )
     except ValidationError as exc:
         typed = {k: request.POST[k] for k in QuotaSerializer.Meta.fields if k in request.POST}
         return _render(

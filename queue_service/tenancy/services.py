@@ -77,32 +77,49 @@ def _keep_an_admin(team: Team) -> None:
 OPTIONAL_QUOTA_LIMITS = ("borrowing_limit_gpus", "lending_limit_gpus", "max_running_jobs")
 
 
-def set_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) -> Quota:
+def set_quota(
+    actor: Any, team: Team, gpu_model: str, values: dict[str, Any], *, new: bool = False
+) -> Quota:
     """Create or replace a team's quota for one GPU model, within the site's ceilings. A limit
-    left out is no limit: a replace keeps nothing of the old quota."""
+    left out is no limit: a replace keeps nothing of the old quota. `new`: only create (a
+    form for adding one must not replace a quota added meanwhile)."""
     require_team_admin(actor, team)
     values = {**dict.fromkeys(OPTIONAL_QUOTA_LIMITS), **values}
     with transaction.atomic():
         team = _lock_team(actor, team)
-        _check_quota(actor, team, gpu_model, values)
+        old = team.quotas.filter(gpu_model=gpu_model).first()
+        if new and old is not None:
+            raise ValidationError(
+                {"gpu_model": [f"the team has a {gpu_model} quota already: change it in its form"]}
+            )
+        _check_quota(actor, team, gpu_model, values, old)
         quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)
     return quota
 
 
-def _check_quota(actor: Any, team: Team, gpu_model: str, values: dict[str, Any]) -> None:
+def _check_quota(
+    actor: Any, team: Team, gpu_model: str, values: dict[str, Any], old: Quota | None
+) -> None:
+    """A team admin stays within the site's ceilings; where the team is past one already (the
+    site lowered it), a change that does not go further past it is still taken, so the admin
+    can move back under it."""
     errors: dict[str, list[str]] = {}
     if not actor.is_staff:
         nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))
-        if nominal_elsewhere + values["nominal_gpus"] > team.max_nominal_gpus:
+        nominal = values["nominal_gpus"]
+        if nominal_elsewhere + nominal > team.max_nominal_gpus and nominal > (
+            old.nominal_gpus if old else 0
+        ):
             errors["nominal_gpus"] = [
                 f"the team's nominal quotas may add up to {team.max_nominal_gpus:g} GPUs "
                 f"(other models already take {nominal_elsewhere:g})"
             ]
         borrowing = values.get("borrowing_limit_gpus")
+        was = old.borrowing_limit_gpus if old else 0
         ceiling = f"at most {team.max_borrowing_gpus:g} GPUs for this team (set by the site)"
         if borrowing is None:  # omitted, or null: no limit, which only site staff may set
             errors["borrowing_limit_gpus"] = [f"a team admin must give a limit: {ceiling}"]
-        elif borrowing > team.max_borrowing_gpus:
+        elif borrowing > team.max_borrowing_gpus and (was is not None and borrowing > was):
             errors["borrowing_limit_gpus"] = [ceiling]
     if errors:
         raise ValidationError(errors)
