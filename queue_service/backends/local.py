@@ -33,7 +33,7 @@ from .base import (
     SubmitResult,
     job_env,
 )
-from .local_runner import group_members, signal_process, start_time
+from .local_runner import KILL_WAIT_S, group_members, signal_process, start_time
 
 DEFAULT_WORKDIR = Path("var/local-jobs")
 RUNNER = "queue_service.backends.local_runner"
@@ -198,6 +198,13 @@ class LocalBackend:
         job_dir = self._dir(external_id)
         if _verdict(external_id, job_dir) is not None or not job_dir.is_dir():
             return False  # it ended on its own, or its directory is gone: poll says lost
+        if (job_dir / "ended.json").exists():
+            # Its ranks ended by themselves; the supervisor stops what they left behind (TERM,
+            # KILL after the grace) and then writes their end, which a stop no longer changes.
+            deadline = time.monotonic() + self.grace_s + KILL_WAIT_S + 2
+            while _verdict(external_id, job_dir) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            return False
         # Whole or not at all: the supervisor may read it at any moment.
         tmp = job_dir / f"cancel.{os.getpid()}.tmp"
         tmp.write_text(json.dumps({"grace_s": grace_s}))

@@ -274,7 +274,13 @@ def supervise(
         signal_job(procs, signal.SIGKILL, subreaper)
         write_json(
             job_dir / "result.json",
-            {"state": "failed", "exit_code": 127, "reason": f"could not start: {exc.strerror}"},
+            {
+                "state": "failed",
+                # As shells: 127 for a program not found, 126 for one that cannot run.
+                "exit_code": 127 if isinstance(exc, FileNotFoundError) else 126,
+                "reason": f"could not start: {exc.strerror}",
+                "started": bool(procs),  # ranks started before the one that could not
+            },
         )
         return
     write_json(
@@ -310,6 +316,9 @@ def supervise(
         else:
             if ended_at is None:
                 ended_at = now
+                # The end is the ranks' own from here: a stop that comes now changes nothing,
+                # and LocalBackend.cancel says so.
+                write_json(job_dir / "ended.json", {"at": time.time()})
             if left is None:
                 left = any(group_members(p.pid) for p in procs)
             if not left:

@@ -447,7 +447,15 @@ def request_stop(job: Job) -> None:
     if settings.CELERY_BROKER_URL:
         from .tasks import cancel_job
 
-        transaction.on_commit(lambda: cancel_job.delay(str(job.pk)))
+        job_id = str(job.pk)
+
+        def enqueue() -> None:
+            try:
+                cancel_job.delay(job_id)
+            except Exception:  # the broker is down: the stop is recorded, the sync resends it
+                log.warning("job %s: could not enqueue its stop", job_id, exc_info=True)
+
+        transaction.on_commit(enqueue)
     else:
         # robust: one victim's failed stop must not drop the other hooks of the commit (the
         # cycle's other stops, its dispatches); the sync sends a lost stop again.

@@ -162,10 +162,22 @@ def test_a_failing_command_reports_its_exit_code(backend: LocalBackend) -> None:
     assert (status.state, status.exit_code) == (RemoteState.FAILED, 3)
 
 
-def test_a_missing_program_fails_with_127(backend: LocalBackend) -> None:
+def test_a_missing_program_fails_with_127_and_never_started(backend: LocalBackend) -> None:
     eid = backend.submit(request(["/nonexistent/program"])).external_id
     status = wait_for(backend, eid, finished)
-    assert (status.state, status.exit_code) == (RemoteState.FAILED, 127)
+    assert (status.state, status.exit_code, status.started) == (RemoteState.FAILED, 127, False)
+
+
+def test_a_program_that_cannot_run_fails_with_126_as_in_a_shell(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    program = tmp_path / "not-executable"
+    program.write_text("#!/bin/sh\necho hi\n")
+    program.chmod(0o644)
+    eid = backend.submit(request([str(program)])).external_id
+    status = wait_for(backend, eid, finished)
+    assert (status.state, status.exit_code) == (RemoteState.FAILED, 126)
+    assert "Permission denied" in status.reason
 
 
 def test_cancel_stops_a_running_job_with_sigterm(backend: LocalBackend) -> None:
