@@ -109,11 +109,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    Path(args.cluster_out).write_text(json.dumps(generate.cluster(spec), indent=2) + "\n")
     rows = generate.jobs(spec)
-    Path(args.workload_out).write_text(
-        csv_text(generate.COLUMNS, [[r[c] for c in generate.COLUMNS] for r in rows])
-    )
+    try:
+        _write(Path(args.cluster_out), json.dumps(generate.cluster(spec), indent=2))
+        _write(
+            Path(args.workload_out),
+            csv_text(generate.COLUMNS, [[r[c] for c in generate.COLUMNS] for r in rows]),
+        )
+    except OSError as e:
+        print(f"error: {e.filename}: cannot write ({e.strerror or e})", file=sys.stderr)
+        return 2
     print(
         f"wrote {len(rows)} jobs for {spec.teams} teams on {spec.nodes} x {spec.gpus_per_node} GPUs"
     )

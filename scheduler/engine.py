@@ -811,8 +811,12 @@ class _Cycle:
         if waiting is not None:
             ready = self.now + self.policy.preemption_grace_s
             return _Failure(waiting, capacity=False, shared=False, estimate=ready)
-        if self.policy.backfill and not any(
-            m in res.models for res in self.reservations for m, _ in allowed
+        # EASY (the backfill baseline): one reservation, the first blocked job's; gpuq keeps
+        # one per GPU model, so a blocked job of one model does not free another's for all.
+        if self.policy.backfill and not (
+            self.reservations
+            if not self.policy.priorities
+            else any(m in res.models for res in self.reservations for m, _ in allowed)
         ):
             res = reserve(self.index, groups, g, n, self.events(), r.id)
             if res is not None:
@@ -1559,7 +1563,10 @@ class _Cycle:
             return []
         if self.mig_index is None:
             self.mig_index = self.new_mig_index()
-        return self.mig_index.plan(requests)
+        baseline = not self.policy.priorities  # submit order, as the baselines start jobs
+        return self.mig_index.plan(
+            requests, in_order=baseline, strict=baseline and not self.policy.backfill
+        )
 
     # -- waits -------------------------------------------------------------------------
 

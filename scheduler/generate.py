@@ -19,6 +19,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from .workload import MAX_NODE_GPUS
+
 MODEL = "A100-SXM4-80GB"
 COLUMNS = (
     "job_id",
@@ -63,6 +65,10 @@ class Spec:
         for name in ("teams", "nodes", "gpus_per_node"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.gpus_per_node > MAX_NODE_GPUS:  # simulate refuses bigger nodes
+            raise ValueError(
+                f"gpus_per_node must be at most {MAX_NODE_GPUS}, got {self.gpus_per_node}"
+            )
         if self.jobs < 0:
             raise ValueError(f"jobs must be at least 0, got {self.jobs}")
         if not (self.load > 0 and math.isfinite(self.load)):

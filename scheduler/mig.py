@@ -713,18 +713,27 @@ class MigIndex:
         """The relayout this job waits for, if the last plan() put it on a re-laid-out GPU."""
         return self._relaid.get(self._planned_for.get(job_id, ("", -1)))
 
-    def plan(self, requests: Sequence[MigRequest]) -> list[MigRelayout]:
+    def plan(
+        self, requests: Sequence[MigRequest], *, in_order: bool = False, strict: bool = False
+    ) -> list[MigRelayout]:
         """New layouts for idle GPUs that serve the most requests, higher priority classes
         first, and apply them to the index. Free instances on busy GPUs are used first (they
         cost nothing); an idle GPU keeps its layout when that already serves its share.
 
         Called with every startable MIG request before any take(), it serves more than when
         called with take()'s leftovers: a take() can make an idle GPU busy that a later
-        request needed re-laid out (see bench/mig_quality.py)."""
-        order = sorted(
-            range(len(requests)),
-            key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
-        )
+        request needed re-laid out (see bench/mig_quality.py).
+
+        `in_order`: requests are served in the order given (the baselines' submit order),
+        not smallest first, so a later small request never takes the GPU the first one
+        needed; `strict` (FIFO): none after the first that cannot be served, which the
+        later ones may not pass."""
+        order: Sequence[int] = range(len(requests))
+        if not in_order:
+            order = sorted(
+                order,
+                key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
+            )
         # A GPU being emptied for a job gives its free instances to no other request.
         spare = _Spare(
             self, [g for g in self._gpus if not g.idle and g.order not in self._reserved], requests
@@ -748,7 +757,11 @@ class MigIndex:
                 request.pool,
                 request.cluster,
             )
-            if signature in hopeless or packing.add(request):
+            if signature in hopeless:
+                if strict:
+                    break
+                continue
+            if packing.add(request):
                 continue
             # Repacking everything largest first finds room that the small-first order of
             # selection missed; not worth trying when the compute alone cannot fit.
@@ -759,6 +772,8 @@ class MigIndex:
                 if not all(repacked.add(r) for r in _largest_requests_first(members)):
                     repacked = None
             if repacked is None:
+                if strict:
+                    break
                 hopeless.add(signature)  # an identical request would not fit either
             else:
                 packing = repacked

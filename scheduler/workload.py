@@ -23,7 +23,17 @@ from .types import DEFAULT_PRIORITY_CLASSES, JobRequest, Node, PriorityClass, Qu
 
 
 class InputError(ValueError):
-    pass
+    """A bad input file: one line (the spec's exit-2 message), whatever the file's strings
+    hold; a control character in a name is shown escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_CONTROL.sub(lambda m: repr(m.group())[1:-1], message))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# What JOBS_OUT.csv and RUNS.csv separate node names and GPU indices with (`placement`:
+# `node:0,1;node2:0`): a node name holding one would read back as other nodes.
+_NODE_NAME_SEPARATORS = frozenset(";:,")
 
 
 # Bounds that keep a simulation finite: a node's GPUs are indexed one by one (1e8 of them
@@ -175,6 +185,12 @@ def parse_cluster(text: str, source: str) -> Cluster:
             at = _line(raw, "name") if isinstance(raw, dict) else _line(data["nodes"], i)
             raise r.fail(f"{path}.name", "expected a non-empty string", at)
         name = raw["name"]
+        if _NODE_NAME_SEPARATORS & set(name):
+            raise r.fail(
+                f"{path}.name",
+                f"{name!r} holds ';', ':' or ',', which separate nodes and GPUs in the output",
+                _line(raw, "name"),
+            )
         if name in seen:
             raise r.fail(f"{path}.name", f"duplicate node {name!r}", _line(raw, "name"))
         seen.add(name)
@@ -360,11 +376,18 @@ def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> li
     for col in _REQUIRED:
         if col not in header:
             raise InputError(f"{source}: line 1, field {col}: required column is missing")
+    for col in header:
+        if header.count(col) > 1:
+            raise InputError(f"{source}: line 1, field {col}: column named twice")
     names = {c.name for c in classes}
     jobs: list[SimJob] = []
     seen: set[str] = set()
     for raw in _csv_rows(reader, source):
         row = _CsvRow(raw, reader.line_num, source)
+        extra = raw.get(None)  # type: ignore[call-overload]  # DictReader's key for extras
+        if extra:
+            fields = len(header) + len(extra)
+            raise row.fail("-", f"{fields} fields, the header names {len(header)}")
         job_id = row.required("job_id")
         if job_id in seen:
             raise row.fail("job_id", f"duplicate job id {job_id!r}")

@@ -105,6 +105,7 @@ def test_on_8_gpu_nodes_and_at_least_4_of_them_the_files_are_as_before(
     [
         ("--nodes", "0"),
         ("--gpus-per-node", "0"),
+        ("--gpus-per-node", "1025"),  # simulate refuses nodes over 1024 GPUs
         ("--teams", "0"),
         ("--load", "0"),
         ("--jobs", "-1"),
@@ -136,3 +137,19 @@ def test_a_cluster_or_load_that_cannot_hold_jobs_exits_2(
     line = out.stderr.strip()
     assert "\n" not in line and flag[2:].replace("-", "_") in line
     assert not (tmp_path / "c.json").exists()
+
+
+def test_an_unwritable_output_exits_2_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "c.json"
+    out = subprocess.run(
+        [
+            *("python3", "-S", "-m", "scheduler", "generate", "--jobs", "10"),
+            *("--cluster-out", str(missing), "--workload-out", str(tmp_path / "j.csv")),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stderr[-300:]
+    assert out.stderr.count("\n") == 1 and str(missing) in out.stderr, out.stderr
