@@ -7,9 +7,10 @@ import dataclasses
 import gc
 import json
 import logging
+import math
 import time
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -24,11 +25,12 @@ import scheduler
 from queue_service.backends.base import cpus_per_node
 from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
+from scheduler import mig
 from scheduler import types as st
 
 from .models import Job, JobRun, PriorityClass, SchedulerLock
 from .reports import Dep, array_states
-from .services import StaleState, requested_gpus, transition
+from .services import StaleState, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -491,6 +493,16 @@ class Footprints:
         too_small = [n for n, f in on if f is None and n.gpus >= footprint]
         if not too_small:
             return changes
+
+        def charge_within(keep: Callable[[NodeShape], bool]) -> int | None:
+            """The charge over the nodes `keep` selects (their largest footprint), or None
+            when one of them cannot hold the job yet has GPUs enough for that charge: the
+            scheduler would place it there."""
+            charged = max(f for n, f in holding if keep(n))
+            if any(f is None and n.gpus >= charged for n, f in on if keep(n)):
+                return None
+            return charged
+
         for field, given in (("cluster", cluster), ("gpu_model", model), ("pool", pool)):
             if given is not None:
                 continue
@@ -502,9 +514,10 @@ class Footprints:
                 value = getattr(n, field)
                 if value is not None and value not in small:
                     offered[value] = offered.get(value, 0) + n.gpus
-            if offered:
-                value = min(offered, key=lambda v: (-offered[v], v))
-                charged = max(f for n, f in holding if getattr(n, field) == value and f is not None)
+            for value in sorted(offered, key=lambda v: (-offered[v], v)):
+                charged = charge_within(lambda n, f=field, v=value: getattr(n, f) == v)
+                if charged is None:
+                    continue  # narrowed, the smaller charge fits a node too small for it
                 narrowed: dict[str, Any] = {field: value}
                 if charged != gpus:
                     narrowed["gpus_per_node"] = charged
@@ -523,12 +536,14 @@ class Footprints:
             ):
                 continue
             narrowed = {"cluster": c, "gpu_model": m} | ({"pool": p} if p else {})
-            charged = max(
-                f
-                for n, f in holding
-                if f is not None and (n.cluster, n.gpu_model) == (c, m) and (not p or n.pool == p)
+            within = charge_within(
+                lambda n, c=c, m=m, p=p: (
+                    (n.cluster, n.gpu_model) == (c, m) and (not p or n.pool == p)
+                )
             )
-            return narrowed | ({"gpus_per_node": charged} if charged != gpus else {})
+            if within is None:
+                continue
+            return narrowed | ({"gpus_per_node": within} if within != gpus else {})
         past = max(n.gpus for n in too_small) + 1
         if any(n.gpus >= past for n, _ in holding):
             changes["gpus_per_node"] = past
@@ -699,21 +714,25 @@ def _teams(now: datetime) -> tuple[st.Team, ...]:
 
 
 def _usage_by_team(now: datetime) -> dict[int, tuple[st.UsageBucket, ...]]:
-    """GPU-seconds per team from its runs, bucketed by the day each run ended (or now)."""
-    since = now - timedelta(seconds=settings.GPUQ_FAIR_SHARE_HALF_LIFE_S * USAGE_WINDOW_HALF_LIVES)
-    buckets: dict[int, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    """Each team's GPU-seconds, every second decayed from when it was used (a running job's
+    up to now), handed over as one bucket at now. The scheduler decays a bucket by its age
+    alone: one per run at its end would count a week-long run as if used at its end."""
+    half_life = settings.GPUQ_FAIR_SHARE_HALF_LIFE_S
+    since = now - timedelta(seconds=half_life * USAGE_WINDOW_HALF_LIVES)
+    decayed: dict[int, float] = defaultdict(float)
     rows = JobRun.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since)).values_list(
         "team_id", "gpus", "started_at", "ended_at"
     )
+    rate = math.log(2) / half_life
     for team_id, gpus, started_at, ended_at in rows:
-        end = ended_at or now
-        seconds = max((end - max(started_at, since)).total_seconds(), 0.0)
-        day_end = (end.timestamp() // 86400 + 1) * 86400
-        buckets[team_id][min(day_end, now.timestamp())] += gpus * seconds
-    return {
-        team: tuple(st.UsageBucket(at, gs) for at, gs in sorted(b.items()))
-        for team, b in buckets.items()
-    }
+        end = min(ended_at or now, now)
+        start = min(max(started_at, since), end)
+        # The integral of gpus * 2^-(now - t)/half_life over the run.
+        recent = math.exp(-rate * (now - end).total_seconds())
+        early = math.exp(-rate * (now - start).total_seconds())
+        decayed[team_id] += gpus * (recent - early) / rate
+    at = now.timestamp()
+    return {team: (st.UsageBucket(at, gs),) for team, gs in decayed.items() if gs > 0}
 
 
 def apply_decisions(
@@ -724,6 +743,8 @@ def apply_decisions(
         [s.job_id for s in decisions.starts] + [p.job_id for p in decisions.preemptions]
     )
     admitted: list[str] = []
+    # The site's MIG tables, as the scheduler counted slices with them.
+    site_tables = mig.overrides_from(_mig_tables(clusters.values()))
     for start in decisions.starts:
         job = jobs.get(_uuid(start.job_id))
         cluster_name = start.placement.allocs[0].node.split(SEP, 1)[0]
@@ -744,7 +765,7 @@ def apply_decisions(
                 # A slice's share of a GPU is known once its model is (1/7, or 1/4 on an
                 # A30), and whole GPUs are the footprint the scheduler placed (CPUs and
                 # memory charged in GPUs): usage and the quota report count as it did.
-                gpus=_charged_gpus(job.spec, start),
+                gpus=_charged_gpus(job.spec, start, site_tables),
                 borrowed=start.borrowed,
                 admitted_at=now,
                 queue_position=None,
@@ -768,9 +789,15 @@ def apply_decisions(
                     S.PENDING,
                     code="preempted_before_start",
                     message=pre.message,
-                    placement=[],
-                    cluster=job.cluster if job.pinned_cluster else None,
+                    reason={
+                        "code": "preempted_before_start",
+                        "message": f"{pre.message}; waiting again",
+                        "details": {"by_job": pre.by_job_id, "kind": pre.kind},
+                    },
+                    **unplaced(job),
                 )
+                # Its GPUs are free at once: the preemptor need not wait for the next cycle.
+                request_cycle()
                 continue
             transition(
                 job,
@@ -828,9 +855,11 @@ def apply_decisions(
     }
 
 
-def _charged_gpus(spec: dict[str, Any], start: st.Start) -> float:
+def _charged_gpus(
+    spec: dict[str, Any], start: st.Start, site_tables: Mapping[str, mig.ModelTable]
+) -> float:
     if spec.get("mig_profile"):
-        return requested_gpus(spec, start.gpu_model)
+        return mig.gpu_fraction(start.gpu_model or "", spec["mig_profile"], site_tables)
     return float(sum(len(a.gpus) for a in start.placement.allocs))
 
 
