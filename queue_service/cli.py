@@ -26,6 +26,7 @@ import codecs
 import functools
 import http.client
 import json
+import math
 import os
 import sys
 import time
@@ -757,6 +758,17 @@ def team_slug(value: str) -> str:
     return value
 
 
+def _interval(value: str) -> float:
+    """A poll interval: seconds, more than 0 and finite (time.sleep refuses a negative)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise argparse.ArgumentTypeError(f"not a positive number of seconds: {value!r}")
+    return seconds
+
+
 # What cancel, suspend and resume select by filters when no --state is given.
 ACTS_ON = {
     "cancel": "pending,admitted,dispatching,queued,running,preempting,cancelling,suspending,"
@@ -971,7 +983,7 @@ def parser() -> argparse.ArgumentParser:
             " exit status; an array: the first task's output, then wait for all its tasks and"
             " exit with the highest status (as sbatch --wait)",
         )
-        p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+        p.add_argument("--interval", type=_interval, default=2.0, help=argparse.SUPPRESS)
 
     p = command("submit", cmd_submit, "submit a job file (YAML or JSON; - for stdin)")
     p.add_argument("file")
@@ -1023,7 +1035,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=job_id)
     p.add_argument("-f", "--follow", action="store_true", help="until the job ends")
     p.add_argument("--stderr", dest="stream", action="store_const", const="stderr")
-    p.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    p.add_argument("--interval", type=_interval, default=2.0, help=argparse.SUPPRESS)
     p.set_defaults(stream="stdout")
 
     p = command("me", cmd_me, "who your token is, your teams, and where notify writes to")

@@ -676,6 +676,14 @@ def test_configuration_errors_are_usage_errors(live_server: Any) -> None:
     assert exit_.value.code == 2 and "must start with http:// or https://" in err.getvalue()
 
 
+@pytest.mark.parametrize("interval", ["-1", "0", "nan", "inf", "soon"])
+def test_a_poll_interval_that_is_not_a_positive_number_is_a_usage_error(interval: str) -> None:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main(["logs", "-f", "--interval", interval, "1"], environ={"GPUQ_TOKEN": "x"})
+    assert exit_.value.code == 2 and "not a positive number of seconds" in err.getvalue()
+
+
 def test_the_token_may_come_from_a_file(
     live_server: Any, people: dict[str, Any], tmp_path: Path
 ) -> None:
