@@ -291,7 +291,7 @@ class _Layer:
         accounted = parsers.parse_sacct(
             sacct,
             {i: a or workdirs.get(i, "") for i, a in self.attempts.items()},
-            shown=set(self.waited),
+            displaced=self.displaced,
         )
         for i in self.missing:
             status = accounted.get(i)

@@ -161,7 +161,7 @@ def parse_sacct(
     text: str,
     workdirs: Mapping[str, str] | None = None,
     *,
-    shown: Container[str] | None = None,
+    displaced: Container[str] = (),
 ) -> dict[str, JobStatus]:
     """`sacct -n -P -X -D -o JobIDRaw,State,ExitCode,Start,NodeList,WorkDir,Reason` rows:
     every record of each id, oldest first. A job's state, exit code and reason are its last
@@ -180,9 +180,9 @@ def parse_sacct(
     a new job, every record is an older job's: `workdirs` ({id: its WorkDir, from squeue,
     which still shows such jobs, or the attempt that names it}) tells them apart, by the
     directory's name; without it, the last record's WorkDir is taken, and where there is
-    none, whether an earlier record that ran was this job's is unknown. A last record without
-    WorkDir is the job's only if squeue still shows the job (`shown`; None: every id): of an
-    id squeue shows as another job's, or no longer shows, it is the other job's cancel."""
+    none, whether an earlier record that ran was this job's is unknown. Such a last record
+    without WorkDir (slurmdbd also has none for a few seconds after a submit or a start) is
+    not the job's when squeue shows its id as another job's (`displaced`): it is that job's."""
     records: dict[str, list[list[str]]] = {}
     for row in _rows(text, 7):
         records.setdefault(row[0], []).append(row)
@@ -197,9 +197,7 @@ def parse_sacct(
                 row
                 for i, row in enumerate(rows)
                 if dir_name(row[5]) == known
-                or (
-                    i == len(rows) - 1 and not row[5].strip() and (shown is None or job_id in shown)
-                )
+                or (i == len(rows) - 1 and not row[5].strip() and job_id not in displaced)
             ]
             if not rows:
                 continue
