@@ -15,7 +15,9 @@ Judgement calls (docs/kubernetes.md explains them):
 - a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
   finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
   pods still runs or waits (their GPUs are not free yet; QUEUED if none of them ever started),
-  then CANCELLED; so is a failing batch Job, then FAILED;
+  then CANCELLED (deleted) or QUEUED (a Volcano Job aborted without a deletion: suspended on
+  the cluster, `vcctl job suspend`, to run again once resumed); so is a failing batch Job,
+  then FAILED;
 - a pod whose node is gone (bound to, or pinned to, a node the backend found missing; PodGC's
   DeletionByPodGC; the long-deprecated phase Unknown) -> NODE_FAILURE, and the workload is
   deleted: no kubelet will run it again, and a gang Volcano restarts in place stays pinned to
@@ -491,7 +493,11 @@ def volcano_job_status(
     phase = _get(job, "status", "state", "phase") or "Pending"
     message = _get(job, "status", "state", "message") or ""
     retries = int(_get(job, "status", "retryCount") or 0)
-    stopped = bool(_get(job, "metadata", "deletionTimestamp")) or phase in ("Aborting", "Aborted")
+    deleting = bool(_get(job, "metadata", "deletionTimestamp"))
+    # Aborted without a deletion: suspended on the cluster (`vcctl job suspend`; gpuq's stops
+    # delete), to run again once resumed, as a Job Kueue suspends.
+    suspended = not deleting and phase in ("Aborting", "Aborted")
+    stopped = deleting or suspended
     if stopped and (stopping := _stopping(eid, pods, phase, nodes)) is not None:
         return stopping
     ended_first = _ended_first(job, _get(job, "status", "state", "lastTransitionTime"))
@@ -514,6 +520,16 @@ def volcano_job_status(
             return failing
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
+        )
+    if suspended:
+        said = f"suspended on the cluster (Volcano {phase}{': ' + message if message else ''})"
+        return Observation(
+            JobStatus(
+                eid,
+                RemoteState.QUEUED,
+                reason=f"{said}; it runs again once resumed",
+                native_state=phase,
+            )
         )
     if stopped:
         return Observation(

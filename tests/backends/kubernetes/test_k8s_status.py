@@ -255,8 +255,24 @@ VOLCANO = [
         "stopping",
     ),
     (
-        "aborted",
+        # `vcctl job suspend`: gpuq's stops delete the workload, so this is the cluster's
+        # hold, as a Kueue suspension, until `vcctl job resume`.
+        "aborted, not deleted",
         {**vcjob("vcjob_running"), "status": {"state": {"phase": "Aborted"}}},
+        [],
+        R.QUEUED,
+        "suspended on the cluster (Volcano Aborted)",
+    ),
+    (
+        "aborted and being deleted",
+        {
+            **vcjob("vcjob_running"),
+            "metadata": {
+                **vcjob("vcjob_running")["metadata"],
+                "deletionTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "status": {"state": {"phase": "Aborted"}},
+        },
         [],
         R.CANCELLED,
         "Aborted",
