@@ -39,7 +39,14 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use 1/0, true/false)")
 
 
-def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
+# Seconds beyond ten years are no setting anyone means, and datetimes cannot hold them all:
+# a half-life of 1e12 s put the usage window before year 1 and failed every cycle.
+TEN_YEARS_S = 10 * 365 * 24 * 3600.0
+
+
+def env_float(
+    name: str, default: float, *, minimum: float = 0.0, maximum: float = TEN_YEARS_S
+) -> float:
     raw = env(name, str(default))
     try:
         value = float(raw)
@@ -47,8 +54,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
     if not math.isfinite(value):  # float() takes "nan" and "inf"
         raise ImproperlyConfigured(f"{name}={raw!r} is not a finite number")
-    if value < minimum:
-        raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
+    if not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be from {minimum:g} to {maximum:g}")
     return value
 
 

@@ -361,7 +361,7 @@ def test_a_refused_quota_change_shows_what_was_typed_in_its_form(dana: Client) -
     assert quota_form(page, "SIM-A100") == {k: [v] for k, v in typed.items()}
     assert Quota.objects.get(team__slug="vision").nominal_gpus == 8  # nothing changed
     # A refused new quota: the adding form open again, as typed.
-    new = {"gpu_model": "*", "nominal_gpus": "30", "borrowing_limit_gpus": "2"}
+    new = {"adding": "1", "gpu_model": "*", "nominal_gpus": "30", "borrowing_limit_gpus": "2"}
     page = dana.post("/teams/vision/quotas/", new).content.decode()
     assert posted(page, '<details class="more" open>') == {k: [v] for k, v in new.items()}
 
