@@ -62,6 +62,9 @@ class _Failure:
     # It did not preempt because the victims would lose more than it waits: say so.
     note: reasons.PreemptionNote | None = None
     mig: bool = False  # no instance for a slice: each member gets its own estimate
+    # For capacity: the groups it was placed against, to count the best nodes again for a
+    # later member once jobs have started in between.
+    groups: Sequence[Group] = ()
 
 
 @dataclass(slots=True)
@@ -355,6 +358,9 @@ class _Cycle:
             for r, gpus in zip(kinds, kind_demand, strict=True)
         ]
         settled = bad.copy()
+        # How many jobs had started when a kind's verdict was reached: a later member's
+        # numbers (the team's usage, the best nodes now) are worked out again once more have.
+        seen = [0] * len(kinds)
         ahead_jobs: dict[_Where, int] = {}
         ahead_gpus: dict[_Where, float] = {}
         now = self.now
@@ -368,6 +374,9 @@ class _Cycle:
             reason = settled[k]
             if reason is not None:
                 if reason.code == "quota_exhausted":
+                    if seen[k] != len(self.starts):
+                        seen[k] = len(self.starts)
+                        reason = settled[k] = self.quota_refusal_now(reqs[i], reason)
                     estimate = self.quota_estimate(k, reqs[i], kind_demand[k])
                     waits.append(Wait(job_id, reason, len(waits) + 1, estimate))
                 else:
@@ -381,12 +390,19 @@ class _Cycle:
                 and now + r.time_limit_s <= fail.short_before
             ):
                 if fail.capacity:
+                    if seen[k] != len(self.starts):
+                        seen[k] = len(self.starts)
+                        fail = failed[k] = self.capacity_failure_now(r, fail)
                     self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
                     if rank < self.first_tier and policy.quotas and not r.mig_profile:
                         self.hold_quota(r, kind_demand[k], None)
                 elif fail.mig:
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
                 elif fail.reason.code == "quota_exhausted":
+                    if seen[k] != len(self.starts):
+                        seen[k] = len(self.starts)
+                        refusal = self.quota_refusal_now(r, fail.reason)
+                        fail = failed[k] = replace(fail, reason=refusal)
                     estimate = self.quota_estimate(k, r, kind_demand[k])
                     estimate = _not_before_hold(estimate, fail.reason, fail.short_before)
                     waits.append(Wait(r.id, fail.reason, len(waits) + 1, estimate))
@@ -415,6 +431,7 @@ class _Cycle:
                             if _HELD_FOR in dict(result.details):
                                 until, self.held_until = self.held_until, None
                         failed[k] = _Failure(result, capacity=False, short_before=until)
+                        seen[k] = len(self.starts)
                         if until is None:
                             settled[k] = result
                         if result.code == "quota_exhausted":
@@ -428,6 +445,7 @@ class _Cycle:
                 if outcome is not None:
                     if outcome.shared:
                         failed[k] = outcome
+                        seen[k] = len(self.starts)
                         if not outcome.capacity and outcome.short_before is None:
                             settled[k] = outcome.reason
                     if outcome.capacity:
@@ -637,10 +655,18 @@ class _Cycle:
             if fail.note is not None:
                 reason = reasons.with_note(reason, fail.note)
         models = self.models
+        held = self.reserved_for.get(r.id)
+        estimate: float | None
         if model or len(models) == 1:  # estimate()'s one-model case, inline: every job
             fluids = self.fluids if self.fluids is not None else self.fluid_state()
             f = fluids.get(model or models[0])
-            estimate = None if f is None else f.start(gpus, r.time_limit_s)
+            if f is not None and held is not None:
+                # Reserved: its GPUs come back to later jobs only when it ends, by its limit
+                # from its reserved start (taken from the fluid's clock, it would end sooner).
+                f.take(gpus, r.time_limit_s, at=max(held.start, f.clock))
+                estimate = held.start
+            else:
+                estimate = None if f is None else f.start(gpus, r.time_limit_s)
         else:
             estimate = self.estimate(models, gpus, r.time_limit_s)
         # The estimate pools a model's GPUs; it cannot be before nodes could hold the shape,
@@ -648,7 +674,6 @@ class _Cycle:
         if estimate is not None and r.gpus_per_node and not r.mig_profile:
             floor = self.shape_floor(r)
             estimate = None if floor is None else max(estimate, floor)
-        held = self.reserved_for.get(r.id)
         if held is not None:
             estimate = held.start
         self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
@@ -829,7 +854,42 @@ class _Cycle:
             best_nodes=best,
             tail=reasons.behind_tail(r, best),
             note=note,
+            groups=groups,
         )
+
+    def capacity_failure_now(self, r: JobRequest, fail: _Failure) -> _Failure:
+        """A kind's capacity verdict for a later member, once jobs have started since: the
+        best nodes now are counted at its turn (the verdict stands: capacity only shrinks)."""
+        if not fail.groups:
+            return fail
+        best = self.best_nodes_now(fail.groups, r.gpus_per_node)
+        if best == fail.best_nodes:
+            return fail
+        reason = reasons.no_capacity(r, best)
+        return replace(
+            fail,
+            reason=reason if fail.note is None else reasons.with_note(reason, fail.note),
+            best_nodes=best,
+            tail=reasons.behind_tail(r, best),
+        )
+
+    def quota_refusal_now(self, r: JobRequest, reason: Reason) -> Reason:
+        """A kind's quota refusal for a later member, once jobs have started since: the
+        team's usage at its turn (it only grows, so the verdict stands). A hold's or a
+        note's words, and a slice's, are kept as they were."""
+        details = dict(reason.details)
+        if r.mig_profile or _HELD_FOR in details or "preemption_not_worth" in details:
+            return reason
+        gpus = float(r.nodes * r.gpus_per_node)
+        ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+        preemptible = self.preemptible(r)
+        for m in [r.gpu_model] if r.gpu_model else self.models:
+            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends)
+            if verdict.ok:
+                return reason  # not expected; the verdict the kind reached stands
+            if verdict.reason is not None:
+                return verdict.reason
+        return reason
 
     def horizon(self) -> dict[str, float]:
         """When each node's running jobs, and those started this cycle, end by their limits
@@ -1292,7 +1352,10 @@ class _Cycle:
         refusal: Reason | None = None
         admitted: list[str] = []
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
-        for m in [r.gpu_model] if r.gpu_model else self.mig_models:
+        models = [r.gpu_model] if r.gpu_model else self.mig_models
+        if not any(self.mig_serves(r, m) for m in models):
+            return reasons.mig_unoffered(r)  # as a whole-GPU job no node can hold
+        for m in models:
             share = _fraction(m, profile, self.mig_tables) or gpus
             verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
             if not verdict.ok:
@@ -1331,7 +1394,7 @@ class _Cycle:
         note, self.not_worth = self.not_worth, None
         if waiting is not None:
             return waiting
-        free = sum(self.mig_index.free_count(profile, m, r.pool, r.cluster) for m in admitted)
+        free = sum(self.mig_index.unclaimed_count(profile, m, r.pool, r.cluster) for m in admitted)
         ahead = free > 0 or self.mig_index.taken_ahead(profile, r.gpu_model, r.pool, r.cluster)
         reason = reasons.mig_unavailable(r, free, ahead)
         return reason if note is None else reasons.with_note(reason, note)

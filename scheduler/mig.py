@@ -557,6 +557,20 @@ class MigIndex:
             if gpu.order not in self._reserved
         )
 
+    def unclaimed_count(
+        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
+    ) -> int:
+        """free_count without the instances of a relayout (they exist once applied, and are
+        meant for the jobs it was planned for) nor those plan() claimed for a job: what a
+        job the plan left out could have had."""
+        return sum(
+            1
+            for gpu, inst in self._free(profile, gpu_model, pool, cluster=cluster)
+            if gpu.order not in self._reserved
+            and gpu.order not in self._relaid
+            and (gpu.node, gpu.index, inst.start) not in self._claims
+        )
+
     def take(
         self,
         profile: str,
@@ -607,10 +621,17 @@ class MigIndex:
     def taken_ahead(
         self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
     ) -> bool:
-        """Did take() hand out an instance such a request could have used?"""
-        return any(
+        """Did take() hand out, or plan() mean for other jobs, an instance such a request
+        could have used?"""
+        if any(
             gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
             for gpu, inst in self._taken
+        ):
+            return True
+        return any(
+            gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
+            for gpu, inst in self._free(profile, gpu_model, pool, cluster=cluster)
+            if gpu.order in self._relaid or (gpu.node, gpu.index, inst.start) in self._claims
         )
 
     def kind_at(self, node: str, slot: MigSlot) -> InstanceKind | None:

@@ -27,11 +27,16 @@ def _shape(
         return f"one {mig_profile} MIG slice" + (f" on {gpu_model}" if gpu_model else "")
     count = "1 node" if nodes == 1 else f"{nodes} nodes"
     in_pool = f" in pool {pool}" if pool else ""
-    return f"{count} x {gpus_per_node} free {gpu_model or 'GPU'}{in_pool}"
+    what = gpu_model or ("GPU" if gpus_per_node == 1 else "GPUs")
+    return f"{count} x {gpus_per_node} free {what}{in_pool}"
+
+
+def _nodes(count: int) -> str:
+    return "1 node" if count == 1 else f"{count} nodes"
 
 
 def no_capacity(r: JobRequest, best_nodes: int) -> Reason:
-    best = "1 node" if best_nodes == 1 else f"{best_nodes} nodes"
+    best = _nodes(best_nodes)
     return Reason(
         "no_capacity",
         f"needs {shape_text(r)}; the best now is {best}",
@@ -47,7 +52,8 @@ def no_capacity(r: JobRequest, best_nodes: int) -> Reason:
 def unsatisfiable(r: JobRequest, max_nodes: int) -> Reason:
     return Reason(
         "unsatisfiable",
-        f"needs {shape_text(r)}, but only {max_nodes} up node(s) of that kind exist in the cluster",
+        f"needs {shape_text(r)}, but only {_nodes(max_nodes)} of that kind"
+        f" {'is' if max_nodes == 1 else 'are'} up in the cluster",
         (("nodes", r.nodes), ("gpus_per_node", r.gpus_per_node), ("max_nodes", max_nodes)),
     )
 
@@ -59,7 +65,7 @@ BehindTail = tuple[str, tuple[str, Any]]
 
 def behind_tail(r: JobRequest, best_nodes: int) -> BehindTail:
     return (
-        f"; this job needs {shape_text(r)} and the best now is {best_nodes} node(s)",
+        f"; this job needs {shape_text(r)} and the best now is {_nodes(best_nodes)}",
         ("best_nodes_now", best_nodes),
     )
 
@@ -82,7 +88,8 @@ def behind(
         gpus, value = gpus_text(gpus_ahead), round(gpus_ahead, 4)
     return Reason(
         "behind_higher_priority",
-        f"{jobs_ahead} job(s) ahead need {gpus} GPUs{text}",
+        f"{jobs_ahead} {'job ahead needs' if jobs_ahead == 1 else 'jobs ahead need'} {gpus}"
+        f" {'GPU' if value == 1 else 'GPUs'}{text}",
         (("jobs_ahead", jobs_ahead), ("gpus_ahead", value), best),
     )
 
@@ -149,6 +156,15 @@ def mig_unavailable(r: JobRequest, free: int, ahead: bool = True) -> Reason:
         + (f" in pool {r.pool}" if r.pool else "")
         + f" ({free} free, {held}), and no idle MIG GPU can be re-laid out",
         (("mig_profile", r.mig_profile), ("gpu_model", r.gpu_model), ("free_instances", free)),
+    )
+
+
+def mig_unoffered(r: JobRequest) -> Reason:
+    where = (f" {r.gpu_model}" if r.gpu_model else "") + (f" in pool {r.pool}" if r.pool else "")
+    return Reason(
+        "unsatisfiable",
+        f"needs {shape_text(r)}, but no up{where} MIG GPU in the cluster offers that profile",
+        (("mig_profile", r.mig_profile), ("gpu_model", r.gpu_model), ("max_nodes", 0)),
     )
 
 

@@ -70,7 +70,7 @@ def test_positions_are_1_based_in_scheduling_order() -> None:
     busy = [running("r1", {"n1": range(8)})]
     d = decide(snap(nodes(1), [], [job(f"j{i}", submit=i) for i in range(4)], busy), BACKFILL)
     assert [(w.job_id, w.position) for w in d.waits] == [("j0", 1), ("j1", 2), ("j2", 3), ("j3", 4)]
-    assert waits(d)["j3"].reason.message.startswith("3 job(s) ahead need 3 GPUs")
+    assert waits(d)["j3"].reason.message.startswith("3 jobs ahead need 3 GPUs")
 
 
 def test_no_estimate_of_now_for_a_job_whose_shape_no_node_can_hold_now() -> None:

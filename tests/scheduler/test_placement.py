@@ -35,7 +35,7 @@ def test_gang_starts_all_or_nothing() -> None:
     d = decide(snap(nodes(2), [], [job("gang", gpus=8, nodes=2)], busy), NO_QUOTA)
     assert not d.starts
     assert waits(d)["gang"].reason.code == "no_capacity"
-    assert waits(d)["gang"].reason.message == "needs 2 nodes x 8 free GPU; the best now is 1 node"
+    assert waits(d)["gang"].reason.message == "needs 2 nodes x 8 free GPUs; the best now is 1 node"
 
 
 def test_gang_gets_the_same_gpus_on_distinct_nodes() -> None:

@@ -297,7 +297,7 @@ def test_a_team_starting_on_its_idle_nominal_takes_it_back_from_what_is_lent() -
         # A100-40GB's profile: no MIG GPU (an A100 80GB) offers it; 14 x 3/7 = 6 GPUs.
         (
             [job(f"ag{i}", team="a", mig="3g.20gb", model=A100, submit=1) for i in range(14)],
-            "mig_unavailable",
+            "unsatisfiable",
         ),
     ],
     ids=["more-nodes-than-exist", "absent-model", "mig-profile-not-offered"],
