@@ -566,7 +566,7 @@ def footprint_note(charged: int, spec: dict[str, Any]) -> tuple[int, str]:
 
 def charged_reason(reason: st.Reason, note: tuple[int, str]) -> st.Reason:
     """A wait reason in the scheduler's words, which count GPUs charged, with what they are
-    charged for: a user who asked for one GPU is told why "6 free GPU" are needed."""
+    charged for: a user who asked for one GPU is told why "6 free GPUs" are needed."""
     charged, why = note
     return st.Reason(
         reason.code,

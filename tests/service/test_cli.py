@@ -269,10 +269,10 @@ def test_queue_and_show_say_why_a_job_waits(gpuq: Gpuq, job_file: Any, local_clu
     queue = gpuq("alice", "queue")
     _, row = queue.out.splitlines()
     assert row.split()[:6] == ["1", small, "small", "vision", "normal", "4"]
-    assert "needs 1 node x 4 free GPU; the best now is 0 nodes" in row
+    assert "needs 1 node x 4 free GPUs; the best now is 0 nodes" in row
     about = fields(gpuq("alice", "show", small))
     assert about["state"] == "pending"
-    assert about["why"] == "needs 1 node x 4 free GPU; the best now is 0 nodes"
+    assert about["why"] == "needs 1 node x 4 free GPUs; the best now is 0 nodes"
     assert about["position"] == "1"
     assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ", about["estimated start"])
 

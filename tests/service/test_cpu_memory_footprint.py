@@ -84,7 +84,7 @@ def test_two_cpu_heavy_one_gpu_jobs_are_not_placed_on_one_node(people: Any, tmp_
 def test_a_waiting_job_charged_for_its_cpus_says_so_in_its_reason(
     people: Any, tmp_path: Any
 ) -> None:
-    """The scheduler's words count the footprint ("needs 1 node x 6 free GPU"): a user who
+    """The scheduler's words count the footprint ("needs 1 node x 6 free GPUs"): a user who
     asked for one GPU is told where the other five come from."""
     cluster_of(tmp_path, ("n1", *BIG))
     submit(people, name="a", cpus_per_gpu=64)
