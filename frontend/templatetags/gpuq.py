@@ -35,6 +35,18 @@ def shape(job: Any) -> str:
 
 
 @register.filter
+def backend_id(job: Any) -> str:
+    """The id people give the cluster's own tools: a Slurm job's `[user:]<id>` (what squeue
+    -j and scancel take) without the `@<attempt>` that names its log files; others as they
+    are."""
+    external = job.external_id or ""
+    cluster = getattr(job, "cluster", None)
+    if cluster is not None and cluster.kind == "slurm":
+        return external.rpartition("@")[0] or external
+    return external
+
+
+@register.filter
 def gpus(value: float | None) -> str:
     if value is None:
         return "∞"

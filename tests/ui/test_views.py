@@ -1254,3 +1254,25 @@ def test_a_teammate_posting_the_email_boxes_gets_a_403_and_an_outsider_a_404(
     assert client_of(people["alice"]).post(f"/jobs/{job.pk}/update/", form).status_code == 302
     job.refresh_from_db()
     assert "notify" not in job.spec
+
+
+@pytest.mark.parametrize(
+    ("kind", "external_id", "shown"),
+    [
+        # What squeue -j and scancel take, without the attempt that names its log files.
+        ("slurm", "4242@0f5e7d3a-1b2c-4d5e-8f90-123456789abc.2", "4242"),
+        ("slurm", "alice:4242@0f5e7d3a-1b2c-4d5e-8f90-123456789abc.1", "alice:4242"),
+        ("slurm", "4242", "4242"),  # submitted before attempts named log files
+        ("kubernetes", "ml/vcjob/gpuq-0f5e7d3a", "ml/vcjob/gpuq-0f5e7d3a"),
+    ],
+)
+def test_the_job_page_shows_the_id_the_clusters_own_tools_take(
+    alice: Client, people: Any, kind: str, external_id: str, shown: str
+) -> None:
+    cluster = Cluster.objects.create(name=f"c-{kind}", kind=kind, settings={})
+    job = submit_job(people["alice"], spec()).job
+    Job.objects.filter(pk=job.pk).update(
+        state=Job.State.QUEUED, cluster=cluster, external_id=external_id
+    )
+    page = alice.get(f"/jobs/{job.pk}/live/").content.decode()
+    assert f'<code id="external-id" title="{external_id}">{shown}</code>' in page
