@@ -68,6 +68,25 @@ class _Failure:
 
 
 @dataclass(slots=True)
+class _Ahead:
+    """Jobs waiting for capacity ahead so far, of one (GPU model, pool, cluster)."""
+
+    jobs: int = 0
+    gpus: float = 0.0
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """What capacity_wait needs of a kind, once per kind."""
+
+    ahead: _Ahead  # of its own (model, pool, cluster)
+    rivals: list[_Ahead]  # of those whose jobs could use the same nodes, its own first
+    one_model: str | None  # the one model its estimate pools, else None: the best of all
+    floored: bool  # whole GPUs per node: its estimate waits for nodes to hold the shape
+    quota_key: tuple[str, str] | None  # the quota its start holds, when quotas are on
+
+
+@dataclass(slots=True)
 class _Hold:
     """Nominal quota held this cycle for a team's first job that fits it but waits for
     nodes (FIFO within a team): its `gpus`, until its earliest start."""
@@ -211,7 +230,13 @@ class _Cycle:
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
         # Per (GPU model, pool, cluster) a job asks for, those it competes with (None: any).
-        self._rivals: dict[_Where, list[_Where]] = {}
+        self._rivals: dict[_Where, tuple[_Ahead, list[_Ahead]]] = {}
+        self._waiting: list[_Waiting | None] = []  # per kind, at its first wait for capacity
+        # Per kind refused quota whose search for own victims failed: (starts, preemptions,
+        # reservations) then, the searches it made, and the note it left (preempt_for_quota).
+        self._no_victims: dict[
+            tuple[object, ...], tuple[tuple[int, int, int], int, reasons.PreemptionNote | None]
+        ] = {}
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
         self.not_worth: reasons.PreemptionNote | None = None
         self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
@@ -361,8 +386,7 @@ class _Cycle:
         # How many jobs had started when a kind's verdict was reached: a later member's
         # numbers (the team's usage, the best nodes now) are worked out again once more have.
         seen = [0] * len(kinds)
-        ahead_jobs: dict[_Where, int] = {}
-        ahead_gpus: dict[_Where, float] = {}
+        self._waiting = [None] * len(kinds)
         now = self.now
         relayouts = self.plan_mig(reqs, kinds, kind_of, kind_demand, order)
         waits = self.waits
@@ -393,7 +417,7 @@ class _Cycle:
                     if seen[k] != len(self.starts):
                         seen[k] = len(self.starts)
                         fail = failed[k] = self.capacity_failure_now(r, fail)
-                    self.capacity_wait(r, fail, ahead_jobs, ahead_gpus)
+                    self.capacity_wait(k, r, fail)
                     if rank < self.first_tier and policy.quotas and not r.mig_profile:
                         self.hold_quota(r, kind_demand[k], None)
                 elif fail.mig:
@@ -449,7 +473,7 @@ class _Cycle:
                         if not outcome.capacity and outcome.short_before is None:
                             settled[k] = outcome.reason
                     if outcome.capacity:
-                        self.capacity_wait(r, outcome, ahead_jobs, ahead_gpus)
+                        self.capacity_wait(k, r, outcome)
                         blocked = not policy.backfill
                         if rank < self.first_tier and policy.quotas:
                             held = self.reserved_for.get(r.id)
@@ -620,46 +644,32 @@ class _Cycle:
                 return True
         return False
 
-    def capacity_wait(
-        self,
-        r: JobRequest,
-        fail: _Failure,
-        ahead_jobs: dict[_Where, int],
-        ahead_gpus: dict[_Where, float],
-    ) -> None:
+    def capacity_wait(self, k: int, r: JobRequest, fail: _Failure) -> None:
         """A wait for capacity: how much waits ahead for GPUs it could use, and an estimate."""
+        c = self._waiting[k]
+        if c is None:
+            c = self._waiting[k] = self.waiting_kind(r)
         gpus = r.nodes * r.gpus_per_node
-        model = r.gpu_model
-        where = (model, r.pool, r.cluster)
-        rivals = self._rivals.get(where)
-        if rivals is None:
-            # Jobs compete when some node could hold either: their capacity groups meet.
-            rivals = self._rivals[where] = [where]
-            mine = {g.key for g in self.groups(model, r)}
-            for other, theirs in self._rivals.items():
-                if other != where and any(g.key in mine for g in self.index.groups_for(*other)):
-                    rivals.append(other)
-                    theirs.append(where)
+        mine, rivals = c.ahead, c.rivals
         if len(rivals) == 1:  # the usual case
-            jobs, need = ahead_jobs.get(where, 0), ahead_gpus.get(where, 0.0)
+            jobs, need = mine.jobs, mine.gpus
         else:
             jobs, need = 0, 0.0
             for other in rivals:
-                jobs += ahead_jobs.get(other, 0)
-                need += ahead_gpus.get(other, 0.0)
-        ahead_jobs[where] = ahead_jobs.get(where, 0) + 1
-        ahead_gpus[where] = ahead_gpus.get(where, 0.0) + gpus
+                jobs += other.jobs
+                need += other.gpus
+        mine.jobs += 1
+        mine.gpus += gpus
         reason = fail.reason
         if jobs and reason.code == "no_capacity":
             reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
             if fail.note is not None:
                 reason = reasons.with_note(reason, fail.note)
-        models = self.models
         held = self.reserved_for.get(r.id)
         estimate: float | None
-        if model or len(models) == 1:  # estimate()'s one-model case, inline: every job
+        if c.one_model is not None:  # estimate()'s one-model case, inline: every job
             fluids = self.fluids if self.fluids is not None else self.fluid_state()
-            f = fluids.get(model or models[0])
+            f = fluids.get(c.one_model)
             if f is not None and held is not None:
                 # Reserved: its GPUs come back to later jobs only when it ends, by its limit
                 # from its reserved start (taken from the fluid's clock, it would end sooner).
@@ -668,24 +678,45 @@ class _Cycle:
             else:
                 estimate = None if f is None else f.start(gpus, r.time_limit_s)
         else:
-            estimate = self.estimate(models, gpus, r.time_limit_s)
+            estimate = self.estimate(self.models, gpus, r.time_limit_s)
         # The estimate pools a model's GPUs; it cannot be before nodes could hold the shape,
         # and with no known release that makes them, there is none.
-        if estimate is not None and r.gpus_per_node and not r.mig_profile:
+        if estimate is not None and c.floored:
             floor = self.shape_floor(r)
             estimate = None if floor is None else max(estimate, floor)
         if held is not None:
             estimate = held.start
         self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
-        if self.policy.quotas:
+        if c.quota_key is not None:
             # It holds its team's quota once it starts: jobs behind it refused quota count it.
-            k = self.quota_key_of(r)
-            if k is not None:
-                f = self._quota_fluids.get(k)
-                if f is None:
-                    self._quota_ahead.setdefault(k, []).append((gpus, r.time_limit_s))
-                else:
-                    f.take(gpus, r.time_limit_s)
+            q = self._quota_fluids.get(c.quota_key)
+            if q is None:
+                self._quota_ahead.setdefault(c.quota_key, []).append((gpus, r.time_limit_s))
+            else:
+                q.take(gpus, r.time_limit_s)
+
+    def waiting_kind(self, r: JobRequest) -> _Waiting:
+        """What capacity_wait needs of r's kind, worked out at its first wait."""
+        model = r.gpu_model
+        where = (model, r.pool, r.cluster)
+        found = self._rivals.get(where)
+        if found is None:
+            # Jobs compete when some node could hold either: their capacity groups meet.
+            found = self._rivals[where] = (_Ahead(), [])
+            found[1].append(found[0])
+            mine = {g.key for g in self.groups(model, r)}
+            for other, (theirs, their_rivals) in self._rivals.items():
+                if other != where and any(g.key in mine for g in self.index.groups_for(*other)):
+                    found[1].append(theirs)
+                    their_rivals.append(found[0])
+        one_model = model or (self.models[0] if len(self.models) == 1 else None)
+        return _Waiting(
+            found[0],
+            found[1],
+            one_model,
+            bool(r.gpus_per_node and not r.mig_profile),
+            self.quota_key_of(r) if self.policy.quotas else None,
+        )
 
     def hold_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
         """r fits its team's nominal but waits for nodes: hold that nominal against the
@@ -1110,6 +1141,41 @@ class _Cycle:
         return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
 
     def preempt_for_quota(self, r: JobRequest, gpus: float, models: Sequence[str]) -> Reason | None:
+        """_preempt_for_quota, without searching again for a kind that found no victims
+        while nothing has started, been preempted or reserved since: a deep queue repeats a
+        kind refused quota, and each would search the same cluster in vain. A repeat counts
+        the searches the first made, as if made again, so that the cap falls where it would."""
+        key = (
+            r.team,
+            r.priority,
+            r.nodes,
+            r.gpus_per_node,
+            r.gpu_model,
+            r.mig_profile,
+            r.pool,
+            r.cluster,
+            gpus,
+        )
+        stamp = (len(self.starts), len(self.preemptions), len(self.reservations))
+        cap = self.policy.max_preemption_searches
+        found = self._no_victims.get(key)
+        if found is not None and found[0] == stamp:
+            if self.searches < cap:
+                self.searches = min(self.searches + found[1], cap)
+            if found[2] is not None:
+                self.not_worth = found[2]
+            return None
+        searches, note = self.searches, self.not_worth
+        result = self._preempt_for_quota(r, gpus, models)
+        if result is None:
+            # The note only when this search set it (a refusal as not worth it).
+            set_note = self.not_worth if self.not_worth is not note else None
+            self._no_victims[key] = (stamp, self.searches - searches, set_note)
+        return result
+
+    def _preempt_for_quota(
+        self, r: JobRequest, gpus: float, models: Sequence[str]
+    ) -> Reason | None:
         """A job over its team's quota may displace its own team's lower classes on that
         quota: enough of them to fit the quota, and to fit on nodes, when without them it
         would run within the team's nominal."""
