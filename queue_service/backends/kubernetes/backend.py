@@ -55,11 +55,13 @@ from .manifests import (
     COMPLETION_INDEX,
     CONTAINER,
     FINALIZER,
+    JOB_ID_ANNOTATION,
     JOB_ID_LABEL,
     ROLE_LABEL,
     VOLCANO_API,
     ManifestError,
     ObjectRef,
+    Plan,
     build,
     label_value,
 )
@@ -466,12 +468,25 @@ class KubernetesBackend:
     # --- submit ---------------------------------------------------------------------------
 
     def submit(self, job: DispatchRequest) -> SubmitResult:
+        strategy = self._node_mig_strategy(job)
         try:
-            plan = build(job, self.settings, self._node_mig_strategy(job))
+            plan = build(job, self.settings, strategy)
         except ManifestError as exc:
             raise BackendError(str(exc), permanent=True) from None
+        earlier = self._earlier_submit(job, plan.ref)
+        if earlier is None:
+            created, adopted = self._create(plan.objects[0])
+        else:
+            ref, created = earlier
+            if created["metadata"].get("deletionTimestamp"):
+                raise BackendError(
+                    f"submit {ref.external_id}: an earlier object is still being deleted",
+                    permanent=False,
+                )
+            if ref != plan.ref:
+                plan = self._plan_beside(job, ref, created, strategy)
+            adopted = True
         workload, *owned = plan.objects
-        created, adopted = self._create(workload)
         meta = created["metadata"]
         owner = {
             "apiVersion": workload["apiVersion"],
@@ -492,6 +507,78 @@ class KubernetesBackend:
                 # its workload must not run on.
                 raise self._discard(plan.ref, created, exc) from None
         return SubmitResult(plan.ref.external_id, adopted=adopted)
+
+    def _earlier_submit(
+        self, job: DispatchRequest, planned: ObjectRef
+    ) -> tuple[ObjectRef, Obj] | None:
+        """The workload an earlier submit of this job attempt created, of either kind and in
+        any namespace: a submit retried after its answer was lost may run on a backend rebuilt
+        with other settings (`workload`, `namespace`), where the name's 409 would find only
+        one of the same kind in the same namespace, and a second gang would start. One list
+        per kind in all namespaces, by the attempt's labels; without the right to list in all
+        namespaces (403), in the namespace these settings give. A kind the cluster does not
+        serve (404: no Volcano) has none. Should there be more than one, the planned one is
+        taken, else the oldest."""
+        selector = {
+            JOB_ID_LABEL: label_value(job.job_id),
+            ATTEMPT_LABEL: str(job.attempt),
+        }
+        found: list[tuple[ObjectRef, Obj]] = []
+        for kind, resource in RESOURCES.items():
+            what = f"look for an earlier {kind} of job {job.job_id} attempt {job.attempt}"
+            try:
+                items = self._call(
+                    what, partial(self._list_by, resource, "*", selector), passthrough=(403, 404)
+                )
+            except ApiError as exc:
+                if (exc.status.code or exc.response.status_code) == 404:
+                    continue  # the cluster does not serve this kind (no Volcano): none
+                try:  # 403: no `list` in all namespaces; where these settings put it
+                    items = self._call(
+                        what,
+                        partial(self._list_by, resource, planned.namespace, selector),
+                        passthrough=(404,),
+                    )
+                except ApiError:
+                    continue
+            found += [
+                (ObjectRef(o["metadata"]["namespace"], kind, o["metadata"]["name"]), o)
+                for o in items
+                if (o["metadata"].get("annotations") or {}).get(JOB_ID_ANNOTATION) == job.job_id
+            ]
+        if not found:
+            return None
+        found.sort(
+            key=lambda f: (
+                f[0] != planned,
+                f[1]["metadata"].get("creationTimestamp", ""),
+                f[0].name,
+            )
+        )
+        return found[0]
+
+    def _list_by(self, resource: Any, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+        return [
+            o.to_dict() for o in self.client.list(resource, namespace=namespace, labels={**labels})
+        ]
+
+    def _plan_beside(
+        self, job: DispatchRequest, ref: ObjectRef, workload: Obj, strategy: str | None
+    ) -> Plan:
+        """The plan for a workload an earlier submit made under other settings: built with its
+        namespace and kind, so that what it owns (an Indexed Job's Service, perhaps never
+        made: the answer was lost) is made beside it. The workload alone when no such plan
+        names it."""
+        settings = dataclasses.replace(
+            self.settings,
+            namespace=ref.namespace,
+            workload="volcano" if ref.kind == "vcjob" else "indexed",
+        )
+        try:
+            plan = build(job, settings, strategy)
+        except ManifestError:
+            return Plan(ref, (workload,))
+        return plan if plan.ref == ref else Plan(ref, (workload,))
 
     def _node_mig_strategy(self, job: DispatchRequest) -> str | None:
         """The `nvidia.com/mig.strategy` label (GPU feature discovery's) of the node a MIG

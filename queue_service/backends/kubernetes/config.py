@@ -61,6 +61,17 @@ def _positive(key: str, value: Any, kind: type[int] | type[float]) -> Any:
     return kind(value)
 
 
+def _port(key: str, value: Any) -> int:
+    # The headless Service's port and Volcano's pytorch --port: the API server takes 1-65535
+    # only, and would refuse the Service of every multi-node job instead of the setting.
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise BackendError(
+            f"kubernetes setting {key!r} must be a port number, from 1 to 65535",
+            permanent=True,
+        )
+    return value
+
+
 def _mig_configs(value: Any) -> dict[str, tuple[tuple[str, ...], ...]]:
     if not isinstance(value, Mapping):
         raise BackendError("kubernetes setting 'mig_configs' must be a mapping", permanent=True)
@@ -110,9 +121,11 @@ def parse_settings(raw: Mapping[str, Any]) -> K8sSettings:
     for key in ("request_timeout_s", "image_pull_grace_s", "retry_after_cap_s"):
         if key in s:
             kwargs[key] = _positive(key, s[key], float)
-    for key in ("checkpoint_grace_s", "ttl_after_finished_s", "max_retries", "master_port"):
+    for key in ("checkpoint_grace_s", "ttl_after_finished_s", "max_retries"):
         if key in s:
             kwargs[key] = _positive(key, s[key], int)
+    if "master_port" in s:
+        kwargs["master_port"] = _port("master_port", s["master_port"])
     for key in ("priority_class_map", "gpu_model_map"):
         if key in s:
             kwargs[key] = _str_map(key, s[key])

@@ -87,6 +87,10 @@ class Plan:
 
 # Kubernetes' terminationGracePeriodSeconds when a pod gives none.
 POD_DEFAULT_GRACE_S = 30
+# The API server refuses a pod whose activeDeadlineSeconds is over int32 (ValidatePodSpec:
+# Volcano's pods would never be created), and the Job controller's time.Duration overflows
+# not far beyond; 68 years is no limit a job reaches, so a longer time limit is clamped.
+MAX_DEADLINE_S = 2**31 - 1
 
 
 def _digest(text: str) -> str:
@@ -210,16 +214,20 @@ def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
 def _gpu_tolerations(resources: dict[str, Any]) -> list[dict[str, str]]:
     """What the ExtendedResourceToleration admission plugin adds when enabled (it is off by
     default): a node tainted `<resource>:NoSchedule` is reserved for pods requesting that
-    resource. A MIG pod tolerates nvidia.com/gpu too: GKE-style pools taint every GPU node
-    with it whatever its MIG layout. inventory.py counts on these tolerations."""
+    resource. Every gpuq pod tolerates nvidia.com/gpu, whatever it requests: gpuq places
+    every job on a GPU node (inventory lists no other), one of no GPUs too, and GKE-style
+    pools taint every GPU node with it, whatever its MIG layout. A MIG pod also tolerates its
+    own resource. inventory.py counts on these tolerations."""
     limits = resources.get("limits", {})
     mig = {k for k in limits if k.startswith(MIG_RESOURCE)}
-    if GPU_RESOURCE not in limits and not mig:
-        return []
     return [
         {"key": k, "operator": "Exists", "effect": "NoSchedule"}
         for k in sorted({GPU_RESOURCE} | mig)
     ]
+
+
+def _deadline(time_limit_s: int) -> int:
+    return min(int(time_limit_s), MAX_DEADLINE_S)
 
 
 def _labels(job: DispatchRequest, role: str | None = None) -> dict[str, str]:
@@ -297,7 +305,6 @@ def _pod_spec(
     resources = _resources(job, settings)
     if resources:
         container["resources"] = resources
-    tolerations = _gpu_tolerations(resources)
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         # Service links would flood the environment and could shadow the job's variables.
@@ -305,9 +312,8 @@ def _pod_spec(
         "containers": [container],
         **_pinning(job),
         **fields,
+        "tolerations": _gpu_tolerations(resources),
     }
-    if tolerations:
-        spec["tolerations"] = tolerations
     # The pod's own grace (Kubernetes' default 30 s; checkpoint_grace_s for a job that
     # checkpoints) bounds what gpuq's stop may give it: at least gpuq's stop grace.
     grace = settings.checkpoint_grace_s if job.checkpoint_dir else POD_DEFAULT_GRACE_S
@@ -362,7 +368,7 @@ def _batch_job(
             },
         ]
     if job.time_limit_s:
-        spec["activeDeadlineSeconds"] = int(job.time_limit_s)
+        spec["activeDeadlineSeconds"] = _deadline(job.time_limit_s)
     if settings.kueue_queue:
         metadata["labels"][KUEUE_LABEL] = settings.kueue_queue
         spec["suspend"] = True
@@ -396,7 +402,7 @@ def _headless_service(
 def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) -> dict[str, Any]:
     pod_fields: dict[str, Any] = {}
     if job.time_limit_s:
-        pod_fields["activeDeadlineSeconds"] = int(job.time_limit_s)
+        pod_fields["activeDeadlineSeconds"] = _deadline(job.time_limit_s)
 
     def task(role: str, replicas: int) -> dict[str, Any]:
         return {

@@ -522,7 +522,9 @@ def pod_spec_causes(field: str, spec: dict[str, Any], *, in_job: bool) -> list[C
     allowed = ["OnFailure", "Never"] if in_job else ["Always", "OnFailure", "Never"]
     if policy not in allowed:
         causes.append(not_supported(f"{field}.restartPolicy", policy, allowed))
-    if spec.get("activeDeadlineSeconds") is not None and spec["activeDeadlineSeconds"] < 1:
+    if spec.get("activeDeadlineSeconds") is not None and not (
+        1 <= spec["activeDeadlineSeconds"] <= 2**31 - 1
+    ):
         causes.append(
             invalid(
                 f"{field}.activeDeadlineSeconds",

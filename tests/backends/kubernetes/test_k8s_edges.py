@@ -14,9 +14,9 @@ import httpx2
 import pytest
 from conftest import NAMESPACE, FakeClock, make_backend, request
 from k8s_fakeapi import MAX_BODY_BYTES, MAX_STORED_BYTES, FakeApiServer, Fault
-from k8s_sim import SHAPES, Sim, fill
+from k8s_sim import SHAPES, Sim, _tolerates, fill
 
-from queue_service.backends.base import BackendError
+from queue_service.backends.base import AllocatedNode, BackendError
 from queue_service.backends.base import RemoteState as R
 from queue_service.backends.kubernetes import manifests
 from queue_service.backends.kubernetes.config import parse_settings
@@ -284,9 +284,10 @@ def test_a_node_is_offered_only_as_far_as_kube_scheduler_would_place_gpuq_pods_t
     assert (info.gpus, info.state, info.reason) == expected
 
 
-def test_gpuq_pods_tolerate_the_gpu_taints_inventory_counts_on() -> None:
+def test_gpuq_pods_tolerate_the_gpu_taints_inventory_counts_on_a_job_of_no_gpus_too() -> None:
     """ExtendedResourceToleration is an admission plugin that is off by default: the pods
-    carry the tolerations themselves."""
+    carry the tolerations themselves. A job of no GPUs tolerates `nvidia.com/gpu` as well:
+    gpuq places every job on a GPU node (inventory lists no other), and counts it there."""
 
     def tolerations(**overrides: Any) -> list[dict[str, str]]:
         plan = manifests.build(request(**overrides), SETTINGS)
@@ -296,7 +297,24 @@ def test_gpuq_pods_tolerate_the_gpu_taints_inventory_counts_on() -> None:
     mig = {"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"}
     assert tolerations(kind="agent", gpus_per_node=1) == [whole]
     assert tolerations(kind="agent", gpus_per_node=0, mig_profile="1g.10gb") == [whole, mig]
-    assert tolerations(kind="agent", gpus_per_node=0) == []
+    assert tolerations(kind="agent", gpus_per_node=0) == [whole]
+
+
+def test_a_job_of_no_gpus_tolerates_the_gpu_taint_of_the_node_inventory_offered_it() -> None:
+    """A node tainted `nvidia.com/gpu:NoSchedule` (GKE taints every GPU node so; many pools
+    do) is `up` for gpuq, which may place a job of no GPUs there (`gpus_per_node: 0`, its
+    CPUs counted). kube-scheduler's TaintToleration filter binds its pod only if it tolerates
+    the taint; else it waits for ever on a node gpuq counts it on."""
+    taint = _taint("nvidia.com/gpu", "NoSchedule", "present")
+    node = _node(H100, {"cpu": "128", "memory": "1056374068Ki", "nvidia.com/gpu": "8"}, [taint])
+    info = node_info(node, SETTINGS)
+    assert info is not None and info.state == "up"
+    job = request(
+        kind="agent", gpus_per_node=0, cpus_per_gpu=4, placement=(AllocatedNode(node="n1"),)
+    )
+    pod = manifests.build(job, SETTINGS).objects[0]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kubernetes.io/hostname": "n1"}
+    assert any(_tolerates(t, taint) for t in pod["tolerations"])
 
 
 # GPU Feature Discovery, MIG 'single' strategy (NVIDIA/k8s-device-plugin

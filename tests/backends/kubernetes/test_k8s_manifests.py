@@ -13,10 +13,10 @@ import pytest
 from conftest import JOB_ID, request
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from k8s_rules import crd_schema, semantic_causes, volcano_webhook_denial
+from k8s_rules import crd_schema, pod_spec_causes, semantic_causes, volcano_webhook_denial
 from k8s_sim import container_argv, expand
 
-from queue_service.backends.base import ArrayTask
+from queue_service.backends.base import ArrayTask, BackendError
 from queue_service.backends.kubernetes.config import parse_settings
 from queue_service.backends.kubernetes.manifests import (
     ManifestError,
@@ -176,6 +176,46 @@ def test_indexed_training_wires_master_addr_and_rank_from_the_completion_index()
         "metadata.annotations['batch.kubernetes.io/job-completion-index']"
     )
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+
+
+@pytest.mark.parametrize("port", [0, 65536, 70000, -1, 23456.5, "23456", True])
+def test_a_master_port_no_service_can_carry_is_refused_with_the_settings(port: Any) -> None:
+    """It becomes the headless Service's port and Volcano's pytorch `--port`, which the API
+    server takes from 1 to 65535 only: refused when the settings are parsed, not by the
+    Service of every multi-node job (created, then deleted again) or at rendezvous."""
+    with pytest.raises(BackendError) as err:
+        cfg(workload="indexed", master_port=port)
+    assert err.value.permanent
+    assert "'master_port'" in err.value.message and "1 to 65535" in err.value.message
+
+
+@pytest.mark.parametrize("port", [1, 29500, 65535])
+def test_a_master_port_in_range_is_the_services_port_and_the_rendezvous_port(port: int) -> None:
+    job, svc = build(request(nodes=2), cfg(workload="indexed", master_port=port)).objects
+    assert svc["spec"]["ports"][0]["port"] == port and semantic_causes(svc) == []
+    env = {e["name"]: e for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MASTER_PORT"]["value"] == str(port)
+    vcjob = build(request(nodes=2), cfg(master_port=port)).objects[0]
+    assert f"--port={port}" in vcjob["spec"]["plugins"]["pytorch"]
+
+
+@pytest.mark.parametrize("workload", ["volcano", "indexed"])
+def test_a_time_limit_past_int32_seconds_is_clamped_to_the_longest_deadline_kubernetes_takes(
+    workload: str,
+) -> None:
+    """GPUQ_MAX_TIME_LIMIT_S may be raised past 2^31 - 1 s (68 years): the API server refuses
+    such a pod activeDeadlineSeconds (Volcano's pods would never be created) and the Job
+    controller's time.Duration overflows not far beyond. No job reaches 68 years."""
+    obj = build(request(nodes=2, time_limit_s=10**10), cfg(workload=workload)).objects[0]
+    if workload == "indexed":
+        deadlines = [obj["spec"]["activeDeadlineSeconds"]]
+        assert semantic_causes(obj) == []
+    else:
+        pods = [task["template"]["spec"] for task in obj["spec"]["tasks"]]
+        deadlines = [pod["activeDeadlineSeconds"] for pod in pods]
+        # The pods Volcano makes from these templates pass the API server's rules.
+        assert [pod_spec_causes("spec", pod, in_job=False) for pod in pods] == [[], []]
+    assert deadlines and set(deadlines) == {2**31 - 1}
 
 
 def test_kueue_queue_labels_and_suspends_the_job() -> None:
