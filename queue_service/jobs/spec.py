@@ -575,6 +575,29 @@ def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
 _CoreLoader.add_constructor(_INT, _core_int)
 
 
+def _strict(tag: str, what: str) -> None:
+    """SafeLoader's constructor for `tag`, whose text that is not one (an explicit `!!bool
+    maybe`, `!!timestamp abc`, an empty `!!float`, a month 13) is a YAML error at its line:
+    PyYAML raises KeyError, AttributeError, IndexError or ValueError there, which were 500s."""
+    construct = yaml.SafeLoader.yaml_constructors[tag]
+
+    def strict(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
+        try:
+            return construct(loader, node)
+        except (ValueError, KeyError, AttributeError, IndexError, TypeError, OverflowError):
+            text = str(node.value)[:40] if isinstance(node, yaml.ScalarNode) else node.id
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} is not {what}", node.start_mark
+            ) from None
+
+    _CoreLoader.add_constructor(tag, strict)
+
+
+_strict(_FLOAT, "a number")
+_strict(_BOOL, "a boolean")
+_strict("tag:yaml.org,2002:timestamp", "a timestamp")
+
+
 def load_yaml_spec(text: str) -> dict[str, Any]:
     """Parse a YAML job file into the dict the serializer takes; syntax errors carry a line."""
     try:

@@ -125,3 +125,30 @@ def test_a_huge_yaml_number_is_a_400_on_every_endpoint_that_reads_yaml(
     assert response.status_code == 400, response.content
     assert "over 3,000 digits" in str(response.json())
     assert Job.objects.count() == 1
+
+
+# PyYAML's own constructors fail on an explicit tag whose text is not one, with errors that
+# are no YAMLError: !!timestamp's AttributeError, !!bool's KeyError, an empty !!float's
+# IndexError were 500s; a month 13 was a ValueError, answered as "a number too long".
+BAD_TAGS = [
+    ("time_limit", "!!timestamp abc", "'abc' is not a timestamp"),
+    ("hold", "!!bool maybe", "'maybe' is not a boolean"),
+    ("nodes", "!!float", "'' is not a number"),
+    ("nodes", "!!float abc", "'abc' is not a number"),
+    ("time_limit", "2024-13-45", "'2024-13-45' is not a timestamp"),
+    ("time_limit", "!!timestamp 2024-01-01 10:00:00 +99:00", "is not a timestamp"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), BAD_TAGS)
+def test_an_explicit_yaml_tag_that_does_not_fit_its_text_is_a_400_naming_its_line(
+    client_for: Any, field: str, value: str, message: str
+) -> None:
+    client = client_for("alice")
+    client.raise_request_exception = False
+    body = f"name: x\ncommand: x\n{field}: {value}\n"
+    response = client.post("/api/v1/jobs/", data=body, content_type=YAML)
+    assert response.status_code == 400, response.content
+    detail = response.json()["detail"]
+    assert detail.startswith("YAML parse error - line 3: ") and message in detail, detail
+    assert Job.objects.count() == 0
