@@ -6,6 +6,7 @@ or a string, retries and checkpoint expanded)."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -459,6 +460,12 @@ class JobSpecSerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         errors: dict[str, str] = {}
+        # A misspelt field would otherwise vanish: `gpu_per_node: 8` runs on one GPU.
+        data = self.initial_data
+        for key in sorted(set(data) - set(self.fields), key=str) if isinstance(data, dict) else ():
+            close = difflib.get_close_matches(str(key), list(self.fields), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            errors[str(key)[:64]] = f"unknown field{hint} (known: {', '.join(self.fields)})"
         if problem := command_env_problem(attrs["command"], attrs.get("env") or {}):
             errors.update(problem)
         mig = attrs.get("mig_profile")

@@ -80,7 +80,22 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("array limit past 32 bits", {"array": "0-3%2147483648"}, "array"),
     ("array limit of 30 digits", {"array": "0-3%" + "9" * 30}, "array"),
     ("array with a trailing newline", {"array": "0-2\n"}, "array"),
+    # Unknown fields were dropped: a misspelt gpus_per_node ran the job on one GPU.
+    ("misspelt field", {"gpu_per_node": 8}, "gpu_per_node"),
+    ("field of another tool", {"partition": "gpu"}, "partition"),
 ]
+
+
+def test_a_misspelt_field_is_refused_with_the_field_it_resembles(client_for: Any) -> None:
+    response = client_for("alice").post(
+        "/api/v1/jobs/", spec(gpu_per_node=8, tim_limit="1h"), format="json"
+    )
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert set(errors) == {"gpu_per_node", "tim_limit"}, errors
+    assert "did you mean 'gpus_per_node'?" in str(errors["gpu_per_node"])
+    assert "did you mean 'time_limit'?" in str(errors["tim_limit"])
+    assert Job.objects.count() == 0
 
 
 @pytest.mark.parametrize(("case", "overrides", "field"), INVALID, ids=[c[0] for c in INVALID])
