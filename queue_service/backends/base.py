@@ -102,6 +102,9 @@ class DispatchRequest:
     # The grace gpuq's stops give the job (GPUQ_PREEMPTION_GRACE_S): a backend whose stop
     # cannot outlast a grace fixed at submit (a pod's terminationGracePeriodSeconds) sets it.
     stop_grace_s: float | None = None
+    # An earlier submit of this attempt may have reached the cluster (its answer was lost, or
+    # its worker died): the backend looks wider for what it made before creating anything.
+    resubmit: bool = False
 
 
 @dataclass(frozen=True)

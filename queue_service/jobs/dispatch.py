@@ -88,7 +88,7 @@ def shown_error(exc: BackendError, what: str) -> str:
     return summary
 
 
-def dispatch_request(job: Job) -> DispatchRequest:
+def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
     """The backend's view of an admitted job. The scheduler may have placed more GPUs per
     node than the job asks (its footprint: CPUs or memory charged in GPUs); those are held
     idle, and the backend is given only the job's own, the first of each node's. A Slurm job
@@ -143,6 +143,7 @@ def dispatch_request(job: Job) -> DispatchRequest:
             else ArrayTask(str(job.array_id), job.array_index, job.array.size)
         ),
         stop_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
+        resubmit=resubmit,
     )
 
 
@@ -179,7 +180,7 @@ def dispatch_job(job_id: str) -> None:
     1. admitted -> dispatching (conditional: a second worker stops here); or, for a job whose
        last submit failed transiently, claim the retry (a conditional UPDATE of its reason);
     2. backend.submit (idempotent by the job's unique name: adopts what an earlier submit of
-       the attempt created);
+       the attempt created; a retry is marked `resubmit`, for a backend that must look wider);
     3. dispatching -> queued with the external id, or the stop of a job cancelled meanwhile.
        A transient error leaves the job dispatching for a retry: the cluster may have the
        job, and only a submit of the same attempt can tell. A permanent one fails the job
@@ -187,7 +188,8 @@ def dispatch_job(job_id: str) -> None:
     job = Job.objects.select_related("cluster", "team", "user", "priority_class", "array").get(
         pk=job_id
     )
-    if job.state == S.ADMITTED:
+    first = job.state == S.ADMITTED
+    if first:
         gone = _placement_gone(job)
         try:
             if gone is not None:
@@ -208,7 +210,7 @@ def dispatch_job(job_id: str) -> None:
             return
     elif not _claim(job, RETRY):
         return
-    submit_admitted(job)
+    submit_admitted(job, resubmit=not first)
 
 
 def _placement_gone(job: Job) -> str | None:
@@ -358,10 +360,11 @@ def _claim(job: Job, reason_code: str | None) -> bool:
     return True
 
 
-def submit_admitted(job: Job) -> None:
+def submit_admitted(job: Job, resubmit: bool = False) -> None:
+    """`resubmit`: an earlier submit of the job's attempt may have reached the cluster."""
     assert job.cluster is not None
     try:
-        result = backend_for(job.cluster).submit(dispatch_request(job))
+        result = backend_for(job.cluster).submit(dispatch_request(job, resubmit))
     except BackendError as exc:
         _submit_failed(job, exc)
         if not exc.permanent:
@@ -1035,7 +1038,7 @@ def _redispatch_stale(cluster: Cluster) -> None:
             continue
         note(job, "dispatch_resumed", "resuming an interrupted dispatch")
         try:
-            submit_admitted(job)
+            submit_admitted(job, resubmit=True)
         except BackendError:
             continue  # left for a retry
 

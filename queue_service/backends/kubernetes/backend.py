@@ -473,7 +473,9 @@ class KubernetesBackend:
             plan = build(job, self.settings, strategy)
         except ManifestError as exc:
             raise BackendError(str(exc), permanent=True) from None
-        earlier = self._earlier_submit(job, plan.ref)
+        # Only a retry can find an earlier workload of the attempt elsewhere; a first submit
+        # saves the two cluster-wide lists (its own name's 409 still catches a duplicate).
+        earlier = self._earlier_submit(job, plan.ref) if job.resubmit else None
         if earlier is None:
             created, adopted = self._create(plan.objects[0])
         else:

@@ -131,7 +131,7 @@ def test_a_duplicate_dispatch_after_a_timeout_creates_exactly_one_object(
     with pytest.raises(BackendError) as lost:
         make_backend(api, clock, workload="indexed", max_retries=0).submit(request(nodes=2))
     assert lost.value.permanent is False
-    again = b.submit(request(nodes=2))
+    again = b.submit(request(nodes=2, resubmit=True))
     assert again.adopted is True
     # The retry finds the first Job by the attempt's labels and creates none; it makes the
     # Service the lost answer left unmade.

@@ -31,7 +31,8 @@ def _workloads(api: FakeApiServer) -> list[str]:
 
 def _lost_submit(api: FakeApiServer, clock: FakeClock, nodes: int = 2, **settings: str) -> None:
     """A submit whose workload is created and whose answer is lost: the job stays
-    `dispatching` and the service retries the same attempt."""
+    `dispatching` and the service retries the same attempt (`resubmit`: dispatch_job marks
+    every submit but an attempt's first so)."""
     api.inject(Fault("drop_after", method="POST", path_contains="/jobs"))
     with pytest.raises(BackendError) as lost:
         make_backend(api, clock, max_retries=0, **settings).submit(request(nodes=nodes))
@@ -45,7 +46,7 @@ def test_a_retried_submit_after_the_workload_setting_changed_starts_no_second_wo
     _lost_submit(api, clock, workload="volcano")
     (first,) = _workloads(api)
     # An admin switches the cluster to Indexed Jobs; the retry runs on the rebuilt backend.
-    retried = make_backend(api, clock, workload="indexed").submit(request(nodes=2))
+    retried = make_backend(api, clock, workload="indexed").submit(request(nodes=2, resubmit=True))
     # Two gangs of the same attempt would hold 2 x 2 nodes x 8 GPUs gpuq counts once.
     assert _workloads(api) == [first]
     assert (retried.external_id, retried.adopted) == (first, True)
@@ -59,7 +60,7 @@ def test_an_adopted_indexed_job_gets_the_service_its_lost_submit_did_not_make(
     Job it adopts, owned by it: torchrun's rendezvous needs its DNS name."""
     _lost_submit(api, clock, workload="indexed")
     (first,) = _workloads(api)
-    retried = make_backend(api, clock, workload="volcano").submit(request(nodes=2))
+    retried = make_backend(api, clock, workload="volcano").submit(request(nodes=2, resubmit=True))
     assert (retried.external_id, _workloads(api)) == (first, [first])
     with api.store.lock:
         (job,) = api.store.objects[api.store.types[BATCH]].values()
@@ -75,11 +76,23 @@ def test_a_retried_submit_after_the_namespace_setting_changed_adopts_the_first_n
     _lost_submit(api, clock)
     (first,) = _workloads(api)
     b = make_backend(api, clock, namespace="batch-{team}")
-    retried = b.submit(request(nodes=2))
+    retried = b.submit(request(nodes=2, resubmit=True))
     assert (retried.external_id, _workloads(api)) == (first, [first])
     assert first.startswith(f"{NAMESPACE}/")
     sim.run(first)
     assert b.poll([first])[first].state == R.RUNNING  # followed where it is
+
+
+def test_an_attempts_first_submit_lists_nothing_in_all_namespaces(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """Only a retry can find an earlier workload elsewhere: a first submit spares the cluster
+    the two cluster-wide lists (on clusters before 1.31, reads of every Job from etcd)."""
+    made = make_backend(api, clock, workload="volcano").submit(request(nodes=2))
+    assert made.adopted is False
+    assert [r.path for r in api.calls("GET") if "labelSelector" in r.query] == []
+    make_backend(api, clock, workload="volcano").submit(request(nodes=2, resubmit=True))
+    assert len([r for r in api.calls("GET") if "labelSelector" in r.query]) == 2
 
 
 def test_the_next_attempt_of_a_requeued_job_is_a_workload_of_its_own(
@@ -87,7 +100,10 @@ def test_the_next_attempt_of_a_requeued_job_is_a_workload_of_its_own(
 ) -> None:
     b = make_backend(api, clock, workload="volcano")
     first = b.submit(request(nodes=2)).external_id
-    again = make_backend(api, clock, workload="indexed").submit(request(nodes=2, attempt=2))
+    # Even a retry of the next attempt's submit looks only for that attempt's workload.
+    again = make_backend(api, clock, workload="indexed").submit(
+        request(nodes=2, attempt=2, resubmit=True)
+    )
     assert again.adopted is False and again.external_id != first
     assert _workloads(api) == sorted([first, again.external_id])
 
@@ -103,7 +119,7 @@ def test_a_retry_waits_while_the_first_workload_is_still_being_deleted(
     with sim.store.lock:
         sim.store.delete(t, NAMESPACE, obj["metadata"]["name"], "Foreground", None)
     with pytest.raises(BackendError) as err:
-        make_backend(api, clock, workload="indexed").submit(request(nodes=2))
+        make_backend(api, clock, workload="indexed").submit(request(nodes=2, resubmit=True))
     assert err.value.permanent is False and "still being deleted" in err.value.message
     assert _workloads(api) == [first]
 
@@ -118,7 +134,7 @@ def test_without_the_right_to_list_in_all_namespaces_the_look_is_in_the_jobs_nam
     (first,) = _workloads(api)
     for path in ("/apis/batch.volcano.sh/v1alpha1/jobs", "/apis/batch/v1/jobs"):
         api.inject(Fault("status", code=403, method="GET", path_contains=path))
-    retried = make_backend(api, clock, workload="indexed").submit(request(nodes=2))
+    retried = make_backend(api, clock, workload="indexed").submit(request(nodes=2, resubmit=True))
     assert (retried.external_id, _workloads(api)) == (first, [first])
     assert all(f.times == 0 for f in api.faults)  # both lists in all namespaces were refused
 
@@ -135,5 +151,7 @@ def test_a_cluster_without_volcano_takes_indexed_jobs_and_their_retries(
             sim.node(f"h100-{i:02d}")
         _lost_submit(api, clock, workload="indexed")
         (first,) = _workloads(api)
-        retried = make_backend(api, clock, workload="indexed").submit(request(nodes=2))
+        retried = make_backend(api, clock, workload="indexed").submit(
+            request(nodes=2, resubmit=True)
+        )
         assert (retried.external_id, retried.adopted, _workloads(api)) == (first, True, [first])
