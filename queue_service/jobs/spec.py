@@ -458,14 +458,31 @@ class JobSpecSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"unknown priority class {value!r} (known: {known})")
         return value
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        errors: dict[str, str] = {}
-        # A misspelt field would otherwise vanish: `gpu_per_node: 8` runs on one GPU.
-        data = self.initial_data
-        for key in sorted(set(data) - set(self.fields), key=str) if isinstance(data, dict) else ():
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # A misspelt field would otherwise vanish (`gpu_per_node: 8` runs on one GPU); it is
+        # named beside the other errors (validate() adds it to its own), so one answer lists
+        # every mistake. `x-` keys are free, as in Compose files: a place for YAML anchors.
+        self._unknown: dict[str, str] = {}
+        keys = set(data) - set(self.fields) if isinstance(data, dict) else set()
+        for key in sorted(keys, key=str):
+            if str(key).startswith("x-"):
+                continue
             close = difflib.get_close_matches(str(key), list(self.fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            errors[str(key)[:64]] = f"unknown field{hint} (known: {', '.join(self.fields)})"
+            self._unknown[str(key)[:64]] = (
+                f"unknown field{hint} (known: {', '.join(self.fields)}; x-… keys are free)"
+            )
+        try:
+            attrs: dict[str, Any] = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if self._unknown and isinstance(exc.detail, dict):
+                unknown = {k: [v] for k, v in self._unknown.items()}
+                raise serializers.ValidationError({**unknown, **exc.detail}) from None
+            raise
+        return attrs
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        errors: dict[str, str] = dict(self._unknown)
         if problem := command_env_problem(attrs["command"], attrs.get("env") or {}):
             errors.update(problem)
         mig = attrs.get("mig_profile")

@@ -305,11 +305,12 @@ def test_command_and_env_together_are_at_most_a_mebibyte(
 
 def test_a_yaml_alias_cannot_multiply_a_command_past_the_limit(client_for: Any) -> None:
     # A file of 60 kB whose command names one 60,000-character argument 20 times.
-    text = f"name: big\nhead: &a {ARG}\ncommand: [{', '.join(['*a'] * 20)}]\n"
+    text = f"name: big\nx-head: &a {ARG}\ncommand: [{', '.join(['*a'] * 20)}]\n"
     response = client_for("alice").post(
         "/api/v1/jobs/", data=text.encode(), content_type="application/yaml"
     )
     assert response.status_code == 400
+    assert list(response.json()) == ["command"]  # the anchor's x- key is free
     assert "1,200,000 bytes" in response.json()["command"][0]
 
 

@@ -98,6 +98,31 @@ def test_a_misspelt_field_is_refused_with_the_field_it_resembles(client_for: Any
     assert Job.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("overrides", "also"),
+    [({"nodes": 0}, "nodes"), ({"kind": "training", "mig_profile": "1g.10gb"}, "mig_profile")],
+    ids=["a field's own error", "an error between fields"],
+)
+def test_a_misspelt_field_is_named_beside_the_other_errors(
+    client_for: Any, overrides: dict[str, Any], also: str
+) -> None:
+    response = client_for("alice").post(
+        "/api/v1/jobs/", spec(gpu_per_node=8, **overrides), format="json"
+    )
+    assert response.status_code == 400, response.content
+    assert set(response.json()) == {"gpu_per_node", also}, response.json()
+    assert Job.objects.count() == 0
+
+
+def test_x_keys_are_free_for_yaml_anchors(client_for: Any) -> None:
+    text = "x-common: &env {A: '1'}\nname: anchored\ncommand: [/bin/true]\nenv: *env\n"
+    response = client_for("alice").post(
+        "/api/v1/jobs/", data=text.encode(), content_type="application/yaml"
+    )
+    assert response.status_code == 201, response.content
+    assert Job.objects.get().spec["env"] == {"A": "1"}
+
+
 @pytest.mark.parametrize(("case", "overrides", "field"), INVALID, ids=[c[0] for c in INVALID])
 def test_invalid_spec_is_a_400_naming_the_field(
     client_for: Any, case: str, overrides: dict[str, Any], field: str
