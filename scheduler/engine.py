@@ -235,7 +235,7 @@ class _Cycle:
         # Per kind refused quota whose search for own victims failed: (starts, preemptions,
         # reservations) then, the searches it made, and the note it left (preempt_for_quota).
         self._no_victims: dict[
-            tuple[object, ...], tuple[tuple[int, int, int], int, reasons.PreemptionNote | None]
+            int, tuple[tuple[int, int, int], int, reasons.PreemptionNote | None]
         ] = {}
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
         self.not_worth: reasons.PreemptionNote | None = None
@@ -465,7 +465,7 @@ class _Cycle:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
             else:
-                outcome = self.try_whole(r, gpus, rank < self.first_tier)
+                outcome = self.try_whole(k, r, gpus, rank < self.first_tier)
                 if outcome is not None:
                     if outcome.shared:
                         failed[k] = outcome
@@ -777,8 +777,9 @@ class _Cycle:
 
     # -- whole GPUs --------------------------------------------------------------------
 
-    def try_whole(self, r: JobRequest, gpus: float, first_tier: bool) -> _Failure | None:
-        """Start r, or say why not (placing it on hold or preempting for it on the way)."""
+    def try_whole(self, k: int, r: JobRequest, gpus: float, first_tier: bool) -> _Failure | None:
+        """Start r, of kind number k, or say why not (placing it on hold or preempting for it
+        on the way)."""
         models = [r.gpu_model] if r.gpu_model else self.models
         if r.gpu_model and r.gpu_model not in self.capacity:
             return _Failure(reasons.unsatisfiable(r, 0), capacity=False)
@@ -806,7 +807,7 @@ class _Cycle:
                 return _Failure(refusal or reasons.unsatisfiable(r, 0), False, held_until)
             allowed = kept
         if not allowed:
-            waiting = self.preempt_for_quota(r, gpus, models)
+            waiting = self.preempt_for_quota(k, r, gpus, models)
             note, self.not_worth = self.not_worth, None
             if waiting is not None:
                 ready = self.now + self.policy.preemption_grace_s
@@ -1140,25 +1141,16 @@ class _Cycle:
         freed = sum(c.size for c in leaving)
         return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
 
-    def preempt_for_quota(self, r: JobRequest, gpus: float, models: Sequence[str]) -> Reason | None:
+    def preempt_for_quota(
+        self, k: int, r: JobRequest, gpus: float, models: Sequence[str]
+    ) -> Reason | None:
         """_preempt_for_quota, without searching again for a kind that found no victims
         while nothing has started, been preempted or reserved since: a deep queue repeats a
         kind refused quota, and each would search the same cluster in vain. A repeat counts
         the searches the first made, as if made again, so that the cap falls where it would."""
-        key = (
-            r.team,
-            r.priority,
-            r.nodes,
-            r.gpus_per_node,
-            r.gpu_model,
-            r.mig_profile,
-            r.pool,
-            r.cluster,
-            gpus,
-        )
         stamp = (len(self.starts), len(self.preemptions), len(self.reservations))
         cap = self.policy.max_preemption_searches
-        found = self._no_victims.get(key)
+        found = self._no_victims.get(k)  # r is of kind number k: its GPUs and models too
         if found is not None and found[0] == stamp:
             if self.searches < cap:
                 self.searches = min(self.searches + found[1], cap)
@@ -1170,7 +1162,7 @@ class _Cycle:
         if result is None:
             # The note only when this search set it (a refusal as not worth it).
             set_note = self.not_worth if self.not_worth is not note else None
-            self._no_victims[key] = (stamp, self.searches - searches, set_note)
+            self._no_victims[k] = (stamp, self.searches - searches, set_note)
         return result
 
     def _preempt_for_quota(
