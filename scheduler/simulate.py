@@ -183,8 +183,9 @@ def simulate(
     remaining = {j.request.id: j.duration_s for j in jobs}
     runs: list[Run] = []
     run_count: dict[str, int] = {}
-    usage: dict[str, tuple[float, float]] = {}  # team -> (at, decayed GPU-seconds)
-    half_life = policy.fair_share_half_life_s
+    # team -> (at, GPU-seconds of its ended runs, each second decayed to `at`)
+    usage: dict[str, tuple[float, float]] = {}
+    rate = math.log(2.0) / policy.fair_share_half_life_s
     waiting_per_team = dict.fromkeys(counted, 0)
     running_per_team = dict.fromkeys(counted, 0.0)
     fair_received = dict.fromkeys(counted, 0.0)
@@ -196,15 +197,24 @@ def simulate(
     cpu_only = False
 
     def teams_now() -> tuple[Team, ...]:
+        """The teams with their usage as the service hands it over (queue_service/jobs/
+        snapshot.py, _usage_by_team): every GPU-second decayed from when it was used, a
+        running job's up to now, in one bucket at now."""
+        if not policy.fair_share:  # nothing else reads usage
+            return cluster.teams
+        used = {team: total * math.exp(-rate * (now - at)) for team, (at, total) in usage.items()}
+        for a in active.values():
+            team = a.job.request.team
+            used[team] = used.get(team, 0.0) + a.gpus * _decayed_seconds(
+                now - a.job.start_time, rate
+            )
         return tuple(
-            replace(t, usage=(UsageBucket(*usage[t.name]),)) if t.name in usage else t
+            replace(t, usage=(UsageBucket(now, used[t.name]),)) if used.get(t.name) else t
             for t in cluster.teams
         )
 
-    teams = teams_now()
-
     def end_run(job_id: str, at: float, ended_by: str) -> None:
-        nonlocal teams, lost
+        nonlocal lost
         act = active.pop(job_id)
         r = act.job.request
         ran = at - act.job.start_time
@@ -235,8 +245,10 @@ def simulate(
                 layout[:] = [replace(i, job_id=None) if i.job_id == job_id else i for i in layout]
                 st.nodes_dirty = True
         prev_at, prev = usage.get(r.team, (at, 0.0))
-        usage[r.team] = (at, prev * 2.0 ** (-(at - prev_at) / half_life) + ran * act.gpus)
-        teams = teams_now()
+        usage[r.team] = (
+            at,
+            prev * math.exp(-rate * (at - prev_at)) + act.gpus * _decayed_seconds(ran, rate),
+        )
         out = outcomes[job_id]
         if ended_by == "completed" or remaining[job_id] <= 1e-9:
             out.end = at
@@ -263,7 +275,7 @@ def simulate(
         nonlocal seq, preemptions
         snap = Snapshot(
             nodes_now(),
-            teams,
+            teams_now(),
             tuple(pending.values()),
             tuple(a.job for a in active.values()),
             cluster.priority_classes,
@@ -354,6 +366,12 @@ def simulate(
                     break
     report = _report(cluster, jobs, outcomes, runs, preemptions, lost, fair_received, decide_ms)
     return Result(policy_name, report, [outcomes[j.request.id] for j in jobs], runs)
+
+
+def _decayed_seconds(ran: float, rate: float) -> float:
+    """The seconds of a run of `ran` s that just ended, each decayed from when it was run:
+    the integral of exp(-rate * age) over the run."""
+    return -math.expm1(-rate * ran) / rate
 
 
 def _stats(values: Sequence[float], keys: Sequence[str]) -> dict[str, float]:
