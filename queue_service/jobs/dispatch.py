@@ -191,12 +191,16 @@ def dispatch_job(job_id: str) -> None:
     first = job.state == S.ADMITTED
     if first:
         gone = _placement_gone(job)
+        # Only the admission read: one undone meanwhile and made again (placed elsewhere) is
+        # another task's to hand over.
+        admission = {"admitted_at": job.admitted_at}
         try:
             if gone is not None:
                 # Placed on what is no longer there to take it: placed again, not failed.
                 transition(
                     job,
                     S.PENDING,
+                    expect=admission,
                     code="placement_gone",
                     message=gone,
                     placement=[],
@@ -205,7 +209,9 @@ def dispatch_job(job_id: str) -> None:
                 )
                 request_cycle()
                 return
-            transition(job, S.DISPATCHING, code="dispatching", attempts=job.attempts + 1)
+            transition(
+                job, S.DISPATCHING, expect=admission, code="dispatching", attempts=job.attempts + 1
+            )
         except StaleState:
             return
     elif not _claim(job, RETRY):
@@ -700,7 +706,7 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     for job in jobs:
         status = statuses.get(job.external_id)
         try:
-            if status is not None and _apply_status(job, status):
+            if status is not None and _apply_status(job, status, stopped=_stop_sent(job)):
                 counts["changed"] += 1
             elif _stop_overdue(job, status):
                 # The stop was lost (its worker died) or did not take. Sent as a task of its
@@ -715,6 +721,15 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     if counts["changed"]:
         request_cycle()
     return counts
+
+
+def _stop_sent(job: Job) -> bool:
+    """Whether a stopping job's end may be its stop's: a stop of this attempt was sent, or is
+    on its way (noted before it is sent). Before that (a stop task still queued) the job
+    ended by itself, and its end is its own, as when the stop finds it ended."""
+    if job.state not in Job.STOPPING:
+        return True  # not read for a job not being stopped
+    return job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exists()
 
 
 def send_stop_again(job: Job) -> None:
@@ -786,6 +801,8 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
     ended because it was asked to (False: the backend said it had ended before)."""
     remote = status.state
     fields: dict[str, Any] = {"remote_state": status.native_state or remote}
+    # A poll answers for the attempt read: it must not end a later attempt of the job.
+    as_read = _read_attempt(job)
     try:
         if remote == RemoteState.QUEUED:
             # Only a job still waiting on the cluster says so in the cluster's words: one being
@@ -814,6 +831,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 transition(
                     job,
                     S.RUNNING,
+                    expect=as_read,
                     code="running",
                     message=status.reason,
                     started_at=timezone.now(),
@@ -831,6 +849,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             transition(
                 job,
                 S.RUNNING,
+                expect=as_read,
                 code="running",
                 message="started and ended between polls",
                 started_at=_earliest_start(job),
@@ -848,6 +867,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             transition(
                 job,
                 S.SUSPENDED,
+                expect=as_read,
                 code="suspended",
                 message=f"stopped ({status.native_state or remote}); suspended until resumed",
                 exit_code=status.exit_code,
@@ -866,6 +886,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             transition(
                 job,
                 target,
+                expect=as_read,
                 code=RETRYABLE[remote],
                 message=f"{status.reason or status.native_state or remote} while being stopped",
                 exit_code=status.exit_code,
@@ -873,7 +894,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             )
             return True
         if remote in RETRYABLE:
-            return _end_or_requeue(job, status, RETRYABLE[remote], fields)
+            return _end_or_requeue(job, status, RETRYABLE[remote], fields, as_read)
         target = REMOTE_TO_STATE[remote]
         code, message = remote, status.reason or status.native_state
         reason = _reason(remote, status.reason)
@@ -888,10 +909,11 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
             said = status.reason or status.native_state or remote
             message = f"{reason['message']}; the cluster reported: {said}"
         if stopped and job.state == S.PREEMPTING and target != S.TIMEOUT:
-            return _end_or_requeue(job, status, "preemption", fields)
+            return _end_or_requeue(job, status, "preemption", fields, as_read)
         transition(
             job,
             target,
+            expect=as_read,
             code=code,
             message=message,
             exit_code=status.exit_code,
@@ -913,7 +935,9 @@ def _said(status: JobStatus) -> dict[str, Any]:
     }
 
 
-def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, Any]) -> bool:
+def _end_or_requeue(
+    job: Job, status: JobStatus, cause: str, fields: dict[str, Any], as_read: dict[str, Any]
+) -> bool:
     retries = job.spec.get("retries") or {}
     if cause == "preemption":
         # Ours: why it stopped (the cycle's sentence, its reason while it left), not how the
@@ -931,6 +955,7 @@ def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, A
         transition(
             job,
             S.PENDING,
+            expect=as_read,
             code=f"requeued_{cause}",
             message=f"{message}; requeued (attempt {job.attempts + 1})",
             external_id="",
@@ -946,6 +971,7 @@ def _end_or_requeue(job: Job, status: JobStatus, cause: str, fields: dict[str, A
     transition(
         job,
         target,
+        expect=as_read,
         code=cause,
         message=message,
         exit_code=status.exit_code,
@@ -1072,9 +1098,12 @@ def _try(job: Job, to: str, **kwargs: Any) -> bool:
 
 def _as_read(job: Job) -> QuerySet[Job]:
     """The job's row if still as it was read: a stale read never writes onto a later attempt."""
-    return Job.objects.filter(
-        pk=job.pk, state=job.state, attempts=job.attempts, external_id=job.external_id
-    )
+    return Job.objects.filter(pk=job.pk, state=job.state, **_read_attempt(job))
+
+
+def _read_attempt(job: Job) -> dict[str, Any]:
+    """The attempt a read of the job saw, for transition(expect=...)."""
+    return {"attempts": job.attempts, "external_id": job.external_id}
 
 
 def _reason(code: str, message: str) -> dict[str, Any]:

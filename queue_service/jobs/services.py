@@ -75,9 +75,12 @@ def transition(
     code: str = "",
     message: str = "",
     details: dict[str, Any] | None = None,
+    expect: dict[str, Any] | None = None,
     **fields: Any,
 ) -> Job:
-    """Move `job` from its current state to `to`, with `fields` updated in the same UPDATE."""
+    """Move `job` from its current state to `to`, with `fields` updated in the same UPDATE;
+    only while the row also still has the values in `expect` (e.g. the attempt a poll
+    answered for), else StaleState."""
     frm = job.state
     if to not in ALLOWED[frm]:
         raise ValueError(f"job {job.id}: {frm} -> {to} is not a valid transition")
@@ -88,7 +91,7 @@ def transition(
         fields.setdefault("queue_position", None)
         fields.setdefault("estimated_start", None)
     with transaction.atomic():
-        hit = Job.objects.filter(pk=job.pk, state=frm).update(state=to, **fields)
+        hit = Job.objects.filter(pk=job.pk, state=frm, **(expect or {})).update(state=to, **fields)
         if hit != 1:
             raise StaleState(f"job {job.id} is no longer {frm}")
         JobEvent.objects.create(
