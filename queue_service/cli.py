@@ -42,6 +42,7 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 LOG_CHUNK = 1_048_576  # the API's largest log read
 PAGE_MAX = 500  # the API's largest page of jobs
 T = TypeVar("T")
+MAX_IDEMPOTENCY_KEY = 128  # the API's (api/views.py)
 FOLLOW_PATIENCE_S = 600.0  # how long `-f` waits out a service or cluster that does not answer
 ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "lost"})
 
@@ -66,8 +67,14 @@ class Api:
     """The REST API with a bearer token; every call has a timeout."""
 
     def __init__(self, url: str, token: str, timeout_s: float) -> None:
-        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https"):
             raise ValueError(f"GPUQ_URL must start with http:// or https://, not {url!r}")
+        try:
+            # What the resolver would refuse later, as a traceback: an empty label (a..b).
+            (parts.hostname or "").encode("idna")
+        except UnicodeError:
+            raise ValueError(f"GPUQ_URL has no valid host name: {url!r}") from None
         self.base = url.rstrip("/") + "/api/v1/"
         self.token = token
         self.timeout_s = timeout_s
@@ -106,7 +113,11 @@ class Api:
                     self.last_headers = response.headers
                 break
             except urllib.error.HTTPError as exc:
-                raise CliError(_http_error(exc), transient=exc.code in (503, 504)) from None
+                message, from_gpuq = _http_error(exc)
+                # A proxy's 502 (its own page, not gpuq's JSON: gpuq's says the cluster
+                # refused) is the service restarting behind it, as a 504 is.
+                transient = exc.code in (503, 504) or (exc.code == 502 and not from_gpuq)
+                raise CliError(message, transient=transient) from None
             # HTTPException: an answer cut short (a proxy dropped it), or no HTTP at all.
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 if pause is None:
@@ -115,31 +126,33 @@ class Api:
                 time.sleep(pause)
         try:
             return json.loads(data) if data else None
-        except ValueError:
+        except (ValueError, RecursionError):
             raise CliError(
                 f"{url} answered with something other than JSON: is GPUQ_URL a gpuq service?"
             ) from None
 
 
-def _http_error(exc: urllib.error.HTTPError) -> str:
+def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool]:
+    """What to tell of an HTTP error, and whether its body was JSON (gpuq's own)."""
     if 300 <= exc.code < 400:
         where = exc.headers.get("Location", "?")
         return (
             f"the server answered {exc.code}, redirecting to {where};"
             " set GPUQ_URL to where it points"
-        )
+        ), False
     try:
         raw = exc.read()
     except (OSError, http.client.HTTPException):  # the error's body was cut short
         raw = b""
     try:
         body = json.loads(raw)
-    except ValueError:
-        return f"the server answered {exc.code} {exc.reason}"
+    except (ValueError, RecursionError):
+        return f"the server answered {exc.code} {exc.reason}", False
     if exc.code == 401:
         said = _flatten(body)
-        return f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)"
-    return f"the server answered {exc.code}:\n" + "\n".join("  " + line for line in _flatten(body))
+        return f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)", True
+    lines = "\n".join("  " + line for line in _flatten(body))
+    return f"the server answered {exc.code}:\n" + lines, True
 
 
 def _flatten(body: Any, prefix: str = "") -> list[str]:
@@ -150,7 +163,10 @@ def _flatten(body: Any, prefix: str = "") -> list[str]:
         return [
             line
             for key, value in body.items()
-            for line in _flatten(value, f"{prefix}.{key}" if prefix else str(key))
+            # The server echoes a field as it was written: an unknown one too.
+            for line in _flatten(
+                value, f"{prefix}.{clean(str(key))}" if prefix else clean(str(key))
+            )
         ]
     if isinstance(body, list) and all(isinstance(v, str) for v in body):
         return [f"{prefix}: {clean(v)}" if prefix else clean(v) for v in body]
@@ -196,6 +212,11 @@ def notify_events(value: str) -> list[str] | str:
     if value.strip().lower() == "all":
         return "all"
     return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def comma_list(value: str) -> str:
+    """A comma-separated filter as the API reads it: "running, pending" is running,pending."""
+    return ",".join(part.strip() for part in value.split(",") if part.strip())
 
 
 def count(value: str) -> int:
@@ -292,11 +313,14 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     try:
         json.loads(body)
         kind = "application/json"
+    except RecursionError:  # JSON nested too deep to read here: the server says what is wrong
+        kind = "application/json"
     except ValueError:
         kind = "application/yaml"
     # Always a key: a submit whose answer the network lost is sent again (Api.call), and
     # the server answers with the job the first one made.
-    headers = {"Idempotency-Key": args.idempotency_key or f"gpuq-cli-{uuid.uuid4()}"}
+    key = args.idempotency_key
+    headers = {"Idempotency-Key": f"gpuq-cli-{uuid.uuid4()}" if key is None else key}
     if args.dry_run:
         result = api.call("POST", "jobs/preview/", body=body, content_type=kind)
         if args.json:
@@ -318,7 +342,8 @@ def cmd_resubmit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime
     """A copy of a job (its spec, team and pinned cluster), submitted as you; --array: as an
     array of those indices; --failed: of the indices of its array's tasks that did not
     succeed (as `sbatch --array=3,17` after reading sacct)."""
-    headers = {"Idempotency-Key": args.idempotency_key or f"gpuq-cli-{uuid.uuid4()}"}
+    key = args.idempotency_key
+    headers = {"Idempotency-Key": f"gpuq-cli-{uuid.uuid4()}" if key is None else key}
     indices = args.array
     if args.failed:
         array = (api.call("GET", f"jobs/{args.id}/") or {}).get("array")
@@ -973,6 +998,7 @@ def parser() -> argparse.ArgumentParser:
     def submitting(p: argparse.ArgumentParser) -> None:
         p.add_argument(
             "--idempotency-key",
+            type=_idempotency_key,
             help="a repeat with the same key returns the first job (default: a new key per run)",
         )
         p.add_argument(
@@ -1005,7 +1031,7 @@ def parser() -> argparse.ArgumentParser:
     submitting(p)
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")
-    p.add_argument("--state", help="comma-separated, e.g. pending,running")
+    p.add_argument("--state", type=comma_list, help="comma-separated, e.g. pending,running")
     p.add_argument("--team")
     p.add_argument("--kind", choices=["training", "agent"])
     p.add_argument("--priority")
@@ -1049,7 +1075,9 @@ def parser() -> argparse.ArgumentParser:
 
     def selecting(p: argparse.ArgumentParser, verb: str, states: str) -> None:
         p.add_argument("ids", nargs="*", type=job_id, metavar="ID")
-        p.add_argument("--state", help=f"with no IDs: comma-separated (default {states})")
+        p.add_argument(
+            "--state", type=comma_list, help=f"with no IDs: comma-separated (default {states})"
+        )
         p.add_argument("--name", help="with no IDs: jobs whose names contain this text")
         p.add_argument("--team")
         p.add_argument("--kind", choices=["training", "agent"])
@@ -1161,9 +1189,9 @@ def main(
         except CliError as exc:
             print(f"gpuq: {exc}", file=sys.stderr)
             code = 1
-        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             # JSON of another shape than gpuq's (another service behind GPUQ_URL): the
-            # commands read answers as the API writes them.
+            # commands read answers as the API writes them (a time, fromisoformat's).
             print(
                 f"gpuq: {api.base} answered JSON that is not a gpuq answer"
                 f" ({type(exc).__name__}: {exc}): is GPUQ_URL a gpuq service?",
@@ -1182,6 +1210,24 @@ def main(
         if stream is sys.stdout:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _idempotency_key(value: str) -> str:
+    """--idempotency-key as the server takes it (1 to 128 printable characters), in what an
+    HTTP header carries (Latin-1). An empty one ("$KEY" unset) is refused, not replaced by
+    a new key per run: a script's retry would submit twice."""
+    key = value.strip()
+    if not key or len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to {MAX_IDEMPOTENCY_KEY} printable characters, not {value!r}"
+        )
+    try:
+        key.encode("latin-1")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"must be Latin-1 characters (what an HTTP header carries), not {value!r}"
+        ) from None
+    return key
 
 
 def _usage(top: argparse.ArgumentParser, message: str) -> NoReturn:

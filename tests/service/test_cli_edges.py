@@ -293,8 +293,8 @@ def failing_log_reads(
     upstream: str, failing: range, status: int, body: bytes
 ) -> Iterator[tuple[str, list[int]]]:
     """A proxy in front of the live server that answers the log reads numbered in `failing`
-    (from 0) with `status` itself: the cluster not answering a read (gpuq's 503), or a
-    gateway whose upstream is restarting (504)."""
+    (from 0) with `status` itself: the cluster not answering a read (gpuq's 503, or its 502
+    when the cluster refused), or a gateway whose upstream is restarting (504, 502)."""
     reads: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -336,6 +336,8 @@ CLUSTER_SILENT = b'{"detail": "the cluster did not answer: SSH to login:22 timed
     [
         pytest.param(503, CLUSTER_SILENT, id="503-the-cluster-did-not-answer"),
         pytest.param(504, b"<html>Gateway Timeout</html>", id="504-from-a-gateway"),
+        # nginx's answer while the service behind it restarts: its page, not gpuq's JSON.
+        pytest.param(502, b"<html>502 Bad Gateway</html>", id="502-from-a-proxy"),
     ],
 )
 def test_logs_follow_waits_out_a_log_read_that_fails_for_a_while(
@@ -350,6 +352,20 @@ def test_logs_follow_waits_out_a_log_read_that_fails_for_a_while(
     assert (result.code, result.out) == (0, "one\ntwo\n"), result.err
     # Said once for the outage, on stderr: stdout stays the job's own output.
     assert result.err.count("still following") == 1, result.err
+
+
+def test_logs_follow_ends_at_once_when_the_cluster_refuses_the_read(
+    gpuq: Gpuq, job_file: Any, job_loop: Any, live_server: Any
+) -> None:
+    # gpuq's own 502 (JSON): the cluster answered with an error, which waiting does not mend.
+    job_id = submitted_id(gpuq("alice", "submit", job_file('name: long\ncommand: "sleep 30"\n')))
+    refused = b'{"detail": "the cluster answered with an error: no such job"}'
+    with failing_log_reads(live_server.url, range(10**6), 502, refused) as (url, reads):
+        result = calm(gpuq, "alice", "logs", "-f", "--interval", "0.2", job_id, url=url)
+    assert result.code == 1
+    assert "no such job" in result.err.splitlines()[-1]
+    assert "still following" not in result.err
+    assert len(reads) == 1
 
 
 def test_logs_follow_gives_up_on_a_cluster_that_stays_silent(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -68,6 +69,24 @@ def test_a_401_whose_json_body_says_nothing_is_a_message_not_a_traceback(body: b
     assert "review-token-123" not in err
 
 
+LISTING_WITH_A_BAD_TIME = json.dumps(
+    {
+        "results": [
+            {
+                "id": JOB,
+                "name": "n",
+                "team": "t",
+                "user": "u",
+                "state": "pending",
+                "submitted_at": "yesterday",
+                "spec": {},
+            }
+        ],
+        "next": None,
+    }
+).encode()
+
+
 @pytest.mark.parametrize(
     ("argv", "body"),
     [
@@ -75,12 +94,16 @@ def test_a_401_whose_json_body_says_nothing_is_a_message_not_a_traceback(body: b
         (["show", JOB], b'{"detail": "ok"}'),
         (["cancel", JOB], b'{"status": "ok"}'),
         (["me"], b"[]"),
+        (["ls"], LISTING_WITH_A_BAD_TIME),
+        (["ls"], b"[" * 100_000 + b"]" * 100_000),
     ],
-    ids=["ls", "show", "cancel", "me"],
+    ids=["ls", "show", "cancel", "me", "ls-a-time-that-is-not-one", "ls-json-nested-too-deep"],
 )
 def test_a_json_answer_of_another_shape_is_a_message_not_a_traceback(
     argv: list[str], body: bytes
 ) -> None:
+    # A time that is not one was fromisoformat's ValueError, and JSON nested too deep json's
+    # RecursionError: both were tracebacks.
     with json_server(200, body) as url:
         code, err = run(url, *argv)
     assert code == 1
