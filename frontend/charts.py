@@ -96,12 +96,15 @@ def nice_ticks(top: float, count: int = 4) -> list[float]:
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
     n = math.ceil(top / step - 1e-9)
-    return [round(i * step, 10) for i in range(n + 1)]
+    # Rounded to the step's own precision: a fixed count of decimals made every tick of a
+    # tiny top 0 (and the chart divided by it).
+    decimals = max(0, 3 - math.floor(math.log10(step)))
+    return [round(i * step, decimals) for i in range(n + 1)]
 
 
 def tick_text(value: float, step: float) -> str:
     """A tick's label with as many decimals as the step needs (0.25, not 0.2 or 0.250)."""
-    decimals = next(d for d in range(12) if abs(round(step, d) - step) < 1e-9 * max(step, 1))
+    decimals = next((d for d in range(24) if abs(round(step, d) - step) < 1e-6 * step), 24)
     return f"{value:.{decimals}f}"
 
 

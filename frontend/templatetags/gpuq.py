@@ -85,6 +85,20 @@ def span(seconds: float | None) -> str:
 
 
 @register.filter
+def exact(seconds: float | None) -> str:
+    """A duration to the second, each unit that is not zero: a time limit or an interval,
+    where span's '1 min' for 90 s would tell of a job killed sooner than it is."""
+    if seconds is None:
+        return ""
+    left, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count} {unit}")
+    return " ".join(parts) or "0 s"
+
+
+@register.filter
 def team_colour(team: str | None) -> str:
     return charts.team_colour(team) if team else "transparent"
 

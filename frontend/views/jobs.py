@@ -262,8 +262,16 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     # named it (until then there is nothing to read, and the place in the last one is kept).
     if attempt != job.attempts and job.external_id:
         attempt, start, new_attempt = job.attempts, 0, attempt > 0
+    # Which log of the attempt the offset is into (LogChunk.source, the API's log_id): a
+    # container restarted in its pod starts a new one in the same attempt.
+    source = request.GET.get("log", "")[:MAX_LOG_SOURCE]
+    context["source"] = source
+    restarted = False
     try:
         chunk = read_logs(job, offset=start, limit=CHUNK, stream=stream)
+        if source and chunk.source and chunk.source != source and not new_attempt:
+            restarted, start = True, 0
+            chunk = read_logs(job, offset=0, limit=CHUNK, stream=stream)
     except BackendError as exc:  # the cluster did not answer: say so, and ask again later
         return render(request, LOG_FRAGMENT, {**context, "error": exc.message})
     piece = decode_chunk(chunk.data, start, final=chunk.eof)
@@ -277,10 +285,15 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         offset=piece.next_offset,
         attempt=attempt,
         new_attempt=new_attempt,
+        restarted=restarted,
+        source=chunk.source or source,
         eof=end,
         catching_up=len(chunk.data) >= CHUNK,
     )
     return render(request, LOG_FRAGMENT, context)
+
+
+MAX_LOG_SOURCE = 512  # a log's name as the poller carries it (a pod uid and a restart count)
 
 
 def _number(text: str | None, low: int, high: int) -> int | None:
