@@ -171,6 +171,9 @@ class Job(models.Model):
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When its stop was first asked (preempted, cancelled or suspended): the victim's grace
+    # runs from then, whatever else is written to the job meanwhile (transition() sets it).
+    stopping_since = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = JobQuerySet.as_manager()

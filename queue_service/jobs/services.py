@@ -86,6 +86,10 @@ def transition(
         raise ValueError(f"job {job.id}: {frm} -> {to} is not a valid transition")
     now = timezone.now()
     fields.setdefault("updated_at", now)
+    if to in Job.STOPPING and frm not in Job.STOPPING:
+        fields.setdefault("stopping_since", now)
+    elif frm in Job.STOPPING and to not in Job.STOPPING:
+        fields.setdefault("stopping_since", None)
     if to in Job.TERMINAL:
         fields.setdefault("finished_at", now)
         fields.setdefault("queue_position", None)

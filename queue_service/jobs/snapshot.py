@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Q, TextField
+from django.db.models import Count, OuterRef, Q, Subquery, TextField
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -30,7 +30,7 @@ from scheduler import types as st
 
 from .models import Job, JobRun, PriorityClass, SchedulerLock
 from .reports import Dep, array_states
-from .services import StaleState, request_cycle, transition, unplaced
+from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -240,6 +240,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
         .select_related("team", "priority_class", "cluster")
         # Earlier preemptions: Policy.max_priority_preemptions stops priority preemption there.
         .annotate(preemptions=Count("events", filter=Q(events__to_state=S.PREEMPTING)))
+        # The open run's start: a job its cluster held and ran again restarted its time limit.
+        .annotate(run_started=Subquery(_open_run_start))
     )
     holders = _mig_holders(active)
     node_rows = list(Node.objects.filter(cluster__enabled=True).select_related("cluster"))
@@ -272,11 +274,12 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
     running = tuple(
         st.RunningJob(
             request=_request(j),
-            start_time=(j.started_at or j.admitted_at or now).timestamp(),
+            start_time=_run_start(j, now),
             placement=_placement(j),
             gpu_model=j.gpu_model,
-            # Being stopped (preempted, cancelled or suspended): it leaves within the grace.
-            preempting_since=j.updated_at.timestamp() if j.state in Job.STOPPING else None,
+            # Being stopped (preempted, cancelled or suspended): it leaves within the grace
+            # from its first stop (a cancel of a victim sends no second one).
+            preempting_since=_stopping_since(j),
             preemptions=j.preemptions,
         )
         for j in active
@@ -295,6 +298,30 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
     return snap, clusters, held
 
 
+_open_run_start = (
+    JobRun.objects.filter(job=OuterRef("pk"), ended_at__isnull=True)
+    .order_by("-started_at")
+    .values("started_at")[:1]
+)
+
+
+def _run_start(job: Job, now: datetime) -> float:
+    """When the job's time limit began, for when it ends: its open run's start (a run the
+    cluster held and started again restarts the limit, as Slurm's requeue and a restarted
+    pod do); held with no run open, now (it ends a whole limit after it runs again at the
+    soonest); else when it started, or was admitted."""
+    started = getattr(job, "run_started", None)
+    if started is None and job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS:
+        started = now
+    return (started or job.started_at or job.admitted_at or now).timestamp()
+
+
+def _stopping_since(job: Job) -> float | None:
+    if job.state not in Job.STOPPING:
+        return None
+    return (job.stopping_since or job.updated_at).timestamp()
+
+
 def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
     """Site MIG profile tables from each cluster's `mig_profiles` setting (model -> {
     compute_slices, memory_slices, profiles: [[name, compute, memory, max, [starts], size]],
@@ -302,7 +329,11 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
     table is logged and left out: the built-in table then applies."""
     tables = []
     for cluster in clusters:
-        for model, data in (cluster.settings.get("mig_profiles") or {}).items():
+        given = cluster.settings.get("mig_profiles") or {}
+        if not isinstance(given, Mapping):  # one cluster's typo must not stop every cycle
+            log.warning("cluster %s: ignoring mig_profiles: not a mapping", cluster.name)
+            continue
+        for model, data in given.items():
             try:
                 tables.append(
                     st.MigModelTable(
@@ -323,7 +354,7 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
                         aliases=tuple(str(a) for a in data.get("aliases", ())),
                     )
                 )
-            except (KeyError, TypeError, ValueError) as exc:
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("cluster %s: ignoring mig_profiles[%r]: %s", cluster.name, model, exc)
     return tuple(tables)
 
@@ -1013,11 +1044,19 @@ def _named_layout(cluster: Cluster, node: Node, new: dict[int, list[dict[str, An
     for gpu, layout in new.items():
         per_gpu[gpu] = [i["profile"] for i in layout]
     wanted = [sorted(per_gpu.get(g, [])) for g in range(node.gpus)]
-    for name, layouts in (cluster.settings.get("mig_configs") or {}).items():
+    configs = cluster.settings.get("mig_configs") or {}
+    if not isinstance(configs, Mapping):  # refused by the sync already; not the cycle's to stop
+        return None
+    for name, layouts in configs.items():
+        if not isinstance(layouts, list):
+            continue
         if layouts and all(isinstance(p, str) for p in layouts):
             layouts = [layouts] * node.gpus  # one list: the same layout on every GPU
-        if [sorted(g) for g in layouts] == wanted:
-            return str(name)
+        try:
+            if [sorted(g) for g in layouts] == wanted:
+                return str(name)
+        except TypeError:  # not lists of profile names
+            continue
     return None
 
 

@@ -18,7 +18,7 @@ from queue_service.backends.base import JobStatus, RemoteState
 from queue_service.jobs.dispatch import _apply_status, sync_cluster
 from queue_service.jobs.models import Job, JobRun
 from queue_service.jobs.services import _open_run, submit_job
-from queue_service.jobs.snapshot import _usage_by_team
+from queue_service.jobs.snapshot import _usage_by_team, build_snapshot
 from tests.conftest import spec
 
 S = Job.State
@@ -159,3 +159,23 @@ def test_two_syncs_that_both_read_a_held_job_running_again_open_one_run(people: 
 
     assert JobRun.objects.filter(job=job, ended_at__isnull=True).count() == 1
     assert JobRun.objects.filter(job=job).count() == 2
+
+
+def test_a_held_job_that_runs_again_ends_by_its_limit_from_its_new_start(
+    running_on_k8s: Any, people: Any
+) -> None:
+    # The cluster starts a held job over (Slurm's requeue, a restarted pod): its time limit
+    # runs from then. The scheduler planned its end from the first start: too soon.
+    with running_on_k8s(workload="indexed") as (job, sim):
+        kueue_evicts(sim, job)
+        sync_cluster(job.cluster_id)
+        before = timezone.now()
+        (held,) = build_snapshot(timezone.now())[0].running
+        assert held.start_time >= before.timestamp() - 1  # held: a whole limit from now
+
+        sim.run(job.external_id)
+        sync_cluster(job.cluster_id)
+
+        first, second = JobRun.objects.filter(job=job).order_by("id")
+        (again,) = build_snapshot(timezone.now())[0].running
+        assert again.start_time == second.started_at.timestamp() > first.started_at.timestamp()
