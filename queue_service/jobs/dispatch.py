@@ -1045,7 +1045,9 @@ def _stop_overdue(job: Job, status: JobStatus | None) -> bool:
     if job.state not in Job.STOPPING or status is None or status.state in RemoteState.TERMINAL:
         return False
     overdue = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 30)
-    if job.updated_at >= overdue:
+    # From its first stop: a write since (its emails changed, a cancel of a victim, which
+    # sends no second stop) does not put the resend off.
+    if (job.stopping_since or job.updated_at) >= overdue:
         return False
     last = job.events.filter(code=STOP_SENT).order_by("-at", "-id").values_list("at", "details")
     sent = last.first()

@@ -289,7 +289,7 @@ def test_a_stop_sent_again_by_the_sync_does_not_hold_up_the_sync_in_the_embedded
     stuck = run_until(stuck, lambda j: j.state == S.RUNNING)
     transition(stuck, S.CANCELLING, code="cancel_requested", message="its stop was lost")
     long_ago = timezone.now() - timedelta(seconds=120)
-    Job.objects.filter(pk=stuck.pk).update(updated_at=long_ago)
+    Job.objects.filter(pk=stuck.pk).update(updated_at=long_ago, stopping_since=long_ago)
     quick.refresh_from_db()
     wait_for_verdict(local_cluster, quick)
 

@@ -114,7 +114,7 @@ def test_a_lost_stop_is_sent_again_by_a_task_of_its_own_once_per_grace(
     job = run_until(job, lambda j: j.state == S.RUNNING)
     transition(job, S.CANCELLING, code="cancel_requested", message="its stop task was lost")
     long_ago = timezone.now() - timedelta(seconds=settings.GPUQ_PREEMPTION_GRACE_S + 60)
-    Job.objects.filter(pk=job.pk).update(updated_at=long_ago)
+    Job.objects.filter(pk=job.pk).update(updated_at=long_ago, stopping_since=long_ago)
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:9/0"  # stops go as tasks
     sent: list[str] = []
     monkeypatch.setattr(tasks.cancel_job, "delay", sent.append)

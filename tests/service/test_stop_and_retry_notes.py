@@ -36,6 +36,7 @@ from queue_service.jobs.services import (
     submit_job,
     suspend_job,
     transition,
+    update_job,
 )
 from queue_service.tenancy.models import Quota
 from tests.conftest import spec
@@ -122,7 +123,9 @@ def resends(job: Job) -> None:
 def time_passes(job: Job) -> None:
     """An hour passes: every stop sent so far, and the cancel, are long overdue."""
     hour = timedelta(hours=1)
-    Job.objects.filter(pk=job.pk).update(updated_at=F("updated_at") - hour)
+    Job.objects.filter(pk=job.pk).update(
+        updated_at=F("updated_at") - hour, stopping_since=F("stopping_since") - hour
+    )
     job.events.update(at=F("at") - hour)
 
 
@@ -267,3 +270,25 @@ def test_gpuq_show_tells_a_retry_repeated_from_a_retry_made_once(
         assert re.search(r"\(4 times, the last at \d{4}-\d\d-\d\d ", retry_lines[0]), shown.out
         submitted = next(line for line in shown.out.splitlines() if "submitted by" in line)
         assert "times" not in submitted
+
+
+def test_an_overdue_stop_is_sent_again_though_the_job_was_written_to_since(
+    k8s: Any, people: Any
+) -> None:
+    """The sync sends a lost stop again once grace + 30 s have passed since the job was asked
+    to stop: not since its row was last written (its emails changed meanwhile), which put the
+    resend off for as long as the writes went on."""
+    with k8s as (cluster, sim):
+        job = queued_job(people, cluster, "edited")
+        deletes_answered(sim, 503)
+        cancel_job(people["alice"], job)
+        time_passes(job)
+        people["alice"].email = "alice@example.org"
+        people["alice"].save()
+        update_job(people["alice"], Job.objects.get(pk=job.pk), {"notify": ["end"]})
+
+        sync_cluster(cluster.pk)
+        resends(job)
+
+        sent = job.events.filter(code="stop_sent").order_by("at", "id")
+        assert [e.message for e in sent][-1] == "stop sent again", [e.message for e in sent]
