@@ -19,8 +19,9 @@ def env(name: str, default: str | None = None) -> str:
     file_var = os.environ.get(f"{name}_FILE")
     if file_var:
         try:
-            return Path(file_var).read_text().strip()
-        except OSError as exc:
+            # utf-8-sig: an editor's byte order mark is no part of the secret.
+            return Path(file_var).read_text(encoding="utf-8-sig").strip()
+        except (OSError, UnicodeDecodeError) as exc:
             raise ImproperlyConfigured(f"{name}_FILE={file_var!r} cannot be read: {exc}") from exc
     value = os.environ.get(name)
     if value is None:
@@ -60,8 +61,9 @@ def env_float(
 
 
 def _whole(raw: str) -> bool:
-    """ASCII digits only: str.isdigit() is also true of "²" and "①", which int() refuses."""
-    return raw.isascii() and raw.isdigit()
+    """ASCII digits only: str.isdigit() is also true of "²" and "①", which int() refuses;
+    and not thousands of them, which int() refuses too (no setting needs 19 digits)."""
+    return raw.isascii() and raw.isdigit() and len(raw) <= 18
 
 
 def env_count(name: str, default: int, *, maximum: int) -> int:
@@ -80,11 +82,13 @@ def env_count_or_unlimited(name: str, default: int) -> int | None:
     return int(raw)
 
 
-def env_seconds(name: str, default: int) -> int:
+def env_seconds(name: str, default: int, *, maximum: float = TEN_YEARS_S) -> int:
     """A whole number of seconds >= 0 (a fraction would be cut, 0.5 to 0: off)."""
     raw = env(name, str(default)).strip()
-    if not _whole(raw):
-        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number of seconds >= 0")
+    if not _whole(raw) or int(raw) > maximum:
+        raise ImproperlyConfigured(
+            f"{name}={raw!r} must be a whole number of seconds from 0 to {maximum:g}"
+        )
     return int(raw)
 
 
@@ -132,6 +136,11 @@ def database_from_url(url: str) -> dict[str, object]:
     parsed = urlparse(url)
     if parsed.scheme == "sqlite":
         # sqlite:///var/x.db is relative to the repo; sqlite:////tmp/x.db is absolute.
+        if parsed.netloc and parsed.path:  # sqlite://var/x.db: the file is not the host
+            raise ImproperlyConfigured(
+                f"DATABASE_URL={url!r}: write a sqlite file as sqlite:///relative/path"
+                " or sqlite:////absolute/path"
+            )
         path = unquote(parsed.path[1:]) if parsed.netloc == "" else parsed.netloc
         if not path:
             raise ImproperlyConfigured(f"DATABASE_URL={url!r}: sqlite needs a file path")
@@ -142,7 +151,8 @@ def database_from_url(url: str) -> dict[str, object]:
             "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
         }
     if parsed.scheme in {"postgres", "postgresql"}:
-        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        # Blank values kept: `?sslmode=` dropped would let libpq fall back to its default.
+        options = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
         try:
             port = parsed.port
         except ValueError:  # not a number, or out of 0-65535
@@ -266,13 +276,17 @@ def email_from_url(url: str) -> dict[str, object]:
     shown = f"GPUQ_SMTP_URL={_redacted(url)!r}"
     if parsed.scheme not in {"smtp", "smtps"} or not parsed.hostname:
         raise ImproperlyConfigured(f"{shown} must be smtp://[user:pass@]host[:port] or smtps://...")
-    query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+    # Blank values kept: a bare `?starttls` is refused, not read as no option (clear text).
+    query = {k: v[-1] for k, v in parse_qs(parsed.query, keep_blank_values=True).items()}
     if set(query) - {"starttls"} or query.get("starttls", "1") not in {"0", "1"}:
         raise ImproperlyConfigured(f"{shown}: the only option is starttls=0|1")
     try:
-        port = parsed.port or (465 if parsed.scheme == "smtps" else 25)
+        given = parsed.port
     except ValueError:
         raise ImproperlyConfigured(f"{shown}: the port is not a number") from None
+    if given == 0:
+        raise ImproperlyConfigured(f"{shown}: the port must be a number from 1 to 65535")
+    port = given or (465 if parsed.scheme == "smtps" else 25)
     encrypted = parsed.scheme == "smtps" or query.get("starttls") == "1"
     if parsed.password and not encrypted and parsed.hostname not in {"127.0.0.1", "localhost"}:
         raise ImproperlyConfigured(
@@ -295,9 +309,15 @@ EMAIL_TIMEOUT = 10  # seconds: a stuck mail server must not hold a worker
 DEFAULT_FROM_EMAIL = email_address("GPUQ_EMAIL_FROM", env("GPUQ_EMAIL_FROM", "gpuq@localhost"))
 # Where gpuq's pages are, for links in notifications.
 GPUQ_PUBLIC_URL = env("GPUQ_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-if urlparse(GPUQ_PUBLIC_URL).scheme not in {"http", "https"}:
-    raise ImproperlyConfigured(f"GPUQ_PUBLIC_URL={GPUQ_PUBLIC_URL!r} must be an http(s) URL")
-GPUQ_LOCAL_WORKDIR = Path(env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")))
+_public = urlparse(GPUQ_PUBLIC_URL)
+if _public.scheme not in {"http", "https"} or not _public.hostname:
+    raise ImproperlyConfigured(
+        f"GPUQ_PUBLIC_URL={GPUQ_PUBLIC_URL!r} must be an http(s) URL with a host"
+    )
+_workdir = env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")).strip()
+if not _workdir:  # Path("") is ".": wherever each process happened to start
+    raise ImproperlyConfigured("GPUQ_LOCAL_WORKDIR is empty; give the local jobs' directory")
+GPUQ_LOCAL_WORKDIR = Path(_workdir)
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1068,7 +1068,9 @@ def _apply_named_layout_on_commit(node_id: int, config: str) -> None:
     else:
         from .dispatch import apply_mig_layout as apply_now
 
-        transaction.on_commit(lambda: apply_now(node_id, config))
+        # Robust, as the commit's stops and dispatches are: a relayout the cluster refuses
+        # now must not drop the hooks after it (the next cycle plans it again).
+        transaction.on_commit(lambda: apply_now(node_id, config), robust=True)
 
 
 def _after_commit(admitted: list[str], victims: list[Job]) -> None:
