@@ -4,9 +4,6 @@ public URL, the local workdir), and an embedded round that a failed relayout doe
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +18,9 @@ from queue_service.settings import (
     env_count_or_unlimited,
     env_seconds,
 )
+from tests.service.test_settings import _check
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _check(**extra: str) -> subprocess.CompletedProcess[str]:
-    """`manage.py check` with only these GPUQ_ settings (as test_settings._check)."""
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("GPUQ_", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE"))
-    }
-    environ.update(SECRET_KEY="test-only", **extra)
-    return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 @pytest.mark.parametrize(
@@ -160,23 +140,19 @@ def test_a_relayout_that_fails_once_neither_fails_the_round_nor_drops_its_dispat
     from queue_service.jobs.services import submit_job
     from queue_service.tenancy.models import Quota
     from tests.conftest import spec
+    from tests.service.test_k8s_mig_flow import CONFIGS, one_idle_h100
 
-    def setup(sim: Any) -> None:
-        sim.node(
-            "h100-mig",
-            gpus=1,
-            mig={"7g.80gb": 1},
-            labels={
-                "nvidia.com/mig.config": "all-7g.80gb",
-                "nvidia.com/mig.config.state": "success",
-                "gpuq.test/applied": "all-7g.80gb",
-            },
-        )
+    def one_idle_h100_and_a_gpu_node(sim: Any) -> None:
+        one_idle_h100(sim)
         sim.node("gpu-1", gpus=8)
 
     Quota.objects.create(team=teams["vision"], gpu_model="*", nominal_gpus=8)
-    configs = {"all-7g.80gb": ["7g.80gb"], "all-1g.10gb": ["1g.10gb"] * 7}
-    with fake_k8s(setup=setup, mig_configs=configs, image_default="busybox", max_retries=0) as (
+    with fake_k8s(
+        setup=one_idle_h100_and_a_gpu_node,
+        mig_configs=CONFIGS,
+        image_default="busybox",
+        max_retries=0,
+    ) as (
         _,
         sim,
     ):
