@@ -28,6 +28,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.core.mail import EmailMessage
 from django.db import IntegrityError, transaction
@@ -264,15 +265,27 @@ def deliver(notification_id: int, now: datetime | None = None) -> str:
         error = _error_text(exc)
         if note.attempts >= MAX_ATTEMPTS:
             return _give_up(note, mine, error)
-        backoff = min(30 * 2 ** (note.attempts - 1), MAX_BACKOFF_S)
-        retry_at = (now or timezone.now()) + timedelta(seconds=backoff)
-        mine.update(state=N.PENDING, next_attempt_at=retry_at, error=error, to=to)
+        _retry_later(note, mine, error, to, now)
         return "unreachable" if _unreachable(exc) else "retry"
+    except SoftTimeLimitExceeded:
+        # The worker's time ran out in the send (a mail server slow to answer): the mail
+        # may still go, later; the task ends as its limit says.
+        if note.attempts >= MAX_ATTEMPTS:
+            _give_up(note, mine, "the send ran out of time")
+        else:
+            _retry_later(note, mine, "the send ran out of time", to, now)
+        raise
     except Exception as exc:  # e.g. a malformed GPUQ_EMAIL_FROM: no retry would send it
         log.exception("notification %s cannot be sent", note.pk)
         return _give_up(note, mine, _error_text(exc))
     mine.update(state=N.SENT, sent_at=timezone.now(), error="", to=to)
     return "sent"
+
+
+def _retry_later(note: Notification, mine: Any, error: str, to: str, now: datetime | None) -> None:
+    backoff = min(30 * 2 ** (note.attempts - 1), MAX_BACKOFF_S)
+    retry_at = (now or timezone.now()) + timedelta(seconds=backoff)
+    mine.update(state=N.PENDING, next_attempt_at=retry_at, error=error, to=to)
 
 
 def _unreachable(exc: Exception) -> bool:

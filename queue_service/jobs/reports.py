@@ -288,6 +288,9 @@ def cluster_totals(
 # An `after` entry as the cycle, the submit check and the job page read it:
 # (state, name, "job" | "array").
 Dep = tuple[str, str, str]
+# The state of a job that is no longer stored, or of an array missing a task (deleted in the
+# admin): it can never succeed.
+GONE = "gone"
 
 
 def array_states(ids: Collection[str]) -> dict[str, Dep]:
@@ -303,6 +306,7 @@ def array_states(ids: Collection[str]) -> dict[str, Dep]:
         )
     }
     succeeded: dict[str, int] = defaultdict(int)
+    stored: dict[str, int] = defaultdict(int)  # tasks still there (one deleted never ends)
     failed: dict[str, tuple[int, str]] = {}  # the lowest index that ended otherwise
     groups = (
         Job.objects.filter(array_id__in=wanted)
@@ -312,6 +316,7 @@ def array_states(ids: Collection[str]) -> dict[str, Dep]:
     )
     for array_id, state, n, first in groups:
         key = str(array_id)
+        stored[key] += n
         if state == Job.State.SUCCEEDED:
             succeeded[key] = n
         elif state in Job.TERMINAL and (key not in failed or first < failed[key][0]):
@@ -321,6 +326,8 @@ def array_states(ids: Collection[str]) -> dict[str, Dep]:
         if key in failed:
             index, state = failed[key]
             out[key] = (state, f"{name}[{index}]", "array")
+        elif stored[key] < size:
+            out[key] = (GONE, f"{name}[{indices}]", "array")
         elif succeeded[key] == size:
             out[key] = (Job.State.SUCCEEDED, f"{name}[{indices}]", "array")
         else:

@@ -22,7 +22,7 @@ from queue_service.tenancy.models import Membership, Team
 
 from . import notify
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
-from .reports import array_states
+from .reports import GONE, array_states
 from .spec import MAX_ARRAY_TEXT, ArraySpec, JobSpecSerializer, duration_text, parse_array
 
 log = logging.getLogger(__name__)
@@ -426,7 +426,9 @@ def check_after(user: Any, after: Any) -> None:
             problems.append(f"no job {dep} among those you can see")
             continue
         state, what = found[dep]
-        if state in Job.TERMINAL and state != S.SUCCEEDED:
+        if state == GONE:
+            problems.append(f"array {dep} has lost a task (deleted): it can never succeed")
+        elif state in Job.TERMINAL and state != S.SUCCEEDED:
             problems.append(f"{what} ended {state}: it can never succeed")
     if problems:
         raise ValidationError({"after": problems})

@@ -29,7 +29,7 @@ from scheduler import mig
 from scheduler import types as st
 
 from .models import Job, JobRun, PriorityClass, SchedulerLock
-from .reports import Dep, array_states
+from .reports import GONE, Dep, array_states
 from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
@@ -214,10 +214,13 @@ def after_status(after: list[str], known: dict[str, Dep]) -> tuple[st.Reason | N
     can) once one ended otherwise; (None, None) when all succeeded."""
     unmet = []
     for dep in after:
-        state, name, kind = known.get(dep, ("gone", "?", "job"))
+        state, name, kind = known.get(dep, (GONE, "?", "job"))
         if state == S.SUCCEEDED:
             continue
-        if state in Job.TERMINAL or state == "gone":
+        if state == GONE:
+            what = f"job {dep}" if kind == "job" else f"array {name!r} ({dep}): a task of it"
+            return None, f"{what} was deleted, so this one can never start"
+        if state in Job.TERMINAL:
             what = f"job {name!r} ({dep})" if kind == "job" else f"task {name!r} of array {dep}"
             return None, f"{what} ended {state}, so this one can never start"
         unmet.append((dep, kind, f"{name!r} ({state})"))
