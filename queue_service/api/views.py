@@ -68,6 +68,12 @@ IDEMPOTENCY_PARAMETER = OpenApiParameter(
 )
 
 
+def _listed(params: Any, param: str) -> list[str]:
+    """A filter's values, comma-separated and/or the parameter repeated (`?state=a&state=b`,
+    as many clients send a list): all of them, not the last one only."""
+    return [v for raw in params.getlist(param) for v in raw.split(",") if v]
+
+
 def _idempotency_key(request: Request) -> str | None:
     """The header's key, or None without one. An empty key is refused, not stored as a key:
     every later submit with an empty key would get the first job back, and be lost."""
@@ -119,8 +125,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             return qs
         params = self.request.query_params
         for param, lookup in JOB_FILTERS.items():
-            if params.get(param):
-                values = params[param].split(",")
+            if values := _listed(params, param):
                 _check_choices(param, values)
                 qs = qs.filter(**{lookup: values})
         if params.get("user"):
@@ -274,8 +279,8 @@ class QueueView(APIView):
             .order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
         )
         for param in ("team", "cluster"):
-            if request.query_params.get(param):
-                qs = qs.filter(**{JOB_FILTERS[param]: request.query_params[param].split(",")})
+            if values := _listed(request.query_params, param):
+                qs = qs.filter(**{JOB_FILTERS[param]: values})
         data = s.JobSerializer(qs[:QUEUE_LIMIT], many=True).data
         total = len(data) if len(data) < QUEUE_LIMIT else qs.count()
         return Response(data, headers={QUEUE_TOTAL_HEADER: str(total)})

@@ -167,6 +167,8 @@ class Job(models.Model):
     array_index = models.PositiveIntegerField(null=True, blank=True)
 
     idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    # What the keyed request asked (a hash): a repeat must ask the same to get this job back.
+    idempotency_fingerprint = models.CharField(max_length=64, blank=True, default="")
     submitted_at = models.DateTimeField(auto_now_add=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,8 @@ nothing, so two workers can never both move a job."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -301,17 +303,23 @@ def submit_job(
     *,
     idempotency_key: str | None = None,
     copy_of: Job | None = None,
+    request: Any = None,
 ) -> Submitted:
     """Validate and store a job; the next scheduling cycle considers it.
 
-    With an idempotency key, a repeat of the same request returns the first job. `copy_of`:
-    the job this one was copied from, named in its first event."""
+    With an idempotency key, a repeat of the same request returns the first job, and another
+    request under the key is a conflict (as Stripe's keys: a client must not think a new
+    job was stored). `request`: what identifies the request, when not `data` (a resubmit's
+    original and indices). `copy_of`: the job this one was copied from, named in its first
+    event."""
+    fingerprint = ""
     if idempotency_key is not None:
         if len(idempotency_key) > 128 or not idempotency_key.isprintable():
             raise ValidationError({"Idempotency-Key": ["at most 128 printable characters"]})
+        fingerprint = _fingerprint(data if request is None else request)
         existing = _keyed(user, idempotency_key)
         if existing is not None:
-            return Submitted(existing, created=False)
+            return _replayed(existing, fingerprint)
     serializer = JobSpecSerializer(data=data)
     serializer.is_valid(raise_exception=True)
     spec = dict(serializer.validated_data)
@@ -329,6 +337,7 @@ def submit_job(
         "gpus": requested_gpus(spec, spec.get("gpu_model")),
         "cluster": cluster,
         "pinned_cluster": cluster is not None,
+        "idempotency_fingerprint": fingerprint,
     }
     if spec.get("hold"):
         fields.update(state=S.SUSPENDED, reason=held_reason(user, at_submit=True))
@@ -369,9 +378,36 @@ def submit_job(
                 "the job was not stored: something it refers to (its team or cluster) changed"
                 " meanwhile; submit it again"
             ) from None
-        return Submitted(existing, created=False)
+        return _replayed(existing, fingerprint)
     request_cycle()
     return Submitted(job, created=True)
+
+
+def _replayed(existing: Job, fingerprint: str) -> Submitted:
+    """The job a key was first used for, if this request is that one again (a job stored
+    before fingerprints were kept has none: taken as the same)."""
+    if existing.idempotency_fingerprint not in ("", fingerprint):
+        raise JobConflict(
+            f"this Idempotency-Key was used for another request (job {existing.pk});"
+            " use a new key for a new job"
+        )
+    return Submitted(existing, created=False)
+
+
+def _fingerprint(request: Any) -> str:
+    """A request's hash, as sent (before validation: a repeat is the same bytes' meaning)."""
+    text = json.dumps(_canonical(request), default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with each mapping as its items sorted by key's repr: a YAML document's keys
+    may be numbers beside strings, which json's sort_keys cannot order."""
+    if isinstance(value, dict):
+        return sorted([repr(k), _canonical(v)] for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def _keyed(user: Any, idempotency_key: str) -> Job | None:
@@ -486,7 +522,8 @@ def resubmit_job(
                 )
             array = f"{array}%{limit}"
         data["array"] = array
-    return submit_job(user, data, idempotency_key=idempotency_key, copy_of=job)
+    asked = {"resubmit": str(job.pk), "array": array}
+    return submit_job(user, data, idempotency_key=idempotency_key, copy_of=job, request=asked)
 
 
 # --- cancel ---------------------------------------------------------------------------------
