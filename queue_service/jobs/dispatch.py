@@ -11,10 +11,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Exists, F, IntegerField, OuterRef, Q, QuerySet, Sum, Value
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from queue_service.backends import BackendError, ClusterConfig, get_backend
 from queue_service.backends.base import (
@@ -258,19 +257,28 @@ RETRY_BACKOFF_S = (0, 5, 15, 30, 60, 120, 300)
 
 
 def retries_due_now(now: datetime) -> list[str]:
-    """The ids of retries_due() whose backoff has passed, counted by the job's failed
-    submits since it was admitted."""
-    # A retry's note repeated is one event with `repeats` (services.note): each counts.
-    each = Coalesce(Cast(KeyTextTransform("repeats", "events__details"), IntegerField()), Value(1))
-    rows = retries_due().annotate(
-        tries=Sum(each, filter=Q(events__code=RETRY, events__at__gte=F("admitted_at")))
-    )
-    last = len(RETRY_BACKOFF_S) - 1
+    """The ids of retries_due() whose backoff has passed: counted by the job's failed
+    submits since it was admitted, from the last of them (not from the job's updated_at,
+    which any edit moves: an owner's edits must not put the retry off)."""
+    admitted = dict(retries_due().values_list("pk", "admitted_at"))
+    tries: dict[Any, int] = {}
+    last: dict[Any, datetime] = {}
+    events = JobEvent.objects.filter(job_id__in=list(admitted), code=RETRY)
+    for job_id, at, details in events.values_list("job_id", "at", "details"):
+        since = admitted[job_id]
+        if since is None or at < since:
+            continue
+        # A retry's note repeated is one event with `repeats` and `last_at` (services.note).
+        details = details if isinstance(details, dict) else {}
+        tries[job_id] = tries.get(job_id, 0) + int(details.get("repeats", 1))
+        when = parse_datetime(str(details.get("last_at") or "")) or at
+        last[job_id] = max(when, last.get(job_id, when))
+    final = len(RETRY_BACKOFF_S) - 1
     return [
         str(pk)
-        for pk, updated_at, tries in rows.values_list("pk", "updated_at", "tries")
-        if updated_at
-        <= now - timedelta(seconds=RETRY_BACKOFF_S[min(max((tries or 0) - 1, 0), last)])
+        for pk in admitted
+        if pk not in last
+        or last[pk] <= now - timedelta(seconds=RETRY_BACKOFF_S[min(tries[pk] - 1, final)])
     ]
 
 

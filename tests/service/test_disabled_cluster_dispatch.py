@@ -23,7 +23,7 @@ from queue_service.jobs.services import cancel_job, submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.tenancy.models import Quota
 from tests.conftest import spec
-from tests.service.test_dispatch_races import workloads
+from tests.service.test_dispatch_races import failed_ago, workloads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Job.State
@@ -52,8 +52,8 @@ def disable(cluster: Cluster) -> None:
 
 
 def retry_due(job: Job) -> None:
-    """Time passes: the job's backoff is over."""
-    Job.objects.filter(pk=job.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    """Time passes: the job's backoff is over, and its dispatch is stale."""
+    failed_ago(job, timedelta(hours=1))
 
 
 def test_a_job_admitted_to_a_cluster_disabled_since_is_cancelled_at_once(

@@ -6,10 +6,11 @@ what the cluster has; a cancel waits for that retry to name the job, then stops 
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 from k8s_fakeapi import Fault
 from k8s_sim import BATCH
@@ -24,7 +25,7 @@ from queue_service.jobs.dispatch import (
     submit_admitted,
     sync_cluster,
 )
-from queue_service.jobs.models import Job
+from queue_service.jobs.models import Job, JobEvent
 from queue_service.jobs.services import (
     cancel_job,
     resume_job,
@@ -37,6 +38,19 @@ from tests.conftest import spec
 
 pytestmark = pytest.mark.django_db(transaction=True)
 S = Job.State
+
+
+def failed_ago(job: Job, ago: timedelta) -> None:
+    """Time passes: all that happened to the job (its failed submits, whose last the backoff
+    counts from, included) happened `ago` earlier, in the same order."""
+    fields = ("submitted_at", "admitted_at", "started_at", "stopping_since", "updated_at")
+    Job.objects.filter(pk=job.pk).update(**{f: F(f) - ago for f in fields})
+    for event in JobEvent.objects.filter(job=job):
+        details = event.details if isinstance(event.details, dict) else {}
+        if "last_at" in details:
+            last = datetime.fromisoformat(details["last_at"]) - ago
+            details = {**details, "last_at": last.isoformat()}
+        JobEvent.objects.filter(pk=event.pk).update(at=event.at - ago, details=details)
 
 
 @pytest.fixture
@@ -201,7 +215,7 @@ def test_the_embedded_loop_backs_off_a_submit_that_keeps_failing(k8s: Any, peopl
         assert retries_due_now(now) == []
         assert retries_due_now(now + timedelta(seconds=6)) == [str(job.pk)]
         # The pauses grow with the failures (5, 15, 30 s ...), up to five minutes.
-        Job.objects.filter(pk=job.pk).update(updated_at=now - timedelta(seconds=6))
+        failed_ago(job, timedelta(seconds=6))
         run_once()
         assert failed_submits() == 3
         assert retries_due_now(timezone.now() + timedelta(seconds=6)) == []

@@ -20,6 +20,7 @@ from tests.service.test_disabled_cluster_dispatch import (  # noqa: F401 (the fi
     k8s,
     retry_due,
 )
+from tests.service.test_dispatch_races import failed_ago
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -49,7 +50,9 @@ def test_the_backoff_grows_with_each_retry_counted_on_one_event(
     k8s: Any,  # noqa: F811
     people: Any,
 ) -> None:
-    """RETRY_BACKOFF_S: the 4th failed submit waits 30 s before the next, not the 1st's 0 s."""
+    """RETRY_BACKOFF_S: the 4th failed submit waits 30 s before the next, not the 1st's 0 s,
+    counted from that failure, not from the job's last write: an owner (or a tool) editing
+    the job's notifications every minute must not keep its dispatch from being retried."""
     with k8s as (cluster, sim):
         job = submit_job(people["alice"], spec(name="backoff", cluster=cluster.name)).job
         cluster_down(sim)
@@ -58,11 +61,11 @@ def test_the_backoff_grows_with_each_retry_counted_on_one_event(
             retry_due(job)
             run_once()
         assert job.events.get(code=RETRY).details["repeats"] == 4
-        now = timezone.now()
-        Job.objects.filter(pk=job.pk).update(updated_at=now - timedelta(seconds=20))
-        assert retries_due_now(now) == []
-        Job.objects.filter(pk=job.pk).update(updated_at=now - timedelta(seconds=31))
-        assert retries_due_now(now) == [str(job.pk)]
+        failed_ago(job, timedelta(seconds=20))
+        assert retries_due_now(timezone.now()) == []
+        failed_ago(job, timedelta(seconds=31))
+        Job.objects.filter(pk=job.pk).update(updated_at=timezone.now())  # an edit just now
+        assert retries_due_now(timezone.now()) == [str(job.pk)]
 
 
 def test_a_different_note_between_two_retries_starts_a_new_event(
