@@ -17,6 +17,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 def env(name: str, default: str | None = None) -> str:
     file_var = os.environ.get(f"{name}_FILE")
+    if file_var and os.environ.get(name) is not None:
+        # As Docker's official images: which of two values was meant is no guess to make.
+        raise ImproperlyConfigured(f"both {name} and {name}_FILE are set: set one of them")
     if file_var:
         try:
             # utf-8-sig: an editor's byte order mark is no part of the secret.

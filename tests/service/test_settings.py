@@ -144,6 +144,18 @@ def test_secrets_can_come_from_a_file(monkeypatch: pytest.MonkeyPatch, tmp_path:
         env("GPUQ_SECRET")
 
 
+def test_a_setting_given_both_as_itself_and_as_a_file_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Which of the two was meant is no guess to make (Docker's official images refuse it
+    too); the message names both."""
+    (tmp_path / "key").write_text("from-file\n")
+    monkeypatch.setenv("GPUQ_SECRET_FILE", str(tmp_path / "key"))
+    monkeypatch.setenv("GPUQ_SECRET", "from-env")
+    with pytest.raises(ImproperlyConfigured, match="both GPUQ_SECRET and GPUQ_SECRET_FILE"):
+        env("GPUQ_SECRET")
+
+
 def test_the_service_refuses_to_start_without_a_secret_key() -> None:
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith(("SECRET_KEY", "GPUQ_DEBUG"))
