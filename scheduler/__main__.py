@@ -106,10 +106,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         spec = generate.Spec(
             args.jobs, args.seed, args.teams, args.nodes, args.gpus_per_node, args.load
         )
+        rows = generate.jobs(spec)  # before writing: a load too low for the jobs is refused
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    rows = generate.jobs(spec)
     try:
         _write(Path(args.cluster_out), json.dumps(generate.cluster(spec), indent=2))
         _write(

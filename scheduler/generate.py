@@ -19,7 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from .workload import MAX_NODE_GPUS
+from .workload import MAX_NODE_GPUS, MAX_SECONDS
 
 MODEL = "A100-SXM4-80GB"
 COLUMNS = (
@@ -73,6 +73,11 @@ class Spec:
             raise ValueError(f"jobs must be at least 0, got {self.jobs}")
         if not (self.load > 0 and math.isfinite(self.load)):
             raise ValueError(f"load must be a positive number, got {self.load}")
+        gap = mean_gap(self)
+        if not gap < MAX_SECONDS:
+            raise ValueError(f"load {self.load} is too low: arrivals {gap:g} s apart on average")
+        if not (gap > 0 and 1.0 / gap < math.inf):  # at the float's limits
+            raise ValueError(f"load {self.load} is too high")
 
 
 def shapes(spec: Spec) -> tuple[tuple[int, int, float], ...]:
@@ -100,6 +105,14 @@ def _mean_gpu_seconds(table: tuple[tuple[int, int, float], ...]) -> float:
     return mean_duration * sum(n * g * w for n, g, w in table) / total
 
 
+def mean_gap(spec: Spec) -> float:
+    """The mean time between arrivals that offers `spec.load` times the cluster; bursts add
+    jobs, so the gap is scaled up by the mean number of jobs per arrival."""
+    per_arrival = 1 + BURST_PROBABILITY * (sum(BURST_SIZE) / 2 - 1)
+    total = spec.nodes * spec.gpus_per_node
+    return _mean_gpu_seconds(shapes(spec)) * per_arrival / (spec.load * total)
+
+
 def cluster(spec: Spec) -> dict[str, Any]:
     total = spec.nodes * spec.gpus_per_node
     nominal = total // spec.teams
@@ -123,13 +136,16 @@ def jobs(spec: Spec) -> list[dict[str, str]]:
     rng = random.Random(spec.seed)
     total = spec.nodes * spec.gpus_per_node
     table = shapes(spec)
-    # Bursts add jobs; scale the gap so the offered load still comes out at spec.load.
-    per_arrival = 1 + BURST_PROBABILITY * (sum(BURST_SIZE) / 2 - 1)
-    mean_gap = _mean_gpu_seconds(table) * per_arrival / (spec.load * total)
+    gap = mean_gap(spec)
     rows: list[dict[str, str]] = []
     t = 0.0
     while len(rows) < spec.jobs:
-        t += rng.expovariate(1.0 / mean_gap)
+        t += rng.expovariate(1.0 / gap)
+        if t > MAX_SECONDS:  # simulate refuses the file
+            raise ValueError(
+                f"load {spec.load} spaces {spec.jobs} jobs' arrivals beyond {MAX_SECONDS:g} s:"
+                " raise --load or lower --jobs"
+            )
         team = f"team{rng.randrange(spec.teams) + 1:02d}"
         count = rng.randint(*BURST_SIZE) if rng.random() < BURST_PROBABILITY else 1
         nodes, gpus, _ = _pick(rng, table)

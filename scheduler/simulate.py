@@ -145,11 +145,14 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def jain(values: Iterable[float]) -> float | None:
+    """Jain's index, None when no value is positive. The index is scale-invariant: the
+    values are divided by the largest first, so that squaring a large one cannot overflow."""
     xs = list(values)
-    square_sum = sum(x * x for x in xs)
-    if not xs or square_sum == 0:
+    top = max(xs, default=0.0)
+    if not top > 0:
         return None
-    return sum(xs) ** 2 / (len(xs) * square_sum)
+    scaled = [x / top for x in xs]
+    return sum(scaled) ** 2 / (len(scaled) * sum(x * x for x in scaled))
 
 
 def simulate(
@@ -512,11 +515,12 @@ def runs_rows(result: Result) -> list[tuple[str, ...]]:
 
 def summary(result: Result) -> str:
     rep = result.report
+    fairness = "n/a" if rep["jain_fairness"] is None else rep["jain_fairness"]
     return (
         f"{result.policy}: {rep['completed']}/{rep['jobs']} completed, "
         f"utilization {rep['gpu_utilization']:.3f}, mean wait {rep['wait_s']['mean']:.0f} s, "
         f"p95 wait {rep['wait_s']['p95']:.0f} s, "
         f"bounded slowdown {rep['bounded_slowdown']['mean']:.2f}, "
-        f"Jain {rep['jain_fairness']}, preemptions {rep['preemptions']}, "
+        f"Jain {fairness}, preemptions {rep['preemptions']}, "
         f"decide p50 {rep['decide_ms']['p50']:.1f} ms over {rep['decide_ms']['calls']} calls"
     )

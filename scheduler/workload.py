@@ -40,6 +40,7 @@ _NODE_NAME_SEPARATORS = frozenset(";:,")
 # take gigabytes), and sums of times beyond ~1e308 overflow to inf, which JSON cannot hold.
 MAX_NODE_GPUS = 1024
 MAX_SECONDS = 1e12  # about 31,700 years
+MIN_WEIGHT = 0.01
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,18 @@ def _load_located(text: str) -> Any:
     return decoder.decode(text)
 
 
+def _integral(value: Any) -> int | None:
+    """`value` as an integer if it is one: JSON has a single number type, so 8.0 and 1e3 are
+    the integers 8 and 1000 written another way."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _line(container: Any, key: str | int | None = None) -> int:
     """The line of `container[key]` (of the container itself without a key; 1 if unknown)."""
     if isinstance(container, _Object):
@@ -199,11 +212,11 @@ def parse_cluster(text: str, source: str) -> Cluster:
             raise r.fail(
                 f"{path}.gpu_model", "expected a non-empty string", _line(raw, "gpu_model")
             )
-        gpus = raw.get("gpus")
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_NODE_GPUS:
+        gpus = _integral(raw.get("gpus"))
+        if gpus is None or not 0 <= gpus <= MAX_NODE_GPUS:
             raise r.fail(
                 f"{path}.gpus",
-                f"expected an integer from 0 to {MAX_NODE_GPUS}, got {gpus!r}",
+                f"expected an integer from 0 to {MAX_NODE_GPUS}, got {raw.get('gpus')!r}",
                 _line(raw, "gpus"),
             )
         pool = raw.get("pool")
@@ -226,7 +239,9 @@ def parse_cluster(text: str, source: str) -> Cluster:
         if raw["name"] in team_names:
             raise r.fail(f"{path}.name", f"duplicate team {raw['name']!r}", _line(raw, "name"))
         team_names.add(raw["name"])
-        weight = r.number(raw, "weight", path) if "weight" in raw else 1.0
+        # The service's lower bound: Jain's index divides by the weight, and a weight of 0
+        # (or 1e-300) entitles a team to nothing the index could measure.
+        weight = r.number(raw, "weight", path, minimum=MIN_WEIGHT) if "weight" in raw else 1.0
         quotas = []
         quota = raw.get("quota", {})
         if not isinstance(quota, dict):
@@ -246,10 +261,9 @@ def parse_cluster(text: str, source: str) -> Cluster:
                     limits.append(None)
                 else:
                     limits.append(r.number(q, key, qpath))
-            max_jobs = q.get("max_running_jobs")
-            if max_jobs is not None and (
-                isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
-            ):
+            raw_max_jobs = q.get("max_running_jobs")
+            max_jobs = None if raw_max_jobs is None else _integral(raw_max_jobs)
+            if raw_max_jobs is not None and max_jobs is None:
                 raise r.fail(
                     f"{qpath}.max_running_jobs",
                     "expected an integer",
@@ -264,14 +278,13 @@ def parse_cluster(text: str, source: str) -> Cluster:
         listed = r.list_of(data, "priority_classes", "priority classes")
         for i, raw in enumerate(listed):
             path = f"priority_classes[{i}]"
-            ok = (
+            value = _integral(raw.get("value")) if isinstance(raw, dict) else None
+            if not (
                 isinstance(raw, dict)
                 and isinstance(raw.get("name"), str)
-                and isinstance(raw.get("value"), int)
-                and not isinstance(raw.get("value"), bool)
+                and value is not None
                 and isinstance(raw.get("preemptible", True), bool)
-            )
-            if not ok:
+            ):
                 raise r.fail(
                     path,
                     "expected {name: str, value: int, preemptible: bool}",
@@ -284,12 +297,17 @@ def parse_cluster(text: str, source: str) -> Cluster:
                     _line(raw, "name"),
                 )
             class_names.add(raw["name"])
-            parsed.append(PriorityClass(raw["name"], raw["value"], raw.get("preemptible", True)))
+            parsed.append(PriorityClass(raw["name"], value, raw.get("preemptible", True)))
         classes = tuple(parsed)
     return Cluster(tuple(nodes), tuple(teams), classes)
 
 
 _REQUIRED = ("job_id", "team", "submit_s", "duration_s")
+_COLUMNS = (
+    *_REQUIRED,
+    *("nodes", "gpus_per_node", "gpu_model", "mig_profile", "priority"),
+    *("time_limit_s", "checkpoint_s"),
+)
 # ASCII only: str.isdigit() and float() also take other scripts' digits ("²" passes
 # isdigit() and then fails int()), and float() takes "1_000".
 _INTEGER = re.compile(r"[0-9]+")
@@ -347,8 +365,13 @@ class _CsvRow:
         raw = self.text(field)
         if not raw:
             return default
+        value: int | None = None
         try:
-            value = int(raw) if _INTEGER.fullmatch(raw) else None
+            if _INTEGER.fullmatch(raw):
+                value = int(raw)
+            elif _NUMBER.fullmatch(raw):  # `8.0`, as pandas writes a column with empty cells
+                v = float(raw)
+                value = int(v) if v.is_integer() else None
         except ValueError:  # more digits than int() converts
             value = None
         if value is None or value < minimum:
@@ -368,7 +391,8 @@ def _csv_rows(reader: csv.DictReader[str], source: str) -> Iterator[dict[str, st
 
 
 def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> list[SimJob]:
-    reader = csv.DictReader(io.StringIO(text))
+    # newline="": the csv module then finds every line end, a bare CR (Excel for Mac) too.
+    reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
         header = reader.fieldnames or []
     except csv.Error as e:
@@ -376,7 +400,7 @@ def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> li
     for col in _REQUIRED:
         if col not in header:
             raise InputError(f"{source}: line 1, field {col}: required column is missing")
-    for col in header:
+    for col in _COLUMNS:  # unknown columns are ignored, even two of one name
         if header.count(col) > 1:
             raise InputError(f"{source}: line 1, field {col}: column named twice")
     names = {c.name for c in classes}

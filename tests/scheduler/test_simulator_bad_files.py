@@ -1,10 +1,10 @@
 """Bad input the simulator must refuse: exit 2 and a one-line message naming the file, line
 and field (../shared/specs/simulation.md, §Command), for what it would otherwise misread.
 
-- A value under no column, or a column named twice: not an unknown column (which the spec
-  ignores) but a malformed file. Read anyway, the first would be dropped (csv.DictReader
-  files it under the key None) and the second would keep its last value: the job would run
-  with a shape or submit time the file did not give.
+- A value under no column, or a column the simulator reads named twice: not an unknown
+  column (which the spec ignores) but a malformed file. Read anyway, the first would be
+  dropped (csv.DictReader files it under the key None) and the second would keep its last
+  value: the job would run with a shape or submit time the file did not give.
 - A node name holding `;`, `:` or `,`: JOBS_OUT.csv and RUNS.csv separate node names and GPU
   indices with them (`a100-01:0,1;a100-02:0,1`), so "n1;x" would read back as nodes "n1" and
   "x", neither in CLUSTER.json.
