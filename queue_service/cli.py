@@ -767,7 +767,7 @@ def cmd_usage(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
                 clean(q["gpu_model"]),
                 f"{q['used_gpus']:g}",
                 f"{q['nominal_gpus']:g}",
-                "none" if limit is None else f"{limit:g}",
+                "unlimited" if limit is None else f"{limit:g}",  # null: no limit
                 f"{q['borrowed_gpus']:g}",
             ]
         )
@@ -1142,6 +1142,9 @@ def main(
     args = top.parse_args(argv)
     token = (args.token or environ.get("GPUQ_TOKEN", "")).strip()
     token_file = environ.get("GPUQ_TOKEN_FILE", "")
+    if token_file and not args.token and "GPUQ_TOKEN" in environ:
+        # As the service's own settings: which of two tokens was meant is no guess to make.
+        _usage(top, "both GPUQ_TOKEN and GPUQ_TOKEN_FILE are set: set one of them")
     if not token and token_file:  # as the service's own secrets: VAR or VAR_FILE
         try:
             with open(token_file, encoding="utf-8") as f:

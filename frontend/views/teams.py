@@ -191,6 +191,8 @@ def member_remove(request: HttpRequest, slug: str, username: str) -> HttpRespons
             team_services.remove_member(request.user, team, username)
         except ValidationError as exc:
             return _render(request, team, 400, errors={"member": flatten_errors(exc.detail)})
+        except team_services.MemberHasActiveJobs as exc:
+            return _render(request, team, 409, errors={"member": flatten_errors(exc.detail)})
     messages.success(request, f"Removed {username} from {team.slug}.")
     return redirect("team-admin", slug=team.slug)
 

@@ -90,6 +90,14 @@ def refuse_unknown(data: Any, fields: Any, why: str) -> None:
         raise serializers.ValidationError({str(name): [why] for name in unknown})
 
 
+def refuse_unwritable(serializer: serializers.Serializer, what: str) -> None:
+    """refuse_unknown for a body that writes `what`: any field not among its writable ones
+    (a typo must not silently store something else than asked for)."""
+    writable = [name for name, field in serializer.fields.items() if not field.read_only]
+    why = f"not a field of {what}: give {', '.join(writable)}"
+    refuse_unknown(serializer.initial_data, writable, why)
+
+
 class ResubmitSerializer(serializers.Serializer):
     """What a copy may change: its array's indices (checked as a job file's `array`)."""
 
@@ -222,6 +230,10 @@ class QuotaSerializer(serializers.ModelSerializer):
             "max_running_jobs",
         ]
 
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        refuse_unwritable(self, "a quota")
+        return attrs
+
 
 class QuotaBodySerializer(QuotaSerializer):
     """A quota's values, for PUT .../quotas/{gpu_model}/: the model comes from the path."""
@@ -238,6 +250,10 @@ class MembershipSerializer(serializers.ModelSerializer):
     class Meta:
         model = Membership
         fields = ["username", "role"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        refuse_unwritable(self, "a membership")
+        return attrs
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -326,6 +342,10 @@ class TokenSerializer(serializers.ModelSerializer):
         model = ApiToken
         fields = ["id", "name", "hint", "created_at", "last_used_at"]
         read_only_fields = ["id", "hint", "created_at", "last_used_at"]
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        refuse_unwritable(self, "a new token (it lasts until revoked)")
+        return attrs
 
 
 class TokenCreatedSerializer(TokenSerializer):

@@ -25,7 +25,7 @@ from queue_service.jobs.models import Job, PriorityClass
 from queue_service.jobs.reports import team_usage
 from queue_service.jobs.spec import JobSpecSerializer
 from queue_service.tenancy import services as team_services
-from queue_service.tenancy.models import ApiToken, Membership, Team
+from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 from . import serializers as s
 from .parsers import JSONParser, YAMLParser
@@ -307,7 +307,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
                 request.user,
                 team,
                 body.validated_data["user"]["username"],
-                body.validated_data.get("role", Membership.Role.MEMBER),
+                body.validated_data.get("role"),
             )
         members = team.memberships.select_related("user").order_by("user__username")
         return Response(s.MembershipSerializer(members, many=True).data)
@@ -315,7 +315,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         methods=["PATCH"], request=s.MembershipSerializer, responses=s.MembershipSerializer
     )
-    @extend_schema(methods=["DELETE"], responses={204: None, **errors(400)})
+    @extend_schema(methods=["DELETE"], responses={204: None, **errors(400, 409)})
     @action(detail=True, methods=["patch", "delete"], url_path=r"members/(?P<username>[^/]+)")
     def member(self, request: Request, slug: str, username: str) -> Response:
         team = self.get_object()
@@ -336,7 +336,9 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
             body.is_valid(raise_exception=True)
             values = dict(body.validated_data)
             team_services.set_quota(request.user, team, values.pop("gpu_model"), values)
-        return Response(s.QuotaSerializer(team.quotas.all(), many=True).data)
+        # Read afresh: get_queryset's prefetch holds the quotas as they were before a POST.
+        quotas = Quota.objects.filter(team=team)
+        return Response(s.QuotaSerializer(quotas, many=True).data)
 
     @extend_schema(methods=["PUT"], request=s.QuotaBodySerializer, responses=s.QuotaSerializer)
     @extend_schema(methods=["DELETE"], responses={204: None, **errors(400)})
@@ -438,6 +440,8 @@ class TokenViewSet(
         body = s.TokenSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         token, key = team_services.create_token(request.user, body.validated_data["name"])
-        return Response(
+        response = Response(
             {**s.TokenSerializer(token).data, "key": key}, status=status.HTTP_201_CREATED
         )
+        response["Cache-Control"] = "no-store"  # the key is shown once: no cache may keep it
+        return response

@@ -9,9 +9,20 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import EmailValidator, MaxLengthValidator
 from django.db import transaction
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from django.db.models import Count
+from rest_framework import status
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
 from .models import ApiToken, Membership, Quota, Team
+
+
+class MemberHasActiveJobs(APIException):
+    """A 409: the member's jobs that have not ended would stay charged to the team while
+    they could no longer see or cancel them (Slurm's sacctmgr: "Job(s) active, cancel job(s)
+    before remove")."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "member_has_active_jobs"
 
 
 def is_team_admin(user: Any, team: Team) -> bool:
@@ -32,18 +43,25 @@ def teams_for(user: Any) -> Any:
     return Team.objects.filter(memberships__user=user)
 
 
-def set_membership(actor: Any, team: Team, username: str, role: str) -> Membership:
+def set_membership(actor: Any, team: Team, username: str, role: str | None) -> Membership:
+    """Add a member or change a member's role. `role` None: a new member is a member, an
+    existing one keeps their role (adding someone again must not demote an admin)."""
     require_team_admin(actor, team)
-    if role not in Membership.Role.values:
+    if role is not None and role not in Membership.Role.values:
         raise ValidationError({"role": [f"must be one of {', '.join(Membership.Role.values)}"]})
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
         raise ValidationError({"username": [f"no active user {username!r}"]})
     with transaction.atomic():
         _lock_team(actor, team)
-        membership, _ = Membership.objects.update_or_create(
-            user=user, team=team, defaults={"role": role}
-        )
+        if role is None:
+            membership, _ = Membership.objects.get_or_create(
+                user=user, team=team, defaults={"role": Membership.Role.MEMBER}
+            )
+        else:
+            membership, _ = Membership.objects.update_or_create(
+                user=user, team=team, defaults={"role": role}
+            )
         _keep_an_admin(team)
     return membership
 
@@ -52,10 +70,37 @@ def remove_member(actor: Any, team: Team, username: str) -> None:
     require_team_admin(actor, team)
     with transaction.atomic():
         _lock_team(actor, team)
-        deleted, _ = Membership.objects.filter(team=team, user__username=username).delete()
-        if not deleted:
+        membership = (
+            Membership.objects.filter(team=team, user__username=username)
+            .select_related("user", "team")
+            .first()
+        )
+        if membership is None:
             raise ValidationError({"username": [f"{username!r} is not a member of {team.slug}"]})
+        _refuse_with_active_jobs(membership)
+        membership.delete()
         _keep_an_admin(team)
+
+
+def _refuse_with_active_jobs(membership: Membership) -> None:
+    from queue_service.jobs.models import Job  # jobs' models import tenancy's
+
+    by_state = dict(
+        Job.objects.filter(team_id=membership.team_id, user_id=membership.user_id)
+        .exclude(state__in=Job.TERMINAL)
+        .values("state")
+        .annotate(n=Count("pk"))
+        .values_list("state", "n")
+    )
+    if by_state:
+        count = sum(by_state.values())
+        name, team = membership.user.get_username(), membership.team.slug
+        raise MemberHasActiveJobs(
+            f"{name} has {count} job{'s' if count > 1 else ''} in {team} that "
+            f"{'have' if count > 1 else 'has'} not ended ("
+            + ", ".join(f"{n} {state}" for state, n in sorted(by_state.items()))
+            + f"): cancel them, or wait for them to end, before removing {name}"
+        )
 
 
 def _lock_team(actor: Any, team: Team) -> Team:
@@ -104,6 +149,13 @@ def _check_quota(
     site lowered it), a change that does not go further past it is still taken, so the admin
     can move back under it."""
     errors: dict[str, list[str]] = {}
+    lending = values.get("lending_limit_gpus")
+    if lending is not None and lending > values["nominal_gpus"]:
+        # A team lends only GPUs it is guaranteed (Kueue: lendingLimit <= nominalQuota).
+        errors["lending_limit_gpus"] = [
+            f"at most the nominal quota ({values['nominal_gpus']:g} GPUs): a team lends only"
+            " the GPUs it is guaranteed"
+        ]
     if not actor.is_staff:
         nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))
         nominal = values["nominal_gpus"]

@@ -708,6 +708,15 @@ def test_the_token_may_come_from_a_file(
         main(["ls"], environ=env, out=out)
     assert exit_.value.code == 2
     assert f"GPUQ_TOKEN_FILE='{tmp_path}/missing' cannot be read" in err.getvalue()
+    # Both set: which was meant is no guess to make (as the service's own settings);
+    # --token is an explicit choice over both.
+    env["GPUQ_TOKEN_FILE"], env["GPUQ_TOKEN"] = str(tmp_path / "token"), "another"
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        main(["ls"], environ=env, out=out)
+    assert exit_.value.code == 2
+    assert "both GPUQ_TOKEN and GPUQ_TOKEN_FILE are set" in err.getvalue()
+    assert main(["--token", token, "ls"], environ=env, out=io.StringIO()) == 0
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf", "3601"])
