@@ -289,6 +289,14 @@ def resolve_team(user: Any, slug: str | None) -> Team:
     raise ValidationError({"team": [f"you are not a member of team {slug!r}"]})
 
 
+def _keep_membership(user: Any, team: Team) -> None:
+    """Lock the user's membership of the team until the job is stored: a removal of the
+    member (tenancy.services.remove_member, which locks it too and refuses while the member
+    has jobs) then either sees the job or is seen by this submit, never neither."""
+    if not Membership.objects.select_for_update().filter(team=team, user=user).exists():
+        raise ValidationError({"team": [f"you are not a member of team {team.slug!r}"]})
+
+
 def requested_gpus(spec: dict[str, Any], gpu_model: str | None) -> float:
     if spec.get("mig_profile"):
         from scheduler.mig import gpu_fraction
@@ -349,6 +357,7 @@ def submit_job(
         details = {"copy_of": str(copy_of.pk)}
     try:
         with transaction.atomic():
+            _keep_membership(user, team)
             if array is None:
                 jobs = [Job.objects.create(spec=spec, idempotency_key=idempotency_key, **fields)]
             else:

@@ -70,8 +70,10 @@ def remove_member(actor: Any, team: Team, username: str) -> None:
     require_team_admin(actor, team)
     with transaction.atomic():
         _lock_team(actor, team)
+        # Locked: a submit of the member's holds it too (jobs.services._keep_membership).
         membership = (
-            Membership.objects.filter(team=team, user__username=username)
+            Membership.objects.select_for_update(of=("self",))
+            .filter(team=team, user__username=username)
             .select_related("user", "team")
             .first()
         )

@@ -108,3 +108,41 @@ def test_the_team_admin_page_shows_why_a_member_cannot_be_removed(people: Any) -
     assert response.status_code == 409
     assert "alice has 2 jobs in vision that have not ended" in response.content.decode()
     assert Membership.objects.filter(user=people["alice"], team__slug="vision").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_submit_racing_the_members_removal_is_refused_or_seen_never_lost(
+    people: Any,
+) -> None:
+    """The removal refuses while the member has jobs, and a submit made while it runs must
+    not slip past that check (a job charged to the team that its owner could no longer see
+    or cancel): both lock the membership, so the submit waits for the removal and is then
+    refused, naming the team."""
+    import threading
+
+    from django.db import connection, transaction
+    from rest_framework.exceptions import ValidationError
+
+    outcome: list[object] = []
+
+    def submit() -> None:
+        try:
+            outcome.append(submit_job(people["alice"], spec(name="racing")).job)
+        except ValidationError as exc:
+            outcome.append(exc.detail)
+        finally:
+            connection.close()  # this thread's own connection
+
+    with transaction.atomic():  # a removal under way: its lock taken, its check made
+        (membership,) = Membership.objects.select_for_update().filter(
+            user=people["alice"], team__slug="vision"
+        )
+        racing = threading.Thread(target=submit)
+        racing.start()
+        racing.join(timeout=2)
+        assert racing.is_alive() and outcome == []  # the submit waits for the removal
+        membership.delete()
+    racing.join(timeout=30)
+
+    assert outcome == [{"team": ["you are not a member of team 'vision'"]}]
+    assert not Job.objects.filter(user=people["alice"]).exists()
