@@ -160,19 +160,23 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        (team, class, shape) that failed is not tried again this cycle: capacity and quota
        only shrink while a cycle runs.
     4. Backfill (EASY): the first job per GPU model that does not fit gets a reservation
-       (backfill.py) holding the free GPUs it will need; a later job may take held GPUs only
-       if its time limit ends before the reservation starts. Without backfill (fifo) the
-       first job that does not fit stops everything behind it.
+       (backfill.py) holding the free GPUs it will need, and the quota it will borrow; a
+       later job may take held GPUs or that quota only if its time limit ends before the
+       reservation starts. Without backfill (fifo) the first job that does not fit stops
+       everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
        from teams running on borrowed quota (any of their jobs, up to what they hold above
        their nominal); a higher, non-preemptible class (any higher
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
-       the work it throws away is worth less than its wait (preempt.py). The minimal victims
-       get the grace period; the job starts after. A slice job does the same with running
-       slice jobs: those holding an instance it may use, or all of a GPU's holders (the
-       idle GPU is then re-laid out; with Policy.mig_repartition only). A GPU being emptied
-       so is held for the job: no other job takes its free instances until it is idle. No
-       slice is preempted while an idle GPU could be re-laid out for the job.
+       the work it throws away is worth less than its wait (preempt.py). Searches are
+       bounded per cycle (Policy.max_preemption_searches); past the bound each team may
+       still search once to reclaim, so failing searches ahead never starve a guarantee.
+       The minimal victims get the grace period; the job starts after. A slice job does
+       the same with running slice jobs: those holding an instance it may use, or all of a
+       GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
+       A GPU being emptied so is held for the job: no other job takes its free instances
+       until it is idle. No slice is preempted while an idle GPU could be re-laid out for
+       the job.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
        (for a slice job, from the limits of the jobs holding instances it may use; for a
@@ -229,6 +233,8 @@ class _Cycle:
         self.claimed: set[str] = set()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
+        # Teams that searched to reclaim after the searches were used up (preempt_for).
+        self.reclaimed_beyond: set[str] = set()
         # Per (GPU model, pool, cluster) a job asks for, those it competes with (None: any).
         self._rivals: dict[_Where, tuple[_Ahead, list[_Ahead]]] = {}
         self._waiting: list[_Waiting | None] = []  # per kind, at its first wait for capacity
@@ -783,6 +789,11 @@ class _Cycle:
         models = [r.gpu_model] if r.gpu_model else self.models
         if r.gpu_model and r.gpu_model not in self.capacity:
             return _Failure(reasons.unsatisfiable(r, 0), capacity=False)
+        if self.never and self.never[k]:
+            # No node can ever hold it: that, not its quota, is what it waits for.
+            groups = self.groups(r.gpu_model, r)
+            best = max((grp.max_fitting_nodes(r.gpus_per_node) for grp in groups), default=0)
+            return _Failure(reasons.unsatisfiable(r, best), capacity=False)
         preemptible = self.preemptible(r)
         allowed: list[tuple[str, bool]] = []
         refusal: Reason | None = None
@@ -879,6 +890,10 @@ class _Cycle:
             if res is not None:
                 self.reservations.append(res)
                 self.reserved_for[r.id] = res
+                borrows = [m for m, b in allowed if b and m in res.models]
+                if len(borrows) == 1 and preemptible:
+                    # The quota it borrows then is held from later jobs still running then.
+                    self.ledger.hold_for(r.team, borrows[0], gpus, res.start)
         reason = reasons.no_capacity(r, best)
         return _Failure(
             reason if note is None else reasons.with_note(reason, note),
@@ -1031,11 +1046,15 @@ class _Cycle:
                 leaving: dict[tuple[str, str] | None, float] = {}
                 for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
                     if job.preempting_since is not None:
-                        k = ledger.key(job.request.team, job.gpu_model)
+                        k = ledger.usage_key(job.request.team, job.gpu_model)
                         leaving[k] = leaving.get(k, 0.0) + gpus
                 for k, acc in ledger.accounts.items():
                     held = sum(g for _, g in ledger.held(k))
                     above = held - leaving.get(k, 0.0) - acc.quota.nominal
+                    if above > 1e-9:
+                        budget[k] = above
+                for k, used in ledger.unquoted.items():  # nominal 0: all above it
+                    above = used - leaving.get(k, 0.0)
                     if above > 1e-9:
                         budget[k] = above
             self._reclaim_left = budget
@@ -1047,7 +1066,7 @@ class _Cycle:
         ledger = self.ledger
         for team in {k[0] for k in budget}:
             for c in self._by_team.get(team, ()):
-                k = ledger.key(c.team, c.job.gpu_model)
+                k = ledger.usage_key(c.team, c.job.gpu_model)
                 if k in budget and not c.leaving:
                     c.quota_key = k
                     c.reclaimable = True
@@ -1069,7 +1088,7 @@ class _Cycle:
         over = self.ledger.borrowed_by_team()
         if not over:
             return set()
-        key, preemptibles = self.ledger.key, self.preemptibles
+        key, preemptibles = self.ledger.usage_key, self.preemptibles
         teams = {team for team, _ in over}  # most teams borrow nothing: skip their jobs first
         by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
         for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
@@ -1101,21 +1120,27 @@ class _Cycle:
         """Victims for a job that does not fit. It reclaims only when it comes before every
         borrower in the order (first tier), so the GPUs it frees are not taken back."""
         policy = self.policy
-        if not policy.preemption or self.searches >= policy.max_preemption_searches:
+        if not policy.preemption or not self.s.running:
             return None
-        if not self.s.running:
-            return None
+        reclaims = (
+            policy.quotas
+            and first_tier
+            and any(self.ledger.within_nominal(r.team, m, gpus) for m in models)
+        )
+        priority = self.preempts_for_priority(r)
+        if self.searches >= policy.max_preemption_searches:
+            if not self.may_reclaim_beyond_bound(r, reclaims):
+                return None
+            priority = False
         p = Preemptor(
             r.team,
             self.value(r),
-            policy.quotas
-            and first_tier
-            and any(self.ledger.within_nominal(r.team, m, gpus) for m in models),
+            reclaims,
             policy.quotas,
             policy.min_runtime_s,
             self.now,
             max_preemptions=self.max_preemptions,
-            priority=self.preempts_for_priority(r),
+            priority=priority,
         )
         on_node = self.candidates()
         if p.quotas:
@@ -1126,7 +1151,7 @@ class _Cycle:
         nodes = self.index.nodes
         if not any(name in nodes and nodes[name].group in keys for name in on_node):
             return None
-        self.searches += 1
+        self.count_search(r, p.reclaims)
         found = self.victims(r, groups, p, on_node)
         if found is None:
             return None
@@ -1140,6 +1165,18 @@ class _Cycle:
         leaving = [c for c, _ in found.victims]
         freed = sum(c.size for c in leaving)
         return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
+
+    def may_reclaim_beyond_bound(self, r: JobRequest, reclaims: bool) -> bool:
+        """Once the cycle's searches are used up, may r still search to reclaim? Once per
+        team per cycle: searches that fail for others (every cycle, while the queue stays
+        as it is) must not keep a team from its guarantee, and the extra searches stay
+        bounded by the number of teams."""
+        return reclaims and r.team not in self.reclaimed_beyond
+
+    def count_search(self, r: JobRequest, reclaims: bool) -> None:
+        if self.searches >= self.policy.max_preemption_searches and reclaims:
+            self.reclaimed_beyond.add(r.team)
+        self.searches += 1
 
     def preempt_for_quota(
         self, k: int, r: JobRequest, gpus: float, models: Sequence[str]
@@ -1414,6 +1451,8 @@ class _Cycle:
         if not any(self.mig_serves(r, m) for m in models):
             return reasons.mig_unoffered(r)  # as a whole-GPU job no node can hold
         for m in models:
+            if not self.mig_serves(r, m):
+                continue  # its quota for a model that never offers the profile is beside the point
             share = _fraction(m, profile, self.mig_tables) or gpus
             verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
             if not verdict.ok:
@@ -1472,7 +1511,7 @@ class _Cycle:
                 ):
                     continue
                 c = Candidate(job, self.value(r), r.id in borrowed, leaving, {}, 0)
-                k = self.ledger.key(r.team, job.gpu_model)
+                k = self.ledger.usage_key(r.team, job.gpu_model)
                 if k in budget and not leaving:
                     c.quota_key, c.reclaimable = k, True
                 elif c.borrowed:
@@ -1488,7 +1527,10 @@ class _Cycle:
         victim, and the cheapest set, as for whole GPUs (preempt.py): already leaving, then
         reclaim from borrowers (first tier, within the team's nominal), then lower classes."""
         policy = self.policy
-        if not policy.preemption or self.searches >= policy.max_preemption_searches:
+        beyond = self.searches >= policy.max_preemption_searches
+        if not policy.preemption or (
+            beyond and not self.may_reclaim_beyond_bound(r, policy.quotas and first_tier)
+        ):
             return None
         holders = self.mig_holders() if self.s.running else {}
         if not holders:
@@ -1496,7 +1538,7 @@ class _Cycle:
         assert self.mig_index is not None
         profile, now = r.mig_profile or "", self.now
         searched = False
-        priority = self.preempts_for_priority(r)
+        priority = self.preempts_for_priority(r) and not beyond  # beyond: reclaim only
         relayout = policy.mig_repartition
         if relayout and any(
             self.mig_index.relayout_possible(profile, m, r.pool, r.cluster) for m in models
@@ -1535,7 +1577,8 @@ class _Cycle:
                 if best is None or rank < best[0]:
                     best = (rank, model, share, victims, gpu, whole)
         # A search that met no job it may take is no search (as in preempt_for).
-        self.searches += searched
+        if searched:
+            self.count_search(r, policy.quotas and first_tier)
         if best is None:
             return None
         _, model, share, victims, gpu, whole = best

@@ -15,10 +15,11 @@ anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
 class, most recently started) until the job fits, then any the job fits without is spared
-(a minimal set); the cheapest nodes win: those whose worst
-victim is borrowed rather than guaranteed, then those whose victims have run the fewest
-GPU-seconds (the work a preemption may throw away: a gang that started an hour ago costs
-more than a 1-GPU job that started a minute ago, though each is one victim).
+(a minimal set); the cheapest nodes win: those whose worst victim is borrowed rather than
+guaranteed, then those whose highest victim class is lowest (Kueue and Slurm take the lowest
+priority first), then those whose victims have run the fewest GPU-seconds (the work a
+preemption may throw away: a gang that started an hour ago costs more than a 1-GPU job that
+started a minute ago, though each is one victim).
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def plan(
     `budget`, a plan takes at most so many GPUs of other teams from each quota
     (Candidate.quota_key), reclaimed or preempted for priority: what the quota holds above its
     nominal, so that no team is taken below it."""
-    best: tuple[tuple[int, float], Plan] | None = None
+    best: tuple[tuple[int, float, float], Plan] | None = None
     team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
     max_preemptions = p.max_preemptions
@@ -126,8 +127,10 @@ def plan(
             continue
         # Nodes that already have room cost nothing; others need victims.
         nobody: tuple[tuple[Candidate, str], ...] = ()
-        costs: list[tuple[tuple[int, float, int], str, tuple[tuple[Candidate, str], ...]]] = [
-            ((0, 0.0, 0), name, nobody)
+        costs: list[
+            tuple[tuple[int, float, float, int], str, tuple[tuple[Candidate, str], ...]]
+        ] = [
+            ((0, -math.inf, 0.0, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
             if name not in reserved
@@ -184,12 +187,14 @@ def plan(
                     have -= c.gpus[name]
                     del taken[i]
             worst = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other)
+            top: float = -math.inf  # the highest class among the new victims
             lost = 0.0  # GPU-seconds the new victims have run: the work at risk
             for c, kind in taken:
                 if kind != "leaving":
                     lost += c.size * max(1.0, now - c.start)
                     worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
-            costs.append(((worst, lost, g - len(st.free)), name, tuple(taken)))
+                    top = max(top, c.value)
+            costs.append(((worst, top, lost, g - len(st.free)), name, tuple(taken)))
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
@@ -210,9 +215,11 @@ def plan(
                 break
         if len(chosen) < n:
             continue
+        new = [c for c, _ in victims.values() if not c.leaving]
         score = (
             max(c[0][0] for c in chosen),
-            sum(c.size * max(1.0, now - c.start) for c, _ in victims.values() if not c.leaving),
+            max((c.value for c in new), default=-math.inf),
+            sum(c.size * max(1.0, now - c.start) for c in new),
         )
         candidate_plan = Plan(group, tuple(c[1] for c in chosen), tuple(victims.values()))
         if best is None or score < best[0]:

@@ -18,6 +18,8 @@ count against what is lent to it. Idle quota of an exact model is lent for that 
 "*" quota for any model, whatever model the borrower's quota is written for. Capacity of a
 model that is nobody's nominal quota (beyond its own quotas', and in all beyond the "*"
 quotas') is lent for that model, so quotas that do not add up to the cluster waste nothing.
+A team with no quota for a model its jobs run on (a row deleted or changed meanwhile) has
+nominal 0 there: all it runs is borrowed, and reclaimable.
 
 Non-preemptible jobs of a team together stay within its nominal quota; the part of a team's
 usage above nominal is then always held by preemptible jobs, which another team reclaiming
@@ -126,10 +128,14 @@ class Ledger:
             if ends:
                 u.held.append((ends[i], gpus))
         self._held: dict[tuple[str, str], list[tuple[float | None, float]]] = {}
+        # Usage per (team, model) of teams with no quota for the model (its row deleted or
+        # changed while the jobs run): nominal 0, so all of it is borrowed and reclaimable.
+        self.unquoted: dict[tuple[str, str], float] = {}
         on_models: dict[tuple[str, str], list[tuple[str, float]]] = {}
         for team_model, u in uses.items():
             k = self.key(*team_model)
             if k is None:
+                self.unquoted[team_model] = u.used
                 continue
             acc = self.accounts[k]
             acc.used += u.used
@@ -231,6 +237,8 @@ class Ledger:
                 continue
             for model, used in models:
                 self._draw(k[0], model, borrowed * used / acc.used, None)
+        for (name, model), used in sorted(self.unquoted.items()):
+            self._draw(name, model, used, None)
 
     def fork(self) -> Ledger:
         """A copy to commit trial starts on, leaving this one as it is: what commit() changes
@@ -263,6 +271,14 @@ class Ledger:
         else:
             self._key_cache[k] = None
         return self._key_cache[k]
+
+    def usage_key(self, team: str, model: str) -> tuple[str, str] | None:
+        """The quota a running job's usage counts on; for a team with no quota for its model,
+        (team, model) (Ledger.unquoted)."""
+        k = self.key(team, model)
+        if k is None and (team, model) in self.unquoted:
+            return (team, model)
+        return k
 
     def account(self, team: str, model: str) -> Account | None:
         k = self.key(team, model)
@@ -395,6 +411,37 @@ class Ledger:
         # More is lent than is idle (an owner's demand grew): the excess is reclaimable.
         if model != ANY_MODEL:
             self.pool[ANY_MODEL] = self.pool.get(ANY_MODEL, 0.0) - amount
+
+    def hold_for(self, team: str, model: str, gpus: float, at: float) -> None:
+        """A job of `team` reserved from `at` (EASY backfill) will borrow on this quota then:
+        what it would borrow of quota idle for good is from now on lent only to jobs that
+        end by `at`, as backfill holds the reserved GPUs."""
+        acc = self.account(team, model)
+        if not self.enabled or acc is None:
+            return
+        need = max(0.0, acc.used + gpus - acc.quota.nominal) - acc.borrowed
+        sources = [model] if model == ANY_MODEL else [model, ANY_MODEL]
+        for m in sources:
+            left = self.pool.get(m, 0.0)
+            take = min(self._pooled(m, team, left), need) if left > 1e-12 else 0.0
+            if take > 1e-12:
+                self.pool[m] -= take
+                loans = self.until.setdefault(m, [])
+                # Anyone's short job may have it, the reserved job's team's included.
+                loans.append(Loan(at, take, ""))
+                loans.sort(key=_loan_order)
+                need -= take
+            if m == model and need > 1e-12 and model in self.unowned:
+                take = min(self.unowned[model], self.unowned_total, need)
+                if take > 1e-12:
+                    self.unowned[model] -= take
+                    self.unowned_total -= take
+                    loans = self.until.setdefault(model, [])
+                    loans.append(Loan(at, take, ""))
+                    loans.sort(key=_loan_order)
+                    need -= take
+            if need <= 1e-12:
+                return
 
     def _take_back(self, acc: Account) -> None:
         """The owner uses nominal it lends: what is lent shrinks to what is left idle (what
@@ -563,7 +610,10 @@ class Ledger:
         return acc is not None and acc.used + gpus <= acc.quota.nominal + 1e-9
 
     def borrowed_by_team(self) -> Mapping[tuple[str, str], float]:
-        return {k: a.borrowed for k, a in self.accounts.items() if a.borrowed > 0}
+        """Per quota (usage_key), what its running jobs hold above its nominal."""
+        over = {k: a.borrowed for k, a in self.accounts.items() if a.borrowed > 0}
+        over.update((k, used) for k, used in self.unquoted.items() if used > 0)
+        return over
 
 
 def _loan_order(loan: Loan) -> tuple[float, float, str]:
