@@ -9,11 +9,14 @@ causes)."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import re
+import subprocess
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -24,8 +27,9 @@ import msgspec
 import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.config.client_adapter import Client as AdapterClient
-from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.client_adapter import ConnectionParams, ExecAuth
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import UserExec
 from lightkube.core.exceptions import ConfigError
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.batch_v1 import Job
@@ -107,6 +111,12 @@ LOG_STREAM_IDLE_S = 120.0  # one kept this long without a read is closed
 LOG_STREAM_CHUNK = 64 * 1024
 
 
+def _grace_period(grace_s: float) -> int:
+    """Whole seconds, rounded up as the manifests round a stop grace: a DELETE's 0 is a
+    force deletion (no TERM-then-wait), which only an explicit 0 asks for."""
+    return max(math.ceil(grace_s), 0)
+
+
 def load_config(settings: K8sSettings) -> SingleConfig:
     try:
         if settings.in_cluster:
@@ -119,6 +129,51 @@ def load_config(settings: K8sSettings) -> SingleConfig:
     if single is None:
         raise BackendError(f"kubeconfig has no context {settings.context!r}", permanent=True)
     return single
+
+
+class BoundedExecAuth(ExecAuth):
+    """lightkube's kubeconfig exec plugin auth (EKS's `aws eks get-token`, GKE's
+    gke-gcloud-auth-plugin) with a timeout: lightkube waits for the plugin however long it
+    hangs (a login waiting for a human, a stuck metadata server), inside a call that must be
+    bounded. The token is reused until the API server answers 401, as lightkube does."""
+
+    def __init__(self, exec_: UserExec, timeout_s: float) -> None:
+        super().__init__(exec_)
+        self._timeout_s = timeout_s
+
+    def sync_auth_flow(
+        self, request: httpx2.Request
+    ) -> Generator[httpx2.Request, httpx2.Response, None]:
+        if self._last_bearer:
+            request.headers["Authorization"] = self._last_bearer
+            response = yield request
+            if response.status_code != 401:
+                return
+        command, env = self._prepare()
+        what = f"kubeconfig exec plugin {command[0]}"
+        try:
+            # stdin from /dev/null: a plugin asking a question would wait for ever.
+            done = subprocess.run(
+                command,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=self._timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ConfigError(f"{what} gave no token within {self._timeout_s:g} s") from None
+        except OSError as exc:
+            raise ConfigError(f"{what}: {exc}") from None
+        if done.returncode != 0:
+            stderr = done.stderr.decode(errors="replace").strip()[-500:]
+            raise ConfigError(f"{what} exited with {done.returncode}: {stderr}")
+        try:
+            token = json.loads(done.stdout)["status"]["token"]
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"{what} printed no ExecCredential with a token") from None
+        request.headers["Authorization"] = self._last_bearer = f"Bearer {token}"
+        yield request
 
 
 def _api_message(exc: ApiError) -> str:
@@ -390,6 +445,10 @@ class KubernetesBackend:
         # trust_env=False: proxy variables must not divert calls meant for the API server.
         self.client = Client(config=config, timeout=timeout, trust_env=False)
         self._raw = AdapterClient(config, ConnectionParams(timeout=timeout, trust_env=False))
+        if config.user is not None and config.user.exec is not None:
+            # lightkube offers no hook for the auth of its own httpx client: replaced in place.
+            for http in (self.client._client._client, self._raw):
+                http.auth = BoundedExecAuth(config.user.exec, settings.request_timeout_s)
         self._sleep = sleep
         self._clock = clock
         self._monotonic = monotonic  # for ages: a wall clock may step back
@@ -455,6 +514,11 @@ class KubernetesBackend:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except msgspec.DecodeError as exc:  # a proxy or a half-written answer
                 last = f"unreadable answer: {exc}"
+            except ConfigError as exc:
+                # The kubeconfig's exec plugin failed (expired SSO, a binary missing, its
+                # timeout): not retried in the call (it would take as long again), but a login
+                # or a fix of the host may mend it without a change of the settings.
+                raise BackendError(f"{what}: {exc}", permanent=False) from None
             except RuntimeError as exc:
                 # httpx's "client has been closed": the registry replaced this backend (its
                 # cluster's settings changed) while the call ran. The new backend retries.
@@ -911,7 +975,7 @@ class KubernetesBackend:
             self._call(
                 f"delete pod {namespace}/{name}",
                 lambda: self.client.delete(
-                    Pod, name, namespace=namespace, grace_period=max(int(grace_s), 0)
+                    Pod, name, namespace=namespace, grace_period=_grace_period(grace_s)
                 ),
                 passthrough=(404,),
             )
@@ -928,7 +992,7 @@ class KubernetesBackend:
                     RESOURCES[ref.kind],
                     ref.name,
                     namespace=ref.namespace,
-                    grace_period=max(int(grace_s), 0),
+                    grace_period=_grace_period(grace_s),
                     cascade=CascadeType.FOREGROUND,
                 ),
                 passthrough=(404,),

@@ -15,6 +15,11 @@ from ..base import BackendError
 WORKLOADS = ("volcano", "indexed")
 MIG_STRATEGIES = ("mixed", "single")
 _TEMPLATE_FIELDS = re.compile(r"\{(\w*)\}")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# ttlSecondsAfterFinished is an int32 in batch/v1 and in Volcano's CRD: the API server cannot
+# decode more, and would refuse every job of the cluster instead of the setting.
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -55,10 +60,32 @@ def _template(key: str, value: Any) -> str:
     return value
 
 
-def _positive(key: str, value: Any, kind: type[int] | type[float]) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise BackendError(f"kubernetes setting {key!r} must be a number >= 0", permanent=True)
+def _positive(
+    key: str,
+    value: Any,
+    kind: type[int] | type[float],
+    *,
+    nonzero: bool = False,
+    maximum: int | None = None,
+) -> Any:
+    bad = isinstance(value, bool) or not isinstance(value, int | float)
+    if bad or value < 0 or (nonzero and value <= 0):
+        bound = "> 0" if nonzero else ">= 0"
+        raise BackendError(f"kubernetes setting {key!r} must be a number {bound}", permanent=True)
+    if maximum is not None and value > maximum:
+        raise BackendError(f"kubernetes setting {key!r} must be at most {maximum}", permanent=True)
     return kind(value)
+
+
+def _label_value(key: str, value: Any) -> str:
+    # Copied verbatim into a label of every batch Job: the API server would refuse them all.
+    if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+        raise BackendError(
+            f"kubernetes setting {key!r} must be a valid label value (at most 63 letters, "
+            f"digits, '-', '_' or '.', starting and ending with a letter or digit), not {value!r}",
+            permanent=True,
+        )
+    return value
 
 
 def _port(key: str, value: Any) -> int:
@@ -99,6 +126,19 @@ def _str_map(key: str, value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def _priority_classes(value: Any) -> dict[str, str]:
+    out = _str_map("priority_class_map", value)
+    # Each value is a pod's priorityClassName, a DNS-1123 subdomain to the API server.
+    bad = sorted(v for v in out.values() if len(v) > 253 or not _DNS_SUBDOMAIN.match(v))
+    if bad:
+        raise BackendError(
+            f"kubernetes setting 'priority_class_map' names no valid PriorityClass: {bad} "
+            "(lower-case DNS subdomains)",
+            permanent=True,
+        )
+    return out
+
+
 def parse_settings(raw: Mapping[str, Any]) -> K8sSettings:
     known = set(K8sSettings.__dataclass_fields__)
     unknown = sorted(set(raw) - known)
@@ -118,20 +158,31 @@ def parse_settings(raw: Mapping[str, Any]) -> K8sSettings:
     for key in ("namespace", "volcano_queue"):
         if key in s:
             kwargs[key] = _template(key, s[key])
-    for key in ("request_timeout_s", "image_pull_grace_s", "retry_after_cap_s"):
+    if "request_timeout_s" in s:  # 0 would be no call at all
+        kwargs["request_timeout_s"] = _positive(
+            "request_timeout_s", s["request_timeout_s"], float, nonzero=True
+        )
+    for key in ("image_pull_grace_s", "retry_after_cap_s"):
         if key in s:
             kwargs[key] = _positive(key, s[key], float)
-    for key in ("checkpoint_grace_s", "ttl_after_finished_s", "max_retries"):
+    for key in ("checkpoint_grace_s", "max_retries"):
         if key in s:
             kwargs[key] = _positive(key, s[key], int)
+    if "ttl_after_finished_s" in s:
+        kwargs["ttl_after_finished_s"] = _positive(
+            "ttl_after_finished_s", s["ttl_after_finished_s"], int, maximum=INT32_MAX
+        )
+    if s.get("kueue_queue") is not None:
+        kwargs["kueue_queue"] = _label_value("kueue_queue", s["kueue_queue"])
+    if "priority_class_map" in s:
+        kwargs["priority_class_map"] = _priority_classes(s["priority_class_map"])
     if "master_port" in s:
         kwargs["master_port"] = _port("master_port", s["master_port"])
-    for key in ("priority_class_map", "gpu_model_map"):
-        if key in s:
-            kwargs[key] = _str_map(key, s[key])
+    if "gpu_model_map" in s:
+        kwargs["gpu_model_map"] = _str_map("gpu_model_map", s["gpu_model_map"])
     if "mig_configs" in s:
         kwargs["mig_configs"] = _mig_configs(s["mig_configs"])
-    for key in ("kubeconfig", "context", "kueue_queue", "image_default", "workload"):
+    for key in ("kubeconfig", "context", "image_default", "workload"):
         if s.get(key) is not None:
             kwargs[key] = str(s[key])
     if "mig_strategy" in s:

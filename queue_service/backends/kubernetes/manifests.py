@@ -40,9 +40,12 @@ CONTAINER = "main"
 # Pod names add "-worker-<i>" (Volcano) or "-<i>-<5 chars>" (Indexed Job) and must stay <= 63.
 NAME_MAX = 47
 KINDS = {"vcjob": (VOLCANO_API, "Job"), "job": ("batch/v1", "Job")}
-# etcd stores at most 1.5 MiB per object and the API server answers a bigger write with a 500
-# that looks transient (kubernetes#112152); controllers add status and managedFields later.
-MAX_OBJECT_BYTES = 1024 * 1024
+# etcd's default --max-request-bytes (1.5 MiB) bounds an object, and the API server answers a
+# bigger write with a 500 that looks transient (kubernetes#112152). gpuq's own bound is that
+# limit less room for the managedFields and status added after the create; it must hold the
+# spec's MAX_COMMAND_ENV_BYTES (1 MiB) in a one-node Job, or a job the API accepted fails here.
+ETCD_MAX_REQUEST_BYTES = 1536 * 1024
+MAX_OBJECT_BYTES = ETCD_MAX_REQUEST_BYTES - 64 * 1024
 
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 _NOT_LABEL = re.compile(r"[^A-Za-z0-9._-]+")
@@ -422,8 +425,9 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
         "queue": dns_label(settings.volcano_queue.replace("{team}", job.team)),
         "minAvailable": job.nodes,
         # Volcano counts the failed run that ends the job as a retry (RetryCount >= maxRetry
-        # fails it), and its webhook turns 0 into 3: N restarts in place need N + 1.
-        "maxRetry": max(job.retries_max, 0) + 1,
+        # fails it), and its webhook turns 0 into 3: N restarts in place need N + 1. A job
+        # that lists no retry cause is never retried, in place or by the service.
+        "maxRetry": (max(job.retries_max, 0) if job.retry_on else 0) + 1,
         "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
         "plugins": {
             "pytorch": ["--master=master", "--worker=worker", f"--port={settings.master_port}"],
@@ -449,13 +453,14 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
 
 def _check_size(plan: Plan) -> Plan:
     for obj in plan.objects:
-        size = len(json.dumps(obj, separators=(",", ":")).encode())
+        # As sent (lightkube's JSON is UTF-8, not \u escapes) and as etcd stores strings.
+        size = len(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
         if size > MAX_OBJECT_BYTES:
             raise ManifestError(
                 f"the {obj['kind']} for this job would be {size} bytes of JSON; Kubernetes "
                 f"cannot store an object that large (gpuq's limit is {MAX_OBJECT_BYTES} bytes, "
-                "etcd's about 1.5 MiB): make the command and environment smaller, e.g. pass "
-                "large values in a file"
+                f"etcd's {ETCD_MAX_REQUEST_BYTES}): make the command and environment smaller, "
+                "e.g. pass large values in a file"
             )
     return plan
 

@@ -163,15 +163,16 @@ def status_body(
 
 # The API server reads at most 3 MiB of request body (413 beyond); etcd stores at most
 # 1.5 MiB per object (--max-request-bytes), refused as a 500 "etcdserver: request is too
-# large" (kubernetes#112152). etcd's limit applies to the protobuf encoding, a little smaller
-# than the JSON measured here.
+# large" (kubernetes#112152). etcd's limit applies to the stored encoding (protobuf, strings
+# as UTF-8), a little smaller than the UTF-8 JSON measured here.
 MAX_BODY_BYTES = 3 * 1024 * 1024
 MAX_STORED_BYTES = 1536 * 1024
 LOG_WRITE = 64 * 1024  # the pieces a log answer is written (and counted) in
 
 
 def check_stored_size(obj: dict[str, Any]) -> None:
-    if len(json.dumps(obj, separators=(",", ":")).encode()) > MAX_STORED_BYTES:
+    stored = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode()
+    if len(stored) > MAX_STORED_BYTES:
         raise ApiError(500, "", "etcdserver: request is too large")
 
 
