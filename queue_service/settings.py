@@ -320,7 +320,9 @@ if _public.scheme not in {"http", "https"} or not _public.hostname:
 _workdir = env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")).strip()
 if not _workdir:  # Path("") is ".": wherever each process happened to start
     raise ImproperlyConfigured("GPUQ_LOCAL_WORKDIR is empty; give the local jobs' directory")
-GPUQ_LOCAL_WORKDIR = Path(_workdir)
+# A relative path is the project directory's (as a sqlite:/// file is): every process (web
+# server, worker, one started from elsewhere) must find the same running jobs.
+GPUQ_LOCAL_WORKDIR = BASE_DIR / _workdir
 
 INSTALLED_APPS = [
     "django.contrib.admin",

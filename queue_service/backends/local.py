@@ -1,7 +1,8 @@
 """The embedded default backend: real processes on this machine, simulated GPUs.
 
 Settings: `nodes` = [{"name", "gpus", "gpu_model", "pool"?, "mig"?, "mig_layout"?}],
-`workdir` (default GPUQ_LOCAL_WORKDIR/<cluster>). Each attempt of a job gets a directory
+`workdir` (default GPUQ_LOCAL_WORKDIR/cluster.<cluster id>: an id, never the name, which staff
+may edit; a relative path is the project directory's). Each attempt of a job gets a directory
 `<workdir>/<job_id>/<attempt>/` holding request.json, the supervisor's pid, stdout/stderr,
 result.json and `work/`, the ranks' working directory (so a job's own files are never taken for
 gpuq's); the directory is the job's identity, which makes submit idempotent and lets a
@@ -47,8 +48,8 @@ class LocalBackend:
 
     def __init__(self, cluster: ClusterConfig) -> None:
         self.cluster = cluster
-        base = cluster.settings.get("workdir") or _default_workdir() / cluster.name
-        self.workdir = Path(base).resolve()
+        base = cluster.settings.get("workdir") or _default_workdir() / default_dir_name(cluster.id)
+        self.workdir = (_repo_root() / base).resolve()  # an absolute `base` stays as it is
         self.grace_s = float(cluster.settings.get("grace_s", 10))
 
     def close(self) -> None:
@@ -340,7 +341,15 @@ def _repo_root() -> Path:
 
 def _default_workdir() -> Path:
     env = os.environ.get("GPUQ_LOCAL_WORKDIR")
-    return Path(env) if env else _repo_root() / DEFAULT_WORKDIR
+    return _repo_root() / (env or DEFAULT_WORKDIR)
+
+
+def default_dir_name(cluster_id: int) -> str:
+    """The directory of a cluster without a `workdir` of its own, under GPUQ_LOCAL_WORKDIR.
+    By id: a rename must not move the running jobs' directories (their identity). The dot
+    keeps it apart from the by-name directories of earlier versions (a slug has no dot),
+    which migration clusters.0004 pins as those clusters' `workdir`."""
+    return f"cluster.{cluster_id}"
 
 
 def create(cluster: ClusterConfig) -> LocalBackend:

@@ -20,15 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 POLL_S = 0.1
 KILL_WAIT_S = 5.0  # after SIGKILL: a process stuck in the kernel (D state) cannot be waited for
@@ -178,18 +180,22 @@ def free_port() -> int:
 def rank_env(req: dict[str, Any], rank: int, port: int) -> dict[str, str]:
     alloc = req["placement"][rank]
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR", "USER")}
-    env.update(req["env"])
     nnodes = len(req["placement"])
+    # Rendezvous defaults: the job's own env wins over them, as on Slurm (whose user env is
+    # applied last), so a MASTER_PORT the spec gives is the one the job sees.
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        NNODES=str(nnodes),
+        NODE_RANK=str(rank),
+    )
+    env.update(req["env"])
     env.update(
         GPUQ_NODE=alloc["node"],
         GPUQ_NODE_RANK=str(rank),
         GPUQ_NNODES=str(nnodes),
         GPUQ_GPUS_PER_NODE=str(len(alloc["gpus"])),
         GPUQ_GPUS=",".join(str(g) for g in alloc["gpus"]),
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port),
-        NNODES=str(nnodes),
-        NODE_RANK=str(rank),
     )
     if alloc.get("mig_profile"):
         env.update(
@@ -202,6 +208,37 @@ def rank_env(req: dict[str, Any], rank: int, port: int) -> dict[str, str]:
     else:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in alloc["gpus"])
     return env
+
+
+def start_rank(
+    argv: list[str], env: dict[str, str], out: IO[bytes], err: IO[bytes], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """Starts one rank in a process group of its own. An executable file the kernel cannot
+    run (a script without `#!`: ENOEXEC) is run by /bin/sh, as shells, execvp(3) and the
+    Slurm backend's batch script run it."""
+
+    def popen(args: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            args,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            start_new_session=True,
+        )
+
+    try:
+        return popen(argv)
+    except OSError as exc:
+        if exc.errno != errno.ENOEXEC:
+            raise
+    # The file found on the job's PATH, as execvp hands it to the shell (a relative path
+    # with a "/" is the rank's cwd's, for sh as for exec).
+    program = argv[0]
+    if "/" not in program:
+        program = shutil.which(program, path=env.get("PATH", os.defpath)) or program
+    return popen(["/bin/sh", program, *argv[1:]])
 
 
 def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -248,7 +285,8 @@ def supervise(
         )
         return
     command = req["command"]
-    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
+    # `--`: a command string starting with "-" is the command, not options of sh.
+    argv = ["/bin/sh", "-c", "--", command] if isinstance(command, str) else list(command)
     port = free_port()
     work = job_dir / "work"
     try:
@@ -259,24 +297,15 @@ def supervise(
                 open(job_dir / f"stdout{suffix}", "ab") as out,
                 open(job_dir / f"stderr{suffix}", "ab") as err,
             ):
-                procs.append(
-                    subprocess.Popen(
-                        argv,
-                        env=rank_env(req, rank, port),
-                        stdout=out,
-                        stderr=err,
-                        stdin=subprocess.DEVNULL,
-                        cwd=work,
-                        start_new_session=True,
-                    )
-                )
+                procs.append(start_rank(argv, rank_env(req, rank, port), out, err, work))
     except OSError as exc:
         signal_job(procs, signal.SIGKILL, subreaper)
         write_json(
             job_dir / "result.json",
             {
                 "state": "failed",
-                # As shells: 127 for a program not found, 126 for one that cannot run.
+                # As shells: 127 for a program not found, 126 for one that cannot run
+                # (not executable, or not a program even for /bin/sh: see start_rank).
                 "exit_code": 127 if isinstance(exc, FileNotFoundError) else 126,
                 "reason": f"could not start: {exc.strerror}",
                 "started": bool(procs),  # ranks started before the one that could not

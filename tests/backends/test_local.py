@@ -171,6 +171,9 @@ def test_a_missing_program_fails_with_127_and_never_started(backend: LocalBacken
 def test_a_program_that_cannot_run_fails_with_126_as_in_a_shell(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
+    """A file without execute permission: 126 "Permission denied", as a shell says. (An
+    executable one the kernel cannot run is run by /bin/sh, as a shell runs it:
+    test_local_runs_commands_as_slurm_does.py.)"""
     program = tmp_path / "not-executable"
     program.write_text("#!/bin/sh\necho hi\n")
     program.chmod(0o644)

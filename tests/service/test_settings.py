@@ -407,5 +407,5 @@ def test_the_local_backend_works_where_the_service_setting_says(
     settings.GPUQ_LOCAL_WORKDIR = tmp_path / "jobs"
     default = Cluster.objects.create(name="here", kind="local", settings={})
     own = Cluster.objects.create(name="there", kind="local", settings={"workdir": "/srv/x"})
-    assert backend_for(default).workdir == tmp_path / "jobs" / "here"
+    assert backend_for(default).workdir == tmp_path / "jobs" / f"cluster.{default.pk}"
     assert backend_for(own).workdir == Path("/srv/x")
