@@ -19,6 +19,7 @@ from queue_service.jobs.spec import (
     MAX_COMMAND_ENV_BYTES,
     MAX_ENV_VALUE_CHARS,
     MAX_ENV_VARS,
+    MAX_STRING_BYTES,
     RESERVED_ENV,
     RESERVED_ENV_PREFIXES,
 )
@@ -50,8 +51,8 @@ class EnvFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untype
             },
             "description": f"environment variables, NAME: value; names match {pattern}, none of"
             f" {', '.join(sorted(RESERVED_ENV))} or {'*, '.join(RESERVED_ENV_PREFIXES)}*"
-            f" (set by gpuq or the backend); with command, at most {MAX_COMMAND_ENV_BYTES:,}"
-            " bytes of UTF-8 in all",
+            f" (set by gpuq or the backend); each NAME=value at most {MAX_STRING_BYTES:,}"
+            f" bytes of UTF-8, and with command at most {MAX_COMMAND_ENV_BYTES:,} in all",
         }
         # OpenAPI 3.0's schemas have no propertyNames (3.1's are JSON Schema): there, the
         # rule on names is in the description only.

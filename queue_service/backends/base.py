@@ -22,6 +22,18 @@ class BackendError(Exception):
         self.permanent = permanent
 
 
+class PartialPoll(BackendError):
+    """A poll that read some of its jobs and could not read the others (a Slurm account
+    that cannot log in): `statuses` holds those it read; the others are unknown, not lost.
+    The message says why (the cluster's sync error)."""
+
+    def __init__(
+        self, message: str, statuses: Mapping[str, JobStatus], *, permanent: bool = False
+    ) -> None:
+        super().__init__(message, permanent=permanent)
+        self.statuses = dict(statuses)
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
     """A cluster as backends see it. settings holds the kind-specific configuration
@@ -212,7 +224,8 @@ class Backend(Protocol):
 
     def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
         """One status per id, from as few remote calls as the backend allows. An id the
-        backend no longer knows maps to RemoteState.LOST."""
+        backend no longer knows maps to RemoteState.LOST. PartialPoll: some ids could not be
+        read (their statuses are left out), the others' are in it."""
         ...
 
     def cancel(self, external_id: str, grace_s: float = 30.0) -> bool:

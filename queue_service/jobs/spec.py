@@ -45,6 +45,10 @@ MAX_ARG_CHARS = 65536
 MAX_ENV_VARS = 256
 MAX_ENV_VALUE_CHARS = 32768
 MAX_COMMAND_ENV_BYTES = 1024 * 1024
+# Linux's MAX_ARG_STRLEN: no argument or environment string (`NAME=value`, the name counted)
+# over 128 KiB of bytes, its NUL included; characters of UTF-8 take up to 4. A KiB below it,
+# for what a backend may write around the text in the same string (a wrapper's prefix).
+MAX_STRING_BYTES = 128 * 1024 - 1024
 # Larger is a typo, and unbounded a 400-digit number overflowed float(): a 500.
 MAX_DURATION_S = 100 * 365 * 86400
 MAX_MEMORY_MB = 1024**3  # a pebibyte per node
@@ -151,6 +155,13 @@ class MemoryField(DurationField):
             raise
 
 
+def _too_many_bytes(what: str, size: int) -> str:
+    return (
+        f"{what} {size:,} bytes of UTF-8: at most {MAX_STRING_BYTES:,}"
+        " (Linux runs no program given a longer one)"
+    )
+
+
 @extend_schema_field(
     {
         "oneOf": [
@@ -162,8 +173,9 @@ class MemoryField(DurationField):
             },
             {"type": "string", "minLength": 1, "maxLength": MAX_ARG_CHARS},
         ],
-        "description": "argv (no shell), or one string run by /bin/sh -c; with env, at most"
-        f" {MAX_COMMAND_ENV_BYTES:,} bytes of UTF-8 in all",
+        "description": "argv (no shell), or one string run by /bin/sh -c; each at most"
+        f" {MAX_STRING_BYTES:,} bytes of UTF-8, and with env at most"
+        f" {MAX_COMMAND_ENV_BYTES:,} in all",
     }
 )
 class CommandField(serializers.Field):
@@ -180,6 +192,8 @@ class CommandField(serializers.Field):
                     "invalid",
                     message="must be under 64 KiB, without NUL bytes or lone surrogates",
                 )
+            if (size := len(data.encode())) > MAX_STRING_BYTES:
+                self.fail("invalid", message=_too_many_bytes("is", size))
             return data
         if isinstance(data, list):
             if not data:
@@ -194,6 +208,8 @@ class CommandField(serializers.Field):
                         "invalid",
                         message=f"argument {i} is too long, or has a NUL byte or lone surrogate",
                     )
+                if (size := len(arg.encode())) > MAX_STRING_BYTES:
+                    self.fail("invalid", message=_too_many_bytes(f"argument {i} is", size))
             if not data[0].strip():
                 self.fail("invalid", message="the program (argument 0) must not be empty")
             return list(data)
@@ -225,6 +241,8 @@ class EnvField(serializers.DictField):
                 errors[name] = "value must be a string or a number"
             elif UNSTORABLE.search(str(value)) or len(str(value)) > MAX_ENV_VALUE_CHARS:
                 errors[name] = "value is too long, or has a NUL byte or lone surrogate"
+            elif (size := len(f"{name}={value}".encode())) > MAX_STRING_BYTES:
+                errors[name] = _too_many_bytes("NAME=value is", size)
             else:
                 out[name] = str(value)
         if errors:

@@ -19,6 +19,7 @@ from queue_service.backends.base import (
     JobStatus,
     LogChunk,
     NodeInfo,
+    PartialPoll,
     RemoteState,
     SubmitResult,
 )
@@ -348,6 +349,8 @@ class SlurmBackend:
         self._default = _Account(settings.user, settings.workdir, connection)
         self._accounts: dict[str, _Account] = {}
         self._accounts_lock = threading.Lock()
+        # {node: {MIG profile: its GRES type there}}, from the last nodes().
+        self._mig_types: dict[str, dict[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"SlurmBackend({self.name!r}, {self.connection.where})"
@@ -466,9 +469,24 @@ class SlurmBackend:
                     "sinfo", result.stderr, result.rc, rejection_is_permanent=False
                 )
             results.append(result.stdout)
-        return parsers.parse_sinfo(
-            results[0], self.settings.script.gres_map, parsers.parse_sinfo_resources(results[1])
-        )
+        gres_map = self.settings.script.gres_map
+        self._mig_types = parsers.mig_gres_types(results[0], gres_map)
+        return parsers.parse_sinfo(results[0], gres_map, parsers.parse_sinfo_resources(results[1]))
+
+    def _job_script_options(self, job: DispatchRequest) -> script.ScriptOptions:
+        """The team's script options; for a MIG slice, with its profile mapped to the GRES
+        type of that profile on the node it is placed on (the inventory's, read again when
+        this process has not read that node yet)."""
+        opts = self.script_options(job.team)
+        if not job.mig_profile or not job.placement:
+            return opts
+        node = job.placement[0].node
+        if job.mig_profile not in self._mig_types.get(node, {}):
+            self.nodes()
+        gres_type = self._mig_types.get(node, {}).get(job.mig_profile)
+        if gres_type is None:
+            return opts
+        return dataclasses.replace(opts, gres_map={**opts.gres_map, job.mig_profile: gres_type})
 
     # -- submit ----------------------------------------------------------------------------
 
@@ -485,7 +503,7 @@ class SlurmBackend:
         account = self._team_account(job.team)
         workdir = self._workdir(account)
         job_dir = script.job_dir(workdir, job)
-        text = script.render(job, self.script_options(job.team), workdir).encode()
+        text = script.render(job, self._job_script_options(job), workdir).encode()
         if not account.connection.make_dir(job_dir):
             # An earlier submit of this attempt got at least as far as creating its directory.
             return self._adopt_or_resubmit(account, job, job_dir, text)
@@ -526,7 +544,11 @@ class SlurmBackend:
     def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
         """Per account: one squeue for all its ids; one sacct for those squeue no longer shows
         (finished more than MinJobAge ago). Each account asks about its own jobs only. An id
-        whose account is no longer in the settings is LOST: gpuq cannot reach it."""
+        whose account is no longer in the settings is LOST: gpuq cannot reach it.
+
+        Accounts are apart: one whose poll fails (it cannot log in, say) leaves its jobs out
+        and the others' are read; that is a PartialPoll, which names the accounts that failed
+        and carries the statuses read (permanent only when every failure is)."""
         ids = list(dict.fromkeys(external_ids))
         statuses: dict[str, JobStatus] = {}
         groups: dict[str, tuple[_Account, list[tuple[str, str, str]]]] = {}
@@ -540,8 +562,22 @@ class SlurmBackend:
             groups.setdefault(account.user, (account, []))[1].append(
                 (external_id, slurm_id, attempt)
             )
+        failures: list[tuple[str, BackendError]] = []
         for account, jobs in groups.values():
-            statuses.update(self._poll_account(account, jobs))
+            try:
+                statuses.update(self._poll_account(account, jobs))
+            except BackendError as exc:
+                failures.append((account.user, exc))
+        if failures:
+            if len(failures) == len(groups) and not statuses:
+                raise failures[0][1]  # nothing was read: the error as it is
+            raise PartialPoll(
+                "; ".join(
+                    f"jobs of the account {user} not read: {exc.message}" for user, exc in failures
+                ),
+                {i: statuses[i] for i in ids if i in statuses},
+                permanent=all(exc.permanent for _, exc in failures),
+            )
         return {i: statuses[i] for i in ids}
 
     def _poll_account(
@@ -569,21 +605,25 @@ class SlurmBackend:
             layer.attempts[slurm_id] = attempt
             layer.owners[slurm_id] = external_id
         ids = list(dict.fromkeys(slurm_id for _, slurm_id, _ in jobs))
-        result = self._exec(account, commands.squeue(ids))
-        if result.rc != 0 and not parsers.only_unknown_ids(result.stderr):
-            raise parsers.command_error(
-                "squeue", result.stderr, result.rc, rejection_is_permanent=False
-            )
-        queued = result.stdout if result.rc == 0 else ""
+        queued = ""
+        for chunk in commands.id_chunks(ids):
+            result = self._exec(account, commands.squeue(chunk))
+            if result.rc != 0 and not parsers.only_unknown_ids(result.stderr):
+                raise parsers.command_error(
+                    "squeue", result.stderr, result.rc, rejection_is_permanent=False
+                )
+            queued += result.stdout + "\n" if result.rc == 0 else ""
         workdirs = parsers.squeue_workdirs(queued)
         for layer in layers:
             layer.read(queued, workdirs)
         asked = list(dict.fromkeys(i for layer in layers for i in (*layer.missing, *layer.waited)))
         if asked:
-            result = self._exec(account, commands.sacct(asked))
+            results = [self._exec(account, commands.sacct(c)) for c in commands.id_chunks(asked)]
+            result = next((r for r in results if r.rc != 0), results[0])
             if result.rc == 0:
+                accounted = "\n".join(r.stdout for r in results)
                 for layer in layers:
-                    layer.account(result.stdout, workdirs)
+                    layer.account(accounted, workdirs)
             elif any(layer.missing for layer in layers):
                 raise parsers.command_error(
                     "sacct", result.stderr, result.rc, rejection_is_permanent=False

@@ -37,6 +37,15 @@ def job_ids(external_ids: Sequence[str]) -> str:
     return ",".join(external_ids)
 
 
+# Ids per squeue or sacct: Linux takes no argument over 128 KiB (MAX_ARG_STRLEN), and `-j`'s
+# list is one; 8,000 ids of up to 10 digits are 88 kB.
+IDS_PER_CALL = 8000
+
+
+def id_chunks(ids: Sequence[str]) -> list[Sequence[str]]:
+    return [ids[i : i + IDS_PER_CALL] for i in range(0, len(ids), IDS_PER_CALL)]
+
+
 def squeue(external_ids: Sequence[str]) -> str:
     """All states (finished jobs stay for MinJobAge): one call for every id."""
     return f"squeue -h -a -t all -j {job_ids(external_ids)} -O {shlex.quote(SQUEUE_FORMAT)}"

@@ -242,13 +242,26 @@ _TRANSIENT = (
     "try again",
     "slurmdbd",
     "problem talking to the database",
+    # A limit on how many jobs the submit account (by default every team's) has in Slurm
+    # (QOSMaxSubmitJobPerUserLimit, AssocMaxSubmitJobLimit, QOSGrpSubmitJobsLimit...): the
+    # same sbatch succeeds once some of them end.
+    "maxsubmitjob",
+    "grpsubmitjob",
 )
 
 
 def command_error(what: str, stderr: str, rc: int, *, rejection_is_permanent: bool) -> BackendError:
     """Classify a failed Slurm command. The controller not answering is transient. For sbatch
     (rejection_is_permanent) anything else is Slurm refusing this job, which retrying cannot
-    change: bad partition, invalid account, unsatisfiable request."""
+    change: bad partition, invalid account, unsatisfiable request. A negative `rc` is no exit
+    status at all (SSHConnection.run's -1: the connection dropped, or the command was killed):
+    the command may have done its work (an sbatch may have made the job), so transient."""
+    if rc < 0:
+        said = " ".join(stderr.split())[:500]
+        return BackendError(
+            f"{what} gave no exit status (the connection dropped or the command was killed)"
+            + (f": {said}" if said else "")
+        )
     message = " ".join(stderr.split())[:500] or f"exit status {rc}"
     transient = any(marker in message.lower() for marker in _TRANSIENT)
     return BackendError(
@@ -256,17 +269,28 @@ def command_error(what: str, stderr: str, rc: int, *, rejection_is_permanent: bo
     )
 
 
+# sinfo(1)'s suffixes of a node state that keep new jobs off it while its own run on: `$` a
+# reservation with the MAINT flag, `!` a power down pending, `%` being powered down. `~`
+# (powered off to save power) is not one: Slurm powers such a node up for the job it is given.
+_NO_NEW_WORK_SUFFIXES = "$!%"
+
+
 def _node_state(state_long: str) -> str:
     """down (no job runs there), drain (its jobs run on, no new ones: failing, a node in a
-    reservation other jobs may not use) or up. `*`: not responding."""
-    base = state_long.strip().lower()
-    if base.endswith("*"):
+    reservation other jobs may not use, in maintenance, powering down) or up. `*`: not
+    responding."""
+    text = state_long.strip().lower()
+    base = text.rstrip("*~#!%$@^-")
+    suffixes = text[len(base) :]
+    if "*" in suffixes:
         return "down"
     if base.startswith("failing"):  # before "fail": its jobs still run
         return "drain"
     if base.startswith(("down", "fail", "inval", "unknown", "future")):
         return "down"
     if "drain" in base or base.startswith(("maint", "reboot", "reserved")):
+        return "drain"
+    if any(s in _NO_NEW_WORK_SUFFIXES for s in suffixes):
         return "drain"
     return "up"
 
@@ -457,6 +481,21 @@ def pack_mig(
             in_use = flags[profile].pop(0)
             instances.append(MigInstanceInfo(first_gpu + offset, profile, start, size, in_use))
     return len(gpus), tuple(instances)
+
+
+def mig_gres_types(text: str, gres_map: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The same sinfo rows -> {node: {MIG profile: the node's own GRES type of it}}: the
+    profile parse_sinfo offers a slice as (`1g.10gb`) is often not a type the node has
+    (a site's `a100_1g.10gb`, or `h100_1g.10gb` beside an A100 node's), and a job must ask
+    for the type its node has."""
+    to_name = {gres_type: name for name, gres_type in gres_map.items()}
+    found: dict[str, dict[str, str]] = {}
+    for row in _rows(text, 7):
+        types = found.setdefault(row[0], {})
+        for g in _gpu_gres(row[2]):
+            if g.gres_type and (profile := _profile(to_name.get(g.gres_type, g.gres_type))):
+                types.setdefault(profile, g.gres_type)
+    return found
 
 
 # A node's CPUs (CPUTot) and memory (RealMemory, MB): what gpuq charges CPUs and memory by.
