@@ -644,6 +644,7 @@ class _Cycle:
                 table is None or own != table
             ):
                 continue
+            # A fixed layout (Node.mig_fixed) offers it too: an admin may apply the proposal.
             if own is not None and own.profile(profile) is not None:
                 return True
             if any(i.profile == profile for g in n.mig_gpus for i in g.mig_instances):

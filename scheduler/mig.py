@@ -378,9 +378,11 @@ class _Gpu:
         pool: str | None,
         table: ModelTable | None,
         cluster: str | None = None,
+        fixed: bool = False,
     ) -> None:
         self.node, self.index, self.model, self.pool, self.table = node, index, model, pool, table
         self.cluster = cluster
+        self.fixed = fixed  # Node.mig_fixed: its instances are used, its layout never changed
         self.place = (pool, cluster)  # what requests select GPUs by, besides the model
         self.order = (node, index)
         self.instances: list[_Instance] = []
@@ -470,7 +472,9 @@ class MigIndex:
                 state = reported.get(index)
                 if state is not None and not state.usable:
                     continue
-                gpu = _Gpu(node.name, index, node.gpu_model, node.pool, table, node.cluster)
+                gpu = _Gpu(
+                    node.name, index, node.gpu_model, node.pool, table, node.cluster, node.mig_fixed
+                )
                 self._set_instances(
                     gpu,
                     [
@@ -690,6 +694,7 @@ class MigIndex:
                     found.append((gpu.model, (inst.job_id,), gpu.order, len(holders) == 1))
             if (
                 relayout
+                and not gpu.fixed
                 and holders != usable[:1]  # else the one holder's instance serves: found above
                 and _spec(gpu.table, profile) is not None
                 and all(eligible(i.job_id or "") for i in holders)
@@ -706,6 +711,7 @@ class MigIndex:
         planned = set(self._planned_for.values())
         return any(
             gpu.idle
+            and not gpu.fixed
             and gpu.order not in self._relaid
             and gpu.order not in planned
             and gpu.order not in self._reserved
@@ -755,11 +761,14 @@ class MigIndex:
                 order,
                 key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
             )
-        # A GPU being emptied for a job gives its free instances to no other request.
+        # A GPU being emptied for a job gives its free instances to no other request. A GPU
+        # whose layout is fixed only ever serves by the instances it has, idle or not.
         spare = _Spare(
-            self, [g for g in self._gpus if not g.idle and g.order not in self._reserved], requests
+            self,
+            [g for g in self._gpus if (g.fixed or not g.idle) and g.order not in self._reserved],
+            requests,
         )
-        idle = [g for g in self._gpus if g.idle and g.table is not None]
+        idle = [g for g in self._gpus if g.idle and not g.fixed and g.table is not None]
         capacity = sum(g.table.compute_slices for g in idle if g.table)
         packing = _Packing(idle)
         hopeless: set[tuple[int, str, str | None, str | None, str | None]] = set()
@@ -807,32 +816,67 @@ class MigIndex:
                 relayouts.append(relayout)
             for request, _ in wanted:
                 self._planned_for[request.job_id] = gpu.order
-        return relayouts
+        return relayouts + self._proposals(requests, order, demand)
+
+    def _proposals(
+        self, requests: Sequence[MigRequest], order: Sequence[int], demand: Counter[str]
+    ) -> list[MigRelayout]:
+        """Layouts to propose for idle fixed GPUs (no instance claimed) that would serve the
+        requests plan() left unserved: advisory, for an admin to apply; the index is left
+        as it is and no job is planned onto them."""
+        claimed = {(node, gpu) for node, gpu, _ in self._claims}
+        fixed = [
+            g
+            for g in self._gpus
+            if g.fixed
+            and g.idle
+            and g.table is not None
+            and g.order not in claimed
+            and g.order not in self._reserved
+        ]
+        if not fixed:
+            return []
+        packing = _Packing(fixed)
+        for i in order:
+            if requests[i].job_id not in self._planned_for:
+                packing.add(requests[i])
+        bins = sorted(_keep_layouts(packing.bins).items(), key=lambda b: b[0].order)
+        return [
+            self._relayout(gpu, wanted, demand, advisory=True)
+            for gpu, wanted in bins
+            if not gpu.holds(spec for _, spec in wanted)
+        ]
 
     def _relayout(
         self,
         gpu: _Gpu,
         wanted: Sequence[tuple[MigRequest, ProfileSpec]],
         demand: Counter[str],
+        *,
+        advisory: bool = False,
     ) -> MigRelayout:
         assert gpu.table is not None
         table = gpu.table
         placed = _placements(table, _fill(table, [s for _, s in wanted], demand))
         assert placed is not None  # _fill only adds profiles that keep the layout realisable
         layout = tuple(MigInstance(spec.name, start, spec.size) for spec, start in placed)
-        self._set_instances(gpu, [_Instance(s.name, start, s.size, s) for s, start in placed])
+        if not advisory:
+            self._set_instances(gpu, [_Instance(s.name, start, s.size, s) for s, start in placed])
         kinds = {request.kind for request, _ in wanted}
         kind = f"{kinds.pop()} " if len(kinds) == 1 and "" not in kinds else ""
         count = len(wanted)
+        jobs = f"{count} pending {kind}job{'s' if count != 1 else ''}"
+        profiles = "+".join(i.profile for i in layout)
         return MigRelayout(
             node=gpu.node,
             gpu=gpu.index,
             instances=layout,
             message=(
-                f"GPU {gpu.index} on node {gpu.node} re-laid out as "
-                f"{'+'.join(i.profile for i in layout)} for {count} pending {kind}"
-                f"job{'s' if count != 1 else ''}"
+                f"GPU {gpu.index} on node {gpu.node} laid out as {profiles} would serve {jobs}"
+                if advisory
+                else f"GPU {gpu.index} on node {gpu.node} re-laid out as {profiles} for {jobs}"
             ),
+            advisory=advisory,
         )
 
 

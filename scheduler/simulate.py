@@ -331,12 +331,13 @@ def simulate(
                 outcomes[p.job_id].preemptions += 1
                 heapq.heappush(events, (exit_at, _END, seq, p.job_id, -act.run))
                 seq += 1
-        for rl in d.relayouts:
+        applied = [rl for rl in d.relayouts if not rl.advisory]  # a proposal waits for an admin
+        for rl in applied:
             gpu_layouts = st.mig_gpus.get(rl.node)
             if gpu_layouts is not None and all(i.job_id is None for i in gpu_layouts[rl.gpu]):
                 gpu_layouts[rl.gpu] = list(rl.instances)
                 st.nodes_dirty = True
-        return bool(d.relayouts)
+        return bool(applied)
 
     while events:
         t = events[0][0]

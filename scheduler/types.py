@@ -101,6 +101,9 @@ class Node:
     mig_gpus: tuple[Gpu, ...] = ()
     # The cluster the node belongs to (node names are unique across the snapshot).
     cluster: str | None = None
+    # Its MIG layout is the cluster's to change (Slurm; Kubernetes without named layouts):
+    # jobs take the instances there are, and a new layout is only proposed (advisory).
+    mig_fixed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,9 @@ class MigRelayout:
     gpu: int
     instances: tuple[MigInstance, ...]  # the new layout, job_id None
     message: str
+    # Proposed for a node whose layout gpuq cannot change (Node.mig_fixed): no job waits
+    # for it; an admin may apply it.
+    advisory: bool = False
 
 
 @dataclass(frozen=True, slots=True)

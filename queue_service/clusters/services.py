@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -14,26 +15,71 @@ from queue_service.jobs.models import Job
 
 from .models import Cluster, Node
 
+# Who holds a slice the inventory shows in use that no gpuq job is placed on, where a team is
+# named (a team's slug has no space).
+OUTSIDE_GPUQ = "outside gpuq"
+
+# (gpu, start) of a MIG instance -> (the gpuq job placed on it, whether the cluster runs it).
+Placed = Mapping[tuple[int, int], tuple[str, bool]]
+
+
+def held_outside(mig: Sequence[Mapping[str, Any]], placed: Placed) -> dict[tuple[int, int], str]:
+    """(gpu, start) -> the holder of each of a node's slices the inventory shows in use and
+    no gpuq placement names (the job it names, else "external"). Kubernetes and Slurm tell
+    how many slices of a profile are in use, not which: the inventory marks the first ones,
+    so a gpuq job placed on another slice of the profile is read there too. Such a mark is
+    the job's own when it names the job (Kubernetes), or, naming none (Slurm's GresUsed),
+    one of a job the cluster runs whose own slice is not marked: each held once."""
+    profiles = {(m["gpu"], m["start"]): m["profile"] for m in mig}
+    marked = {(m["gpu"], m["start"]) for m in mig if m.get("in_use")}
+    unmarked: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+    for key, held in sorted(placed.items()):
+        if key in profiles and key not in marked:
+            unmarked[profiles[key]].append(held)
+    # Marks that name a job first: one naming none must not take a job a later mark names.
+    extra = sorted(
+        (m for m in mig if m.get("in_use") and (m["gpu"], m["start"]) not in placed),
+        key=lambda m: (not m.get("external_job"), m["gpu"], m["start"]),
+    )
+    out = {}
+    for m in extra:
+        named, jobs = m.get("external_job"), unmarked[m["profile"]]
+        mine = next((h for h in jobs if (h[0] == named if named else h[1])), None)
+        if mine is not None:
+            jobs.remove(mine)
+        else:
+            out[(m["gpu"], m["start"])] = named or "external"
+    return out
+
 
 def gpu_layouts(clusters: list[Cluster], user: Any) -> dict[int, list[dict[str, Any]]]:
     """node pk -> one entry per GPU: {gpu, team, job (if visible), mig: [{profile, start, size,
-    team, job}]}."""
+    team, job}]}. A slice in use outside gpuq's placements (held_outside) is held by
+    OUTSIDE_GPUQ, no job shown."""
     visible = set(
         Job.objects.for_user(user).filter(state__in=Job.ACTIVE).values_list("pk", flat=True)
     )
     holders: dict[tuple[int, str], dict[tuple[int, int | None], dict[str, Any]]] = defaultdict(dict)
+    placed: dict[tuple[int, str], dict[tuple[int, int], tuple[str, bool]]] = defaultdict(dict)
     active = Job.objects.filter(state__in=Job.ACTIVE, cluster__in=clusters).select_related("team")
-    for job in active.only("id", "placement", "cluster_id", "team__slug"):
+    for job in active.only("id", "state", "placement", "cluster_id", "team__slug"):
         who = {"team": job.team.slug, "job": str(job.pk) if job.pk in visible else None}
         for a in job.placement:
             slot = holders[(job.cluster_id, a["node"])]  # type: ignore[index]
             if a.get("mig"):
-                slot[(a["mig"]["gpu"], a["mig"]["start"])] = who
+                key = (a["mig"]["gpu"], a["mig"]["start"])
+                slot[key] = who
+                on_node = placed[(job.cluster_id, a["node"])]  # type: ignore[index]
+                on_node[key] = (str(job.pk), job.state in Job.RUNNING_STATES)
             for g in a.get("gpus", []):
                 slot[(g, None)] = who
+    outside = {"team": OUTSIDE_GPUQ, "job": None}
     out: dict[int, list[dict[str, Any]]] = {}
     for node in Node.objects.filter(cluster__in=clusters):
         slot = holders.get((node.cluster_id, node.name), {})
+        if node.mig_enabled:
+            here = held_outside(node.mig, placed.get((node.cluster_id, node.name), {}))
+            slot = {**slot, **dict.fromkeys(here, outside)}
         gpus = []
         for i in range(node.gpus):
             entry: dict[str, Any] = {"gpu": i, **slot.get((i, None), {"team": None, "job": None})}

@@ -23,10 +23,12 @@ from queue_service.backends.base import (
     JobStatus,
     LogChunk,
     NodeInfo,
+    PartialPoll,
     RemoteState,
     cpus_per_node,
     memory_share_mb,
 )
+from queue_service.backends.local import default_dir_name as local_dir_name
 from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import reaching_error_summary
 
@@ -64,7 +66,8 @@ def cluster_config(cluster: Cluster) -> ClusterConfig:
     options = dict(cluster.settings)
     if cluster.kind == "local" and not options.get("workdir"):
         # The service's GPUQ_LOCAL_WORKDIR (its _FILE form included); backends import no Django.
-        options["workdir"] = str(settings.GPUQ_LOCAL_WORKDIR / cluster.name)
+        # By id, not name: a rename in the admin must not move its running jobs (local.py).
+        options["workdir"] = str(settings.GPUQ_LOCAL_WORKDIR / local_dir_name(cluster.pk))
     return ClusterConfig(id=cluster.pk, name=cluster.name, kind=cluster.kind, settings=options)
 
 
@@ -124,7 +127,10 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         nodes=spec["nodes"],
         gpus_per_node=spec["gpus_per_node"],
         gpu_model=job.gpu_model or spec.get("gpu_model"),
-        mig_profile=spec.get("mig_profile"),
+        # The placed slice as its node names it (`7g.79gb` for a `7g.80gb` request): the
+        # resource or GRES the cluster offers.
+        mig_profile=next((a.mig_profile for a in placement if a.mig_profile), None)
+        or spec.get("mig_profile"),
         cpus_per_gpu=spec.get("cpus_per_gpu"),
         memory_mb=memory_mb,
         time_limit_s=spec.get("time_limit"),
@@ -694,6 +700,7 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
     """Refresh a cluster's inventory and its jobs' states: one `nodes()` and one `poll()`."""
     cluster = Cluster.objects.get(pk=cluster_id)
     counts = {"nodes": 0, "polled": 0, "changed": 0}
+    sync_error = ""
     try:
         backend = backend_for(cluster)  # unusable settings fail here: the cluster page says so
         inventory = backend.nodes()
@@ -706,7 +713,12 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
         )
         # What the poll saw is as of its start: a job handed over after it is not in it.
         polled_at = timezone.now()
-        statuses = backend.poll([j.external_id for j in jobs]) if jobs else {}
+        try:
+            statuses = backend.poll([j.external_id for j in jobs]) if jobs else {}
+        except PartialPoll as partial:
+            # Some jobs could not be read (one Slurm account cannot log in): the others are
+            # followed, those stay as they are, and the cluster page says why.
+            statuses, sync_error = partial.statuses, partial.message
     except BackendError as exc:
         Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=exc.message)
         raise
@@ -725,7 +737,12 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
             # of every other job of the cluster, every time.
             log.exception("job %s: cannot record %s", job.pk, status)
     _redispatch_stale(cluster)
-    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=polled_at, last_sync_error="")
+    if sync_error:
+        # Not a sync that saw every job: the last sync's time would charge a job of the
+        # unread account, first seen ended, from a sync that never saw it waiting.
+        Cluster.objects.filter(pk=cluster.pk).update(last_sync_error=sync_error)
+    else:
+        Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=polled_at, last_sync_error="")
     if counts["changed"]:
         request_cycle()
     return counts

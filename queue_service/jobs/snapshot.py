@@ -24,6 +24,7 @@ from django.utils import timezone
 import scheduler
 from queue_service.backends.base import cpus_per_node
 from queue_service.clusters.models import Cluster, Node
+from queue_service.clusters.services import Placed, held_outside
 from queue_service.tenancy.models import Quota, Team
 from scheduler import mig
 from scheduler import types as st
@@ -338,25 +339,27 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
             continue
         for model, data in given.items():
             try:
-                tables.append(
-                    st.MigModelTable(
-                        model=str(model),
-                        compute_slices=int(data["compute_slices"]),
-                        memory_slices=int(data["memory_slices"]),
-                        profiles=tuple(
-                            (
-                                str(n),
-                                int(c),
-                                int(m),
-                                int(x),
-                                tuple(int(i) for i in starts),
-                                int(size),
-                            )
-                            for n, c, m, x, starts, size in data["profiles"]
-                        ),
-                        aliases=tuple(str(a) for a in data.get("aliases", ())),
-                    )
+                table = st.MigModelTable(
+                    model=str(model),
+                    compute_slices=int(data["compute_slices"]),
+                    memory_slices=int(data["memory_slices"]),
+                    profiles=tuple(
+                        (
+                            str(n),
+                            int(c),
+                            int(m),
+                            int(x),
+                            tuple(int(i) for i in starts),
+                            int(size),
+                        )
+                        for n, c, m, x, starts, size in data["profiles"]
+                    ),
+                    aliases=tuple(str(a) for a in data.get("aliases", ())),
                 )
+                # The scheduler's own checks (a placement past the GPU's end, a bad name),
+                # here: raised inside schedule(), they would fail every cycle.
+                mig.overrides_from((table,))
+                tables.append(table)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("cluster %s: ignoring mig_profiles[%r]: %s", cluster.name, model, exc)
     return tuple(tables)
@@ -688,26 +691,30 @@ def _placement(job: Job) -> st.Placement:
     return st.Placement(tuple(allocs))
 
 
-def _mig_holders(active: list[Job]) -> dict[tuple[str, str, int, int], str]:
-    """(cluster, node, gpu, start) -> id of the gpuq job holding that MIG instance."""
-    holders = {}
+def _mig_holders(active: list[Job]) -> dict[tuple[str, str], Placed]:
+    """(cluster, node) -> (gpu, start) -> (id of the gpuq job placed on that MIG instance,
+    whether the cluster runs it)."""
+    holders: dict[tuple[str, str], dict[tuple[int, int], tuple[str, bool]]] = defaultdict(dict)
     for job in active:
         for a in job.placement:
             if a.get("mig") and job.cluster is not None:
-                holders[(job.cluster.name, a["node"], a["mig"]["gpu"], a["mig"]["start"])] = str(
-                    job.id
+                holders[(job.cluster.name, a["node"])][(a["mig"]["gpu"], a["mig"]["start"])] = (
+                    str(job.id),
+                    job.state in Job.RUNNING_STATES,
                 )
     return holders
 
 
-def _node(node: Node, holders: dict[tuple[str, str, int, int], str]) -> st.Node:
+def _node(node: Node, holders: Mapping[tuple[str, str], Placed]) -> st.Node:
     mig_gpus: tuple[st.Gpu, ...] = ()
     if node.mig_enabled:
+        placed = holders.get((node.cluster.name, node.name), {})
+        # Used outside gpuq's placements, each slice once (a mark of one of its jobs is not).
+        outside = held_outside(node.mig, placed)
         per_gpu: dict[int, list[st.MigInstance]] = defaultdict(list)
         for inst in node.mig:
-            holder = holders.get((node.cluster.name, node.name, inst["gpu"], inst["start"]))
-            if holder is None and inst.get("in_use"):
-                holder = inst.get("external_job") or "external"  # used outside gpuq
+            key = (inst["gpu"], inst["start"])
+            holder = placed[key][0] if key in placed else outside.get(key)
             per_gpu[inst["gpu"]].append(
                 st.MigInstance(inst["profile"], inst["start"], inst["size"], holder)
             )
@@ -725,7 +732,19 @@ def _node(node: Node, holders: dict[tuple[str, str, int, int], str]) -> st.Node:
         labels=tuple(sorted((k, str(v)) for k, v in node.labels.items())),
         mig_gpus=mig_gpus,
         cluster=node.cluster.name,
+        mig_fixed=node.mig_enabled and not _relays_mig(node.cluster),
     )
+
+
+def _relays_mig(cluster: Cluster) -> bool:
+    """Can gpuq change a MIG layout there? Local: yes, at once; Kubernetes: through the GPU
+    Operator's named layouts (`mig_configs`), if the cluster has any; Slurm: never (its
+    gres.conf is the site's). Elsewhere jobs take the slices there are, and a layout that
+    would serve the queue is only proposed to admins."""
+    if cluster.kind == Cluster.Kind.LOCAL:
+        return True
+    configs = cluster.settings.get("mig_configs") if cluster.kind == "kubernetes" else None
+    return isinstance(configs, Mapping) and bool(configs)
 
 
 def _teams(now: datetime) -> tuple[st.Team, ...]:
@@ -995,7 +1014,8 @@ def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, 
     kubernetes - the node's new layout, if a named layout of the cluster's `mig_configs`
       catalogue matches it, is requested from the GPU Operator after commit (the node drains
       until the MIG manager reports success; a failure keeps it drained with the reason);
-    otherwise (Slurm, or no matching named layout) - stored as a proposal for admins."""
+    otherwise (Slurm, no matching named layout, or advisory: a node gpuq cannot re-lay out,
+    _relays_mig) - stored as a proposal for admins."""
     by_node: dict[str, list[st.MigRelayout]] = defaultdict(list)
     for r in relayouts:
         by_node[r.node].append(r)
@@ -1012,7 +1032,7 @@ def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, 
             ]
             for r in changes
         }
-        if cluster.kind == Cluster.Kind.LOCAL:
+        if cluster.kind == Cluster.Kind.LOCAL and not any(r.advisory for r in changes):
             from .dispatch import backend_for
 
             for gpu, layout in new.items():
@@ -1022,7 +1042,12 @@ def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, 
             ]
             node.save(update_fields=["mig", "updated_at"])
             continue
-        config = _named_layout(cluster, node, new) if cluster.kind == "kubernetes" else None
+        advisory = any(r.advisory for r in changes)
+        config = (
+            _named_layout(cluster, node, new)
+            if cluster.kind == "kubernetes" and not advisory
+            else None
+        )
         message = "; ".join(r.message for r in changes)
         if config is not None:
             node.state = Node.State.DRAIN
