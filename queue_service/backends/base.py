@@ -103,7 +103,7 @@ class DispatchRequest:
     memory_mb: int | None = None
     time_limit_s: int | None = None
     priority: str = "normal"
-    retries_max: int = 0
+    retries_max: int = 0  # the retries the job has left (its spec's, less requeues so far)
     retry_on: tuple[str, ...] = ()  # node_failure, preemption
     checkpoint_dir: str | None = None
     checkpoint_interval_s: int | None = None

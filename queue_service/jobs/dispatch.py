@@ -135,7 +135,9 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         memory_mb=memory_mb,
         time_limit_s=spec.get("time_limit"),
         priority=job.priority_class.name,
-        retries_max=int(retries.get("max", 0)),
+        # What is left of the spec's retries after the requeues so far (_end_or_requeue):
+        # a cluster that retries in place (Volcano's maxRetry) must not start them afresh.
+        retries_max=max(0, int(retries.get("max", 0)) - requeues_so_far(job)),
         retry_on=tuple(retries.get("on", ())),
         checkpoint_dir=checkpoint.get("dir"),
         checkpoint_interval_s=checkpoint.get("interval"),
@@ -960,6 +962,11 @@ def _said(status: JobStatus) -> dict[str, Any]:
     }
 
 
+def requeues_so_far(job: Job) -> int:
+    """Retries used: the requeues so far (not the attempts, which suspends also add to)."""
+    return int(job.events.filter(code__startswith="requeued_").count())
+
+
 def _end_or_requeue(
     job: Job, status: JobStatus, cause: str, fields: dict[str, Any], as_read: dict[str, Any]
 ) -> bool:
@@ -974,8 +981,7 @@ def _end_or_requeue(
         message = ours.get("message") or status.reason or "preempted"
     else:
         message = status.reason or cause.replace("_", " ")
-    # Retries used: the requeues so far (not the attempts, which suspends also add to).
-    used = job.events.filter(code__startswith="requeued_").count()
+    used = requeues_so_far(job)
     if cause in retries.get("on", ()) and used < int(retries.get("max", 0)):
         transition(
             job,
