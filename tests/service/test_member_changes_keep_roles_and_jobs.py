@@ -146,3 +146,17 @@ def test_a_submit_racing_the_members_removal_is_refused_or_seen_never_lost(
 
     assert outcome == [{"team": ["you are not a member of team 'vision'"]}]
     assert not Job.objects.filter(user=people["alice"]).exists()
+
+
+def test_a_teams_slug_cannot_be_changed_in_the_admin(client: Client, teams: Any) -> None:
+    """The slug names the team on its clusters (Kubernetes namespace and Volcano queue, Slurm
+    account in `accounts`): renamed, its running workloads would no longer be its own. The
+    admin shows it read-only once the team exists."""
+    from django.contrib.auth import get_user_model
+
+    root = get_user_model().objects.create_superuser("super", "super@example.org", "pw")
+    client.force_login(root)
+    vision = teams["vision"]
+    page = client.get(f"/admin/tenancy/team/{vision.pk}/change/").content.decode()
+    assert 'name="slug"' not in page and "vision" in page
+    assert 'name="slug"' in client.get("/admin/tenancy/team/add/").content.decode()
