@@ -188,7 +188,8 @@ def dispatch_job(job_id: str) -> None:
        last submit failed transiently, claim the retry (a conditional UPDATE of its reason);
     2. backend.submit (idempotent by the job's unique name: adopts what an earlier submit of
        the attempt created; a retry is marked `resubmit`, for a backend that must look wider);
-    3. dispatching -> queued with the external id, or the stop of a job cancelled meanwhile.
+    3. dispatching -> queued with the external id, or the stop of a job cancelled meanwhile
+       (a submit answered after its job moved on to another attempt: its workload stopped).
        A transient error leaves the job dispatching for a retry: the cluster may have the
        job, and only a submit of the same attempt can tell. A permanent one fails the job
        with the backend's message (cancels it, if it was cancelled meanwhile)."""
@@ -385,6 +386,7 @@ def _claim(job: Job, reason_code: str | None) -> bool:
 def submit_admitted(job: Job, resubmit: bool = False) -> None:
     """`resubmit`: an earlier submit of the job's attempt may have reached the cluster."""
     assert job.cluster is not None
+    attempt = job.attempts
     try:
         result = backend_for(job.cluster).submit(dispatch_request(job, resubmit))
     except BackendError as exc:
@@ -392,7 +394,18 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
         if not exc.permanent:
             raise  # the caller retries with backoff (Celery's autoretry, or the next loop)
         return
-    Job.objects.filter(pk=job.pk, state__in=UNNAMED).update(external_id=result.external_id)
+    # Named only if the job is still this attempt's (a submit over SSH can take long enough
+    # for the job to be stopped, admitted again and handed over as its next attempt).
+    if not Job.objects.filter(
+        pk=job.pk,
+        state__in=UNNAMED,
+        attempts=attempt,
+        external_id__in=("", result.external_id),
+    ).update(external_id=result.external_id):
+        job.refresh_from_db(fields=["attempts", "external_id"])
+        if (job.attempts, job.external_id) != (attempt, result.external_id):
+            _stop_late_workload(job, attempt, result.external_id)
+        return  # else another submit of this attempt named it (and went on)
     job.external_id = result.external_id
     message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
     job.refresh_from_db(fields=["state", "updated_at"])
@@ -411,6 +424,20 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
     if job.state in (S.CANCELLING, S.SUSPENDING):  # asked to stop while being handed over
         note(job, "dispatched", message)
         request_stop(job)
+
+
+def _stop_late_workload(job: Job, attempt: int, external_id: str) -> None:
+    """A submit answered after its job moved on: no attempt of the job follows what it made,
+    so it is stopped at once (never left running unseen), and the job's timeline says so.
+    A cluster that cannot be asked now logs it; the workload carries the job's id."""
+    assert job.cluster is not None
+    message = f"attempt {attempt}'s submit answered late ({external_id}): stopped there"
+    try:
+        backend_for(job.cluster).cancel(external_id, grace_s=settings.GPUQ_PREEMPTION_GRACE_S)
+    except BackendError as exc:
+        log.warning("job %s: %s, but the stop failed: %s", job.pk, message, exc.message)
+        message = f"attempt {attempt}'s submit answered late ({external_id}); its stop failed"
+    note(job, "late_submit_stopped", message)
 
 
 def _submit_failed(job: Job, exc: BackendError) -> None:

@@ -151,6 +151,25 @@ def test_a_cancel_during_a_submit_the_cluster_refuses_ends_the_job_cancelled(
         assert "the cluster refused it" in job.events.get(code="cancelled").message
 
 
+def test_a_submit_answered_after_its_job_moved_on_stops_what_it_made(k8s: Any, people: Any) -> None:
+    """A submit can take long (SSH, a slow API server); meanwhile its job may have been
+    stopped, admitted again and handed over as its next attempt. The late answer must not
+    name the next attempt after the old workload (which would then run unfollowed): that
+    workload is stopped, and the timeline says so."""
+    with k8s as (cluster, sim):
+        job = submit_job(people["alice"], spec(name="late", cluster=cluster.name)).job
+        job = dispatching(job, cluster)  # a worker submits attempt 1...
+        Job.objects.filter(pk=job.pk).update(attempts=2)  # ...while attempt 2 is under way
+
+        submit_admitted(job)  # the worker, still holding attempt 1 as it read it
+
+        job.refresh_from_db()
+        assert (job.state, job.attempts, job.external_id) == (S.DISPATCHING, 2, "")
+        assert workloads(sim) == []  # attempt 1's workload is being deleted
+        (late,) = job.events.filter(code="late_submit_stopped")
+        assert late.message.startswith("attempt 1's submit answered late (")
+
+
 def test_a_cancel_after_a_worker_died_mid_dispatch_stops_what_it_had_created(
     k8s: Any, people: Any
 ) -> None:
