@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from .capacity import FreeIndex, Group
+from .capacity import FreeIndex, Group, GroupKey
 from .types import NodeAlloc, RunningJob
 
 
@@ -48,6 +48,7 @@ class Reservation:
     start: float
     models: frozenset[str]
     nodes: tuple[str, ...]
+    group: GroupKey  # the (model, pool, cluster) of its nodes
 
 
 def reserve(
@@ -125,7 +126,7 @@ def _hold(
         need = g - len(released.get(name, ()))
         if need > 0:
             index.hold(name, index.nodes[name].free[:need])
-    return Reservation(job_id, at, frozenset({group.key[0]}), chosen)
+    return Reservation(job_id, at, frozenset({group.key[0]}), chosen, group.key)
 
 
 # Sums of MIG fractions (1/7 ...) are not exact: a fluid compares within this.
@@ -133,8 +134,9 @@ EPS = 1e-9
 
 
 class Fluid:
-    """A model's GPUs as a fluid for estimated starts: waiting jobs take GPUs in order as
-    running jobs release them. It ignores node boundaries, so it is an estimate."""
+    """A capacity group's GPUs as a fluid for estimated starts: waiting jobs take GPUs in
+    order as running jobs release them (a negative release cancels one moved to another
+    time). It ignores node boundaries, so it is an estimate."""
 
     def __init__(self, free: float, releases: Iterable[tuple[float, float]], now: float) -> None:
         self.free = free

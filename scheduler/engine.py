@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -13,7 +13,16 @@ from operator import attrgetter, itemgetter
 
 from . import mig, reasons
 from .backfill import Fluid, Release, Reservation, earliest_start, end_time, releases, reserve
-from .capacity import Fit, FreeIndex, Group, allocate, best_fit, fit_by_end
+from .capacity import (
+    Fit,
+    FreeIndex,
+    Group,
+    GroupKey,
+    NodeState,
+    allocate,
+    best_fit,
+    fit_by_end,
+)
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor, within_budget
 from .preempt import plan as plan_preemption
@@ -65,6 +74,8 @@ class _Failure:
     # For capacity: the groups it was placed against, to count the best nodes again for a
     # later member once jobs have started in between.
     groups: Sequence[Group] = ()
+    # For capacity: the groups its quota lets it use, whose fluids its estimate draws on.
+    where: tuple[GroupKey, ...] = ()
 
 
 @dataclass(slots=True)
@@ -81,9 +92,14 @@ class _Waiting:
 
     ahead: _Ahead  # of its own (model, pool, cluster)
     rivals: list[_Ahead]  # of those whose jobs could use the same nodes, its own first
-    one_model: str | None  # the one model its estimate pools, else None: the best of all
+    # The capacity groups whose fluids its estimate draws on (the earliest of them); a
+    # gang never spans groups, so a pool or cluster it may not use lends it nothing.
+    keys: tuple[GroupKey, ...]
+    fluids: tuple[Fluid, ...]  # theirs (a tuple key hashes anew at every lookup)
     floored: bool  # whole GPUs per node: its estimate waits for nodes to hold the shape
     quota_key: tuple[str, str] | None  # the quota its start holds, when quotas are on
+    floor: float | None = None  # group_floor of its one group, once floor_known
+    floor_known: bool = False
 
 
 @dataclass(slots=True)
@@ -105,6 +121,21 @@ def _not_before_hold(estimate: float | None, reason: Reason, until: float | None
     if estimate is None or until is None or _HELD_FOR not in dict(reason.details):
         return estimate
     return max(estimate, until)
+
+
+def _per_group(
+    up: Mapping[str, NodeState], allocs: Sequence[NodeAlloc]
+) -> list[tuple[GroupKey, int]]:
+    """A job's GPUs on nodes that take work, per capacity group (only those come back)."""
+    if len(allocs) == 1:  # the usual case
+        st = up.get(allocs[0].node)
+        return [] if st is None or not allocs[0].gpus else [(st.group, len(allocs[0].gpus))]
+    counts: dict[GroupKey, int] = {}
+    for a in allocs:
+        st = up.get(a.node)
+        if st is not None and a.gpus:
+            counts[st.group] = counts.get(st.group, 0) + len(a.gpus)
+    return list(counts.items())
 
 
 def running_gpus(job: RunningJob, overrides: Mapping[str, mig.ModelTable] | None = None) -> float:
@@ -159,11 +190,11 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        all-or-nothing on n best-fit nodes of one group. A group of equivalent jobs
        (team, class, shape) that failed is not tried again this cycle: capacity and quota
        only shrink while a cycle runs.
-    4. Backfill (EASY): the first job per GPU model that does not fit gets a reservation
-       (backfill.py) holding the free GPUs it will need, and the quota it will borrow; a
-       later job may take held GPUs or that quota only if its time limit ends before the
-       reservation starts. Without backfill (fifo) the first job that does not fit stops
-       everything behind it.
+    4. Backfill (EASY): the first job per capacity group (GPU model, pool, cluster) that
+       does not fit gets a reservation (backfill.py) holding the free GPUs it will need,
+       and the quota it will borrow; a later job may take held GPUs or that quota only if
+       its time limit ends before the reservation starts. Without backfill (fifo) the
+       first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
        from teams running on borrowed quota (any of their jobs, up to what they hold above
        their nominal); a higher, non-preemptible class (any higher
@@ -227,7 +258,7 @@ class _Cycle:
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.waits: list[Wait] = []
-        self.fluids: dict[str, Fluid] | None = None
+        self.fluids: dict[GroupKey, Fluid] | None = None
         self.reservations: list[Reservation] = []
         self.reserved_for: dict[str, Reservation] = {}
         self.claimed: set[str] = set()
@@ -278,6 +309,8 @@ class _Cycle:
         self._events: list[Release] | None = None
         # Per whole-GPU shape that failed: when its nodes could first hold it (shape_floor).
         self._floors: dict[tuple[object, ...], float | None] = {}
+        # The same per capacity group and shape (group_floor).
+        self._group_floors: dict[tuple[GroupKey, int, int], float | None] = {}
         self._ends: list[float | None] | None = None
         self._horizon: dict[str, float] | None = None
         self.never: list[bool] = []  # per kind: no node of the cluster as it is can hold it
@@ -653,9 +686,10 @@ class _Cycle:
 
     def capacity_wait(self, k: int, r: JobRequest, fail: _Failure) -> None:
         """A wait for capacity: how much waits ahead for GPUs it could use, and an estimate."""
+        fluids = self.fluids if self.fluids is not None else self.fluid_state()
         c = self._waiting[k]
         if c is None:
-            c = self._waiting[k] = self.waiting_kind(r)
+            c = self._waiting[k] = self.waiting_kind(r, fail)
         gpus = r.nodes * r.gpus_per_node
         mine, rivals = c.ahead, c.rivals
         if len(rivals) == 1:  # the usual case
@@ -674,23 +708,24 @@ class _Cycle:
                 reason = reasons.with_note(reason, fail.note)
         held = self.reserved_for.get(r.id)
         estimate: float | None
-        if c.one_model is not None:  # estimate()'s one-model case, inline: every job
-            fluids = self.fluids if self.fluids is not None else self.fluid_state()
-            f = fluids.get(c.one_model)
-            if f is not None and held is not None:
-                # Reserved: its GPUs come back to later jobs only when it ends, by its limit
-                # from its reserved start (taken from the fluid's clock, it would end sooner).
-                f.take(gpus, r.time_limit_s, at=max(held.start, f.clock))
-                estimate = held.start
-            else:
-                estimate = None if f is None else f.start(gpus, r.time_limit_s)
+        if held is not None:
+            # Reserved: its GPUs come back to later jobs only when it ends, by its limit
+            # from its reserved start (taken from the fluid's clock, it would end sooner),
+            # and they are those of the group it is reserved in.
+            f = fluids[held.group]
+            f.take(gpus, r.time_limit_s, at=max(held.start, f.clock))
+            estimate = held.start
+        elif len(c.fluids) == 1:  # the usual case
+            estimate = c.fluids[0].start(gpus, r.time_limit_s)
+            # The fluid pools a group's GPUs; it cannot be before nodes could hold the
+            # shape, and with no known release that makes them, there is none.
+            if estimate is not None and c.floored:
+                if not c.floor_known:
+                    c.floor, c.floor_known = self.group_floor(c.keys[0], r), True
+                floor = c.floor
+                estimate = None if floor is None else max(estimate, floor)
         else:
-            estimate = self.estimate(self.models, gpus, r.time_limit_s)
-        # The estimate pools a model's GPUs; it cannot be before nodes could hold the shape,
-        # and with no known release that makes them, there is none.
-        if estimate is not None and c.floored:
-            floor = self.shape_floor(r)
-            estimate = None if floor is None else max(estimate, floor)
+            estimate = self.estimate(c.keys, r, gpus, c.floored)
         if held is not None:
             estimate = held.start
         self.waits.append(Wait(r.id, reason, len(self.waits) + 1, estimate, held is not None))
@@ -702,7 +737,7 @@ class _Cycle:
             else:
                 q.take(gpus, r.time_limit_s)
 
-    def waiting_kind(self, r: JobRequest) -> _Waiting:
+    def waiting_kind(self, r: JobRequest, fail: _Failure) -> _Waiting:
         """What capacity_wait needs of r's kind, worked out at its first wait."""
         model = r.gpu_model
         where = (model, r.pool, r.cluster)
@@ -716,11 +751,13 @@ class _Cycle:
                 if other != where and any(g.key in mine for g in self.index.groups_for(*other)):
                     found[1].append(theirs)
                     their_rivals.append(found[0])
-        one_model = model or (self.models[0] if len(self.models) == 1 else None)
+        keys = fail.where or tuple(g.key for g in self.groups(model, r))
+        fluids = self.fluid_state()
         return _Waiting(
             found[0],
             found[1],
-            one_model,
+            keys,
+            tuple(fluids[key] for key in keys),
             bool(r.gpus_per_node and not r.mig_profile),
             self.quota_key_of(r) if self.policy.quotas else None,
         )
@@ -781,6 +818,18 @@ class _Cycle:
             else:
                 self._floors[shape] = earliest_start(self.index, groups, g, n, self.events())
         return self._floors[shape]
+
+    def group_floor(self, key: GroupKey, r: JobRequest) -> float | None:
+        """shape_floor on one capacity group."""
+        g, n = r.gpus_per_node, r.nodes
+        at = (key, g, n)
+        if at not in self._group_floors:
+            groups = [self.index.groups[key]]
+            if best_fit(self.index, groups, g, n, {}) is not None:
+                self._group_floors[at] = self.now
+            else:
+                self._group_floors[at] = earliest_start(self.index, groups, g, n, self.events())
+        return self._group_floors[at]
 
     # -- whole GPUs --------------------------------------------------------------------
 
@@ -851,6 +900,7 @@ class _Cycle:
                         reasons.reserved(r, holder.job_id, holder.start, self.now),
                         capacity=True,
                         short_before=holder.start,
+                        where=tuple(grp.key for grp in groups),
                     )
         if fit is not None:
             model = fit.group.key[0]
@@ -869,7 +919,7 @@ class _Cycle:
                 for a in allocs:
                     insort(self._events, (ends, a.node, a.gpus), key=_at_node)
             if self.fluids is not None:
-                self.fluids[model].take(g * n, r.time_limit_s, at=self.now)
+                self.fluids[fit.group.key].take(g * n, r.time_limit_s, at=self.now)
             return None
         max_nodes = max((grp.max_fitting_nodes(g) for grp in groups), default=0)
         if max_nodes < n:
@@ -881,11 +931,10 @@ class _Cycle:
             ready = self.now + self.policy.preemption_grace_s
             return _Failure(waiting, capacity=False, shared=False, estimate=ready)
         # EASY (the backfill baseline): one reservation, the first blocked job's; gpuq keeps
-        # one per GPU model, so a blocked job of one model does not free another's for all.
+        # one per capacity group (GPU model, pool, cluster), so a blocked job of one model,
+        # pool or cluster does not free another's for all.
         if self.policy.backfill and not (
-            self.reservations
-            if not self.policy.priorities
-            else any(m in res.models for res in self.reservations for m, _ in allowed)
+            self.reservations if not self.policy.priorities else self.reserved_in(groups)
         ):
             res = reserve(self.index, groups, g, n, self.events(), r.id)
             if res is not None:
@@ -903,7 +952,13 @@ class _Cycle:
             tail=reasons.behind_tail(r, best),
             note=note,
             groups=groups,
+            where=tuple(grp.key for grp in groups),
         )
+
+    def reserved_in(self, groups: Sequence[Group]) -> bool:
+        """Is a job ahead reserved in one of these groups?"""
+        keys = {grp.key for grp in groups}
+        return any(res.group in keys for res in self.reservations)
 
     def capacity_failure_now(self, r: JobRequest, fail: _Failure) -> _Failure:
         """A kind's capacity verdict for a later member, once jobs have started since: the
@@ -1396,9 +1451,56 @@ class _Cycle:
         # restart on it while the victims leave, and are preempted again.
         self.ledger.commit(r.team, model, gpus, self.preemptible(r))
         self.record_victims(r, model, found.victims)
+        held: dict[str, list[int]] = {}
         for name in found.nodes:
             st = self.index.nodes[name]
-            self.index.hold(name, st.free[: r.gpus_per_node])
+            held[name] = st.free[: r.gpus_per_node]
+            self.index.hold(name, held[name])
+        self.plan_preemptor(r, found, held)
+
+    def plan_preemptor(self, r: JobRequest, found: Plan, held: Mapping[str, list[int]]) -> None:
+        """Release times after a preemption, for reservations and estimates: the victims
+        leave by the grace period (sooner by their limits), and the GPUs r takes on its nodes
+        (those `held` for it and the victims' it needs) come back only when r ends, by its
+        limit from when the last victim has left; counted free at the victims' limits, they
+        would be promised to a job behind while r runs on them."""
+        now, grace = self.now, self.policy.preemption_grace_s
+        events, fluids, up = self.events(), self.fluid_state(), self.index.nodes
+        need = {name: r.gpus_per_node - len(gpus) for name, gpus in held.items()}
+        taken = {name: list(gpus) for name, gpus in held.items()}
+        start = now
+        for c, _ in found.victims:
+            job = c.job
+            old = end_time(job, now, grace)
+            leaves = now + grace if old is None else min(old, now + grace)
+            start = max(start, leaves)
+            allocs = job.placement.allocs
+            if old is not None:
+                for a in allocs:
+                    i = bisect_left(events, (old, a.node), key=_at_node)
+                    while i < len(events) and events[i] != (old, a.node, a.gpus):
+                        i += 1
+                    if i < len(events):
+                        del events[i]
+            for key, count in _per_group(up, allocs):
+                heap = fluids[key].heap
+                if old is not None:
+                    # Cancels its release at `old` where it is, still in the heap or already
+                    # counted free by an estimate (then `old` is past the fluid's clock).
+                    heapq.heappush(heap, (old, -count))
+                heapq.heappush(heap, (leaves, count))
+            for a in allocs:
+                more = need.get(a.node, 0)
+                if more > 0:
+                    taken[a.node].extend(a.gpus[:more])
+                    need[a.node] = more - len(a.gpus[:more])
+                if a.gpus[more:]:
+                    insort(events, (leaves, a.node, a.gpus[more:]), key=_at_node)
+        limit = r.time_limit_s
+        fluids[found.group.key].take(r.nodes * r.gpus_per_node, limit, at=start)
+        if limit is not None:
+            for name, gpus in taken.items():
+                insort(events, (start + limit, name, tuple(sorted(gpus))), key=_at_node)
 
     def record_victims(
         self, r: JobRequest, model: str, victims: Sequence[tuple[Candidate, str]]
@@ -1798,47 +1900,45 @@ class _Cycle:
         floor = self.shape_floor(r) if r.gpus_per_node and not r.mig_profile else -math.inf
         return f, floor, ledger.accounts[k]
 
-    def fluid_state(self) -> dict[str, Fluid]:
-        """Per model: the GPUs free now and when running jobs (and this cycle's) release
-        theirs, for estimated starts. Built at the first wait for capacity."""
+    def fluid_state(self) -> dict[GroupKey, Fluid]:
+        """Per capacity group: the GPUs free now and when running jobs (and this cycle's)
+        release theirs, for estimated starts. Built at the first wait for capacity."""
         if self.fluids is None:
-            free = dict.fromkeys(self.models, 0)
-            for st in self.index.nodes.values():
-                free[st.group[0]] += len(st.free) + len(st.held)
-            ends: dict[str, list[tuple[float, int]]] = {m: [] for m in self.models}
             up = self.index.nodes
+            free = dict.fromkeys(self.index.groups, 0)
+            for st in up.values():
+                free[st.group] += len(st.free) + len(st.held)
+            ends: dict[GroupKey, list[tuple[float, int]]] = {key: [] for key in free}
             for job, at in zip(self.s.running, self.running_ends(), strict=True):
-                if at is None or job.gpu_model not in ends:
-                    continue
-                # Only GPUs of nodes that can take work come back: free counts only those.
-                count = 0
-                for a in job.placement.allocs:
-                    if a.node in up:
-                        count += len(a.gpus)
-                if count:
-                    ends[job.gpu_model].append((at, count))
-            for at_opt, model, allocs in self.cycle_releases:
+                if at is not None:
+                    for key, count in _per_group(up, job.placement.allocs):
+                        ends[key].append((at, count))
+            for at_opt, _, allocs in self.cycle_releases:
                 if at_opt is not None:
-                    ends[model].append((at_opt, sum(len(a.gpus) for a in allocs)))
-            self.fluids = {m: Fluid(free[m], ends[m], self.now) for m in self.models}
+                    key = up[allocs[0].node].group  # a start is in one group
+                    ends[key].append((at_opt, sum(len(a.gpus) for a in allocs)))
+            self.fluids = {key: Fluid(free[key], ends[key], self.now) for key in free}
         return self.fluids
 
-    def estimate(self, models: Sequence[str], gpus: int, limit_s: float | None) -> float | None:
-        """The earliest start over the models, taking the GPUs from the chosen model's fluid
-        so that the jobs behind see them gone."""
+    def estimate(
+        self, keys: Sequence[GroupKey], r: JobRequest, gpus: int, floored: bool
+    ) -> float | None:
+        """The earliest start over the groups (each no sooner than its nodes could hold the
+        shape, when `floored`), taking the GPUs from the chosen group's fluid so that the
+        jobs behind see them gone."""
         fluids = self.fluid_state()
-        if len(models) == 1:
-            f = fluids.get(models[0])
-            return None if f is None else f.start(gpus, limit_s)
         best: tuple[float, Fluid] | None = None
-        for m in models:
-            f = fluids[m]
+        for key in keys:
+            f = fluids[key]
             at = f.earliest(gpus)
             f.undo()
+            if at is not None and floored:
+                floor = self.group_floor(key, r)
+                at = None if floor is None else max(at, floor)
             if at is not None and (best is None or at < best[0]):
                 best = (at, f)
         if best is None:
             return None
         best[1].earliest(gpus)
-        best[1].take(gpus, limit_s)
+        best[1].take(gpus, r.time_limit_s)
         return best[0]

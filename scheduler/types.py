@@ -231,6 +231,13 @@ class Policy:
     # limits (capacity.fit_by_end); False: plain best fit, as the baselines place.
     pack_by_end: bool = True
 
+    def __post_init__(self) -> None:
+        # Usage decays as 2^(-age / half-life): zero would divide by zero mid-cycle.
+        if not self.fair_share_half_life_s > 0:
+            raise ValueError(
+                f"fair_share_half_life_s must be positive, not {self.fair_share_half_life_s!r}"
+            )
+
 
 # Reason and Wait are NamedTuples, immutable like the dataclasses here but built by
 # tuple.__new__: a cycle makes one Wait per pending job and one Reason per job waiting for
