@@ -750,14 +750,19 @@ def cmd_usage(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
     usage = api.call("GET", f"teams/{args.team}/usage/", query=query)
     if args.json:
         return _dump(usage, out)
+
+    def number(value: float) -> str:
+        # In full, to the API's 4 decimals: `:g` would print 1105920 as 1.10592e+06.
+        return f"{value:.4f}".rstrip("0").rstrip(".")
+
     print(
         f"team {usage['team']}, {usage['from']} to {usage['to']} (UTC days):"
-        f" {usage['total_gpu_hours']:g} GPU-hours",
+        f" {number(usage['total_gpu_hours'])} GPU-hours",
         file=out,
     )
     if usage["users"]:
         rows = [["USER", "GPU-HOURS"]]
-        rows += [[u["user"], f"{u['gpu_hours']:g}"] for u in usage["users"]]
+        rows += [[u["user"], number(u["gpu_hours"])] for u in usage["users"]]
         table(rows, out)
     rows = [["QUOTA", "IN USE", "NOMINAL", "BORROWING LIMIT", "BORROWED"]]
     for q in usage["quotas"]:
@@ -765,10 +770,10 @@ def cmd_usage(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
         rows.append(
             [
                 clean(q["gpu_model"]),
-                f"{q['used_gpus']:g}",
-                f"{q['nominal_gpus']:g}",
-                "unlimited" if limit is None else f"{limit:g}",  # null: no limit
-                f"{q['borrowed_gpus']:g}",
+                number(q["used_gpus"]),
+                number(q["nominal_gpus"]),
+                "unlimited" if limit is None else number(limit),  # null: no limit
+                number(q["borrowed_gpus"]),
             ]
         )
     print(file=out)

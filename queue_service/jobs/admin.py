@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from .models import Job, JobArray, JobEvent, PriorityClass
 
@@ -24,6 +25,11 @@ class JobAdmin(admin.ModelAdmin):
     # State changes go through services (cancel); the admin only reads jobs.
     readonly_fields = [f.name for f in Job._meta.fields]
     inlines = [JobEventInline]
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        # A job's runs are its team's usage (reports, fair share): deleting the job would
+        # delete them with it and rewrite what the team was charged, so job history stays.
+        return False
 
 
 @admin.register(JobArray)

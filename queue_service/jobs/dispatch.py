@@ -877,6 +877,10 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 reason = _reason(CLUSTER_HOLDS, f"the cluster holds it waiting: {said}")
                 if (job.reason, job.remote_state) != (reason, fields["remote_state"]):
                     hold_run(job, _as_read(job), timezone.now(), reason=reason, **fields)
+            elif job.state in Job.STOPPING and not _unseen(job):
+                # Being stopped (its stop refused or not yet taken), it is put back to wait all
+                # the same: its run ends too, and it keeps why it is being stopped.
+                hold_run(job, _as_read(job), timezone.now(), **fields)
             return False
         if remote == RemoteState.RUNNING:
             if job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS:
@@ -1075,7 +1079,7 @@ def _earliest_start(job: Job) -> datetime:
         if len(latest) == 2:
             break
     dispatched, queued = latest.get(S.DISPATCHING), latest.get(S.QUEUED)
-    start = dispatched or queued or now
+    start = (dispatched and _made_at(job, dispatched)) or queued or now
     synced = job.cluster.last_sync_at if job.cluster is not None else None
     if (
         synced is not None
@@ -1095,6 +1099,24 @@ def _earliest_start(job: Job) -> datetime:
     if held is not None:
         start = max(held, synced) if synced is not None else held
     return min(start, now)
+
+
+def _made_at(job: Job, dispatched: datetime) -> datetime:
+    """When the submit that made the attempt's workload (dispatched then) began, at the
+    earliest. One adopted may be any of the attempt's submits' (a lost answer is no proof of
+    a lost create): from the dispatch. One submitted afresh ("submitted as") is the last
+    submit's, made after the note of the last that failed or was interrupted."""
+    events = job.events.filter(at__gte=dispatched).order_by("at", "id")
+    made = events.filter(code="dispatched").values_list("at", "message").first()
+    if made is None or not str(made[1]).startswith("submitted as"):
+        return dispatched
+    start = dispatched
+    notes = events.filter(code__in=(RETRY, "dispatch_resumed"), at__lte=made[0])
+    for at, details in notes.values_list("at", "details"):
+        # A note repeated is one event, its last repeat in `last_at` (services.note).
+        last = details.get("last_at") if isinstance(details, dict) else None
+        start = max(start, parse_datetime(str(last or "")) or at)
+    return min(start, made[0])
 
 
 def _stop_overdue(job: Job, status: JobStatus | None) -> bool:

@@ -29,6 +29,9 @@ from .models import Job, JobArray, JobRun
 DEFAULT_DAYS = 14
 MAX_DAYS = 366
 EARLIEST = date(2000, 1, 1)
+# GPU-hours as the API, the CSV and `gpuq usage` give them: a 1g slice of an A100 (1/7 of a
+# GPU) for an hour is 0.1429.
+HOURS_DECIMALS = 4
 
 
 def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
@@ -79,8 +82,8 @@ def usage_report(team: Team, first: date, last: date, now: datetime) -> UsageRep
 
 
 def usage_csv(report: UsageReport) -> str:
-    """One row per day and user with usage. Cells a spreadsheet would run as a formula are
-    prefixed with a quote."""
+    """One row per day and user with usage, in GPU-hours as the API gives them (HOURS_DECIMALS).
+    Cells a spreadsheet would run as a formula are prefixed with a quote."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(["day", "team", "user", "gpu_hours"])
@@ -88,7 +91,14 @@ def usage_csv(report: UsageReport) -> str:
         for user in report.users:
             value = report.gpu_hours.get((day, user))
             if value:
-                writer.writerow([day.isoformat(), _cell(report.team), _cell(user), f"{value:.3f}"])
+                writer.writerow(
+                    [
+                        day.isoformat(),
+                        _cell(report.team),
+                        _cell(user),
+                        f"{value:.{HOURS_DECIMALS}f}",
+                    ]
+                )
     return out.getvalue()
 
 
@@ -104,10 +114,12 @@ def team_usage(team: Team, first: date, last: date, now: datetime) -> dict[str, 
         "team": team.slug,
         "from": first,
         "to": last,
-        "total_gpu_hours": round(report.total(), 4),
-        "users": [{"user": u, "gpu_hours": round(report.total(u), 4)} for u in report.users],
+        "total_gpu_hours": round(report.total(), HOURS_DECIMALS),
+        "users": [
+            {"user": u, "gpu_hours": round(report.total(u), HOURS_DECIMALS)} for u in report.users
+        ],
         "days": [
-            {"day": day, "user": u, "gpu_hours": round(report.gpu_hours[(day, u)], 4)}
+            {"day": day, "user": u, "gpu_hours": round(report.gpu_hours[(day, u)], HOURS_DECIMALS)}
             for day in report.days
             for u in report.users
             if report.gpu_hours.get((day, u))
@@ -289,7 +301,7 @@ def cluster_totals(
 # (state, name, "job" | "array").
 Dep = tuple[str, str, str]
 # The state of a job that is no longer stored, or of an array missing a task (deleted in the
-# admin): it can never succeed.
+# database: the admin cannot delete jobs): it can never succeed.
 GONE = "gone"
 
 

@@ -16,9 +16,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, OuterRef, Q, Subquery, TextField
+from django.db.models import (
+    Count,
+    F,
+    FloatField,
+    Func,
+    OuterRef,
+    Q,
+    Subquery,
+    Sum,
+    TextField,
+    Value,
+)
 from django.db.models.fields.json import KeyTransform
-from django.db.models.functions import Cast
+from django.db.models.functions import Cast, Coalesce, Exp, Greatest, Least
 from django.utils import timezone
 
 import scheduler
@@ -36,7 +47,9 @@ from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unpl
 log = logging.getLogger(__name__)
 S = Job.State
 SEP = "/"  # snapshot node names are "<cluster>/<node>": unique across clusters
-USAGE_WINDOW_HALF_LIVES = 4  # older usage weighs under 1/16: not worth reading
+# Usage older than this weighs under 2^-40 (1e-12): a year of 10,000 GPUs adds under a
+# GPU-second. The window also keeps exp() in SQL from underflowing (PostgreSQL raises).
+USAGE_WINDOW_HALF_LIVES = 40
 
 
 def run_cycle(now: datetime | None = None) -> dict[str, Any]:
@@ -769,23 +782,44 @@ def _teams(now: datetime) -> tuple[st.Team, ...]:
 def _usage_by_team(now: datetime) -> dict[int, tuple[st.UsageBucket, ...]]:
     """Each team's GPU-seconds, every second decayed from when it was used (a running job's
     up to now), handed over as one bucket at now. The scheduler decays a bucket by its age
-    alone: one per run at its end would count a week-long run as if used at its end."""
+    alone: one per run at its end would count a week-long run as if used at its end. One
+    aggregate in SQL, per team, over the runs that ended within USAGE_WINDOW_HALF_LIVES."""
     half_life = settings.GPUQ_FAIR_SHARE_HALF_LIFE_S
-    since = now - timedelta(seconds=half_life * USAGE_WINDOW_HALF_LIVES)
-    decayed: dict[int, float] = defaultdict(float)
-    rows = JobRun.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since)).values_list(
-        "team_id", "gpus", "started_at", "ended_at"
-    )
     rate = math.log(2) / half_life
-    for team_id, gpus, started_at, ended_at in rows:
-        end = min(ended_at or now, now)
-        start = min(max(started_at, since), end)
-        # The integral of gpus * 2^-(now - t)/half_life over the run.
-        recent = math.exp(-rate * (now - end).total_seconds())
-        early = math.exp(-rate * (now - start).total_seconds())
-        decayed[team_id] += gpus * (recent - early) / rate
+    since = now - timedelta(seconds=half_life * USAGE_WINDOW_HALF_LIVES)
     at = now.timestamp()
-    return {team: (st.UsageBucket(at, gs),) for team, gs in decayed.items() if gs > 0}
+    end = Least(Coalesce(_Epoch("ended_at"), Value(at)), Value(at))
+    start = Least(Greatest(_Epoch("started_at"), Value(since.timestamp())), end)
+    # The integral of gpus * 2^-(now - t)/half_life over the run.
+    decayed = F("gpus") * (Exp(rate * (end - at)) - Exp(rate * (start - at))) / rate
+    rows = (
+        JobRun.objects.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=since))
+        .values("team_id")
+        .order_by()
+        .annotate(used=Sum(decayed, output_field=FloatField()))
+        .values_list("team_id", "used")
+    )
+    return {team: (st.UsageBucket(at, used),) for team, used in rows if used and used > 0}
+
+
+class _Epoch(Func):
+    """A timestamp's seconds since the epoch, as a float (UTC on both databases)."""
+
+    output_field = FloatField()
+
+    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return self.as_sql(
+            compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::float8", **extra
+        )
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        # Django stores a UTC timestamp as text; julianday reads it (day 2440587.5 is 1970-01-01).
+        return self.as_sql(
+            compiler,
+            connection,
+            template="((julianday(%(expressions)s) - 2440587.5) * 86400.0)",
+            **extra,
+        )
 
 
 def apply_decisions(

@@ -82,8 +82,8 @@ def test_the_usage_csv_has_a_row_per_day_and_user_and_defuses_formulas() -> None
     report = UsageReport("=team", (d,), ("-1+1", "ann"), {(d, "-1+1"): 1.23456, (d, "ann"): 2})
     assert usage_csv(report).splitlines() == [
         "day,team,user,gpu_hours",
-        "2025-01-02,'=team,'-1+1,1.235",
-        "2025-01-02,'=team,ann,2.000",
+        "2025-01-02,'=team,'-1+1,1.2346",
+        "2025-01-02,'=team,ann,2.0000",
     ]
 
 

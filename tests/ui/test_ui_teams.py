@@ -130,9 +130,9 @@ def test_the_usage_report_charts_gpu_hours_per_user_and_day_and_downloads_as_csv
     with open(download.value.path(), encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [(r["day"], r["user"], r["gpu_hours"]) for r in rows] == [
-        (yesterday, "alice", "6.000"),
-        (yesterday, "bob", "4.000"),
-        (now.date().isoformat(), "alice", "2.000"),
+        (yesterday, "alice", "6.0000"),
+        (yesterday, "bob", "4.0000"),
+        (now.date().isoformat(), "alice", "2.0000"),
     ]
     page.locator("input[name=from]").fill(now.date().isoformat())
     page.get_by_role("button", name="Show").click()
