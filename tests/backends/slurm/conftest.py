@@ -86,19 +86,22 @@ def kill_node(node: str) -> None:
     jobs = subprocess.run(
         ["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True, text=True, check=True
     ).stdout.split()
-    pids: set[int] = set()
+    processes: set[int] = set()
+    stepds: set[int] = set()
     for job in jobs:
         listed = subprocess.run(
             ["scontrol", "listpids", job, node], capture_output=True, text=True, check=False
         ).stdout.splitlines()[1:]
         for line in listed:
             pid = int(line.split()[0])
-            pids.add(pid)
+            processes.add(pid)
             parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
             if Path(f"/proc/{parent}/cmdline").read_bytes().startswith(b"slurmstepd"):
-                pids.add(parent)
-    pids.add(int(Path(f"/run/slurm/slurmd-{node}.pid").read_text()))
-    for pid in pids:
+                stepds.add(parent)
+    slurmd = int(Path(f"/run/slurm/slurmd-{node}.pid").read_text())
+    # The daemons first: a step daemon that outlived its job's processes would report their
+    # deaths (the job FAILED), where a dead node's jobs end NODE_FAIL.
+    for pid in [slurmd, *sorted(stepds), *sorted(processes - stepds)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
