@@ -387,6 +387,7 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
     """`resubmit`: an earlier submit of the job's attempt may have reached the cluster."""
     assert job.cluster is not None
     attempt = job.attempts
+    began = timezone.now()  # what made the workload began then, at the earliest (_made_at)
     try:
         result = backend_for(job.cluster).submit(dispatch_request(job, resubmit))
     except BackendError as exc:
@@ -408,6 +409,7 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
         return  # else another submit of this attempt named it (and went on)
     job.external_id = result.external_id
     message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
+    details = {"submit_began": began.isoformat()}
     job.refresh_from_db(fields=["state", "updated_at"])
     if job.state == S.DISPATCHING:
         try:
@@ -416,13 +418,14 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
                 S.QUEUED,
                 code="dispatched",
                 message=message,
+                details=details,
                 reason=_reason("dispatched", "accepted by the cluster; waiting to start"),
             )
             return
         except StaleState:
             job.refresh_from_db()
     if job.state in (S.CANCELLING, S.SUSPENDING):  # asked to stop while being handed over
-        note(job, "dispatched", message)
+        note(job, "dispatched", message, details)
         request_stop(job)
 
 
@@ -1105,11 +1108,15 @@ def _made_at(job: Job, dispatched: datetime) -> datetime:
     """When the submit that made the attempt's workload (dispatched then) began, at the
     earliest. One adopted may be any of the attempt's submits' (a lost answer is no proof of
     a lost create): from the dispatch. One submitted afresh ("submitted as") is the last
-    submit's, made after the note of the last that failed or was interrupted."""
+    submit's: from when it began (`submit_began`), or, in an event written before that was
+    recorded, after the note of the last submit that failed or was interrupted."""
     events = job.events.filter(at__gte=dispatched).order_by("at", "id")
-    made = events.filter(code="dispatched").values_list("at", "message").first()
+    made = events.filter(code="dispatched").values_list("at", "message", "details").first()
     if made is None or not str(made[1]).startswith("submitted as"):
         return dispatched
+    began = made[2].get("submit_began") if isinstance(made[2], dict) else None
+    if began and (when := parse_datetime(str(began))) is not None:
+        return min(max(when, dispatched), made[0])  # recorded by submit_admitted
     start = dispatched
     notes = events.filter(code__in=(RETRY, "dispatch_resumed"), at__lte=made[0])
     for at, details in notes.values_list("at", "details"):

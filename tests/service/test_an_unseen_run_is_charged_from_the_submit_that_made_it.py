@@ -55,12 +55,12 @@ def charged_once_ended(job: Job) -> JobRun:
     return run
 
 
-def test_a_job_submitted_afresh_after_failed_submits_is_charged_from_after_the_last(
+def test_a_job_submitted_afresh_after_failed_submits_is_charged_from_that_submit(
     people: Any, local_cluster: Any
 ) -> None:
     """Two submits fail (the job's directory cannot be made: transient, retried), the third
     finds nothing to adopt and submits afresh; the job runs an instant. Its run counts from
-    no earlier than the last failed submit, not from the first dispatch."""
+    when that submit began (not from the first dispatch, nor the last failure)."""
     job = admitted(people)
     blocker = Path(local_cluster.settings["workdir"]) / str(job.pk)
     blocker.parent.mkdir(parents=True, exist_ok=True)
@@ -71,13 +71,14 @@ def test_a_job_submitted_afresh_after_failed_submits_is_charged_from_after_the_l
     fails(job)
     clock.sleep(OUTAGE_S)
     blocker.unlink()
+    retried = timezone.now()
     dispatch_job(str(job.pk))
     job.refresh_from_db()
     made = job.events.get(to_state=S.QUEUED)
     assert made.message.startswith("submitted as")
 
     run = charged_once_ended(job)
-    assert last_failure <= run.started_at <= made.at
+    assert last_failure < retried <= run.started_at <= made.at
 
 
 def test_a_job_adopted_after_a_lost_answer_is_charged_from_its_first_dispatch(
