@@ -26,6 +26,7 @@ import httpx2
 import msgspec
 import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
+from lightkube import operators as ops
 from lightkube.config.client_adapter import Client as AdapterClient
 from lightkube.config.client_adapter import ConnectionParams, ExecAuth
 from lightkube.config.kubeconfig import SingleConfig
@@ -42,6 +43,7 @@ from ..base import (
     JobStatus,
     LogChunk,
     NodeInfo,
+    PartialPoll,
     RemoteState,
     SubmitResult,
 )
@@ -709,18 +711,35 @@ class KubernetesBackend:
         a workload that must stop is deleted, and an end once reported releases gpuq's
         finalizer."""
         out: dict[str, JobStatus] = {}
-        for eid, (ref, obj, seen, _) in self._observe(external_ids).items():
+        failures: list[tuple[str, BackendError]] = []
+        for eid, (ref, obj, seen, _) in self._observe(external_ids, failures).items():
             if ref is not None and seen.stop:
                 self._delete(ref, grace_s=0)
             if ref is not None and obj is not None and seen.status.state in RemoteState.TERMINAL:
                 self._release(ref, obj)
             out[eid] = seen.status
+        if failures:
+            if not out:
+                raise failures[0][1]  # nothing was read: the error as it is
+            # Namespaces are granted apart (a RoleBinding each): one gpuq may not read leaves
+            # its jobs unknown, and every other namespace's are still followed.
+            raise PartialPoll(
+                "; ".join(
+                    f"jobs in the namespace {ns} not read: {e.message}" for ns, e in failures
+                ),
+                out,
+                permanent=all(e.permanent for _, e in failures),
+            )
         return out
 
     def _observe(
-        self, external_ids: Sequence[str]
+        self,
+        external_ids: Sequence[str],
+        failures: list[tuple[str, BackendError]] | None = None,
     ) -> dict[str, tuple[ObjectRef | None, Obj | None, Observation, list[Obj]]]:
-        """What poll sees (and the workload's pods), with no action taken."""
+        """What poll sees (and the workload's pods), with no action taken. Given `failures`,
+        a namespace whose lists fail is added to it and its jobs left out; without, the
+        error is raised."""
         out: dict[str, tuple[ObjectRef | None, Obj | None, Observation, list[Obj]]] = {}
         refs: dict[str, list[ObjectRef]] = defaultdict(list)
         for eid in external_ids:
@@ -739,11 +758,18 @@ class KubernetesBackend:
         found: list[tuple[ObjectRef, Obj | None, list[Obj]]] = []
         for namespace, ns_refs in sorted(refs.items()):
             objects: dict[tuple[str, str], Obj] = {}
-            for kind in sorted({r.kind for r in ns_refs}):
-                for item in self._list(RESOURCES[kind], namespace):
-                    objects[(kind, item["metadata"]["name"])] = item
+            try:
+                for kind in sorted({r.kind for r in ns_refs}):
+                    for item in self._list(RESOURCES[kind], namespace):
+                        objects[(kind, item["metadata"]["name"])] = item
+                ns_pods = self._list(Pod, namespace)
+            except BackendError as exc:
+                if failures is None:
+                    raise
+                failures.append((namespace, exc))
+                continue
             pods_by_owner: dict[str, list[Obj]] = defaultdict(list)
-            for pod in self._list(Pod, namespace):
+            for pod in ns_pods:
                 for owner in pod["metadata"].get("ownerReferences") or []:
                     pods_by_owner[owner.get("uid", "")].append(pod)
             for ref in ns_refs:
@@ -1395,11 +1421,15 @@ class KubernetesBackend:
 
     def nodes(self) -> list[NodeInfo]:
         nodes = self._list_nodes()
+        # Every pod not ended, gpuq's or not: kube-scheduler counts the GPUs and MIG slices
+        # of the cluster's other workloads as taken, so gpuq must too (inventory._usage).
         pods = self._call(
-            "list gpuq pods",
+            "list pods",
             lambda: [
                 p.to_dict()
-                for p in self.client.list(Pod, namespace="*", labels={JOB_ID_LABEL: None})
+                for p in self.client.list(
+                    Pod, namespace="*", fields={"status.phase": ops.not_in(["Succeeded", "Failed"])}
+                )
             ],
         )
         return inventory(nodes, pods, self.settings)

@@ -1,5 +1,5 @@
-"""Pure inventory: Node objects (and gpuq's pods) as the API server returns them, in;
-NodeInfo out.
+"""Pure inventory: Node objects (and the pods not ended, gpuq's and others') as the API server
+returns them, in; NodeInfo out.
 
 Kubernetes tells how many MIG devices of each profile a node offers, not where they sit. The
 placements reported here are canonical: the per-GPU layout of the node's current
@@ -323,7 +323,8 @@ WHOLE_GPU = ""
 
 
 def _usage(pods: Sequence[Obj]) -> dict[str, list[tuple[str, str]]]:
-    """node -> [(mig profile or WHOLE_GPU, gpuq job id)] for gpuq pods holding GPUs there."""
+    """node -> [(mig profile or WHOLE_GPU, gpuq job id, "" outside gpuq)] for pods holding GPUs
+    there."""
     used: dict[str, list[tuple[str, str]]] = {}
     for pod in sorted(pods, key=lambda p: p.get("metadata", {}).get("name", "")):
         node = pod.get("spec", {}).get("nodeName")

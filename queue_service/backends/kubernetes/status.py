@@ -71,8 +71,9 @@ STOPPED_UNSTARTED = "gpuq.io/stopped-before-start"
 class Observation:
     """The status to report; `stop` when the object still runs on the cluster although gpuq
     now considers the job finished (e.g. an image that never pulls): the backend deletes it.
-    `ended_first` when the workload ended by itself before any deletion reached it: a stop
-    now would stop nothing."""
+    `ended_first` when the workload ended by itself before any deletion reached it, or is
+    ending by itself (a failing Job, a Volcano Job completing) while its last pods stop: a
+    stop now would stop nothing."""
 
     status: JobStatus
     stop: bool = False
@@ -420,12 +421,10 @@ def batch_job_status(
         # The controller marks a Job failing (FailureTarget; Failed too before Kubernetes
         # 1.31, kubernetes#123775), then deletes its other pods: their GPUs are busy until
         # they are gone, and their exit codes are known only then.
+        ended_first = _ended_first(job, failed.get("lastTransitionTime"))
         if (failing := _stopping(eid, pods, "Failing", nodes)) is not None:
-            return failing
-        return Observation(
-            _failed_job(eid, failed, pods),
-            ended_first=_ended_first(job, failed.get("lastTransitionTime")),
-        )
+            return dataclasses.replace(failing, ended_first=ended_first)
+        return Observation(_failed_job(eid, failed, pods), ended_first=ended_first)
     if deleting:
         return Observation(
             JobStatus(eid, RemoteState.CANCELLED, reason="deleted", native_state="Terminating")
@@ -439,12 +438,30 @@ def batch_job_status(
         )
     if (lost := _node_lost(eid, pods, nodes)) is not None:
         return lost
+    if (ended := _pod_failed(pods)) is not None:
+        # A pod has failed and the Job controller has not said so yet (it counts a pod's end
+        # some time after the kubelet reports it): with backoffLimit 0 and FailJob as its
+        # pod failure policy's only action, the Job fails, as if FailureTarget were set.
+        if (failing := _stopping(eid, pods, "Failing", nodes)) is not None:
+            return dataclasses.replace(failing, ended_first=True)
+        return Observation(_failed_job(eid, ended, pods), ended_first=True)
     want = int(_get(job, "spec", "parallelism") or 1)
     running = _pods_running(pods, want)
     if running >= want:
         return Observation(JobStatus(eid, RemoteState.RUNNING, native_state="Running"))
     default = f"{running} of {want} pods running" if want > 1 else "waiting for the pod to start"
     return _waiting(eid, pods, now, image_pull_grace_s, default, "Pending")
+
+
+def _pod_failed(pods: Sequence[Obj]) -> Obj | None:
+    """A Failed condition as the Job controller will set it for a pod that failed, if one
+    did (its reason: BackoffLimitExceeded, or PodFailurePolicy for a disrupted pod)."""
+    failed = [p for p in pods if _get(p, "status", "phase") == "Failed"]
+    if not failed:
+        return None
+    disrupted = any(_disruption(p) is not None for p in failed)
+    why = "PodFailurePolicy" if disrupted else "BackoffLimitExceeded"
+    return {"type": "Failed", "status": "True", "reason": why}
 
 
 def _failed_job(eid: str, cond: Obj, pods: Sequence[Obj]) -> JobStatus:
@@ -511,8 +528,11 @@ def volcano_job_status(
         # running while they stop, succeeded once only pods no kubelet can confirm are left
         # (lost: _lost), never a node failure: the work is done.
         if (completing := _stopping(eid, pods, phase, nodes)) is not None:
-            return completing
-        return Observation(JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase))
+            return dataclasses.replace(completing, ended_first=ended_first)
+        return Observation(
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase),
+            ended_first=ended_first,
+        )
     if phase in ("Failed", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
