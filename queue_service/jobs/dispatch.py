@@ -547,8 +547,10 @@ def stop_job(job_id: str) -> None:
     try:
         stopping = backend.cancel(job.external_id, grace_s=grace)
         # The cluster answered: this stop reached it (an error leaves that unknown, and the
-        # job's own end must not then be taken for the stop's).
-        JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "delivered": True})
+        # job's own end must not then be taken for the stop's). One that stopped nothing (the
+        # job had ended, or was ending, on its own) is no stop its end can be taken for.
+        answered = {**sent.details, "delivered": True, **({} if stopping else ENDED_FIRST)}
+        JobEvent.objects.filter(pk=sent.pk).update(details=answered)
         delivered = True
         _stop_taken(job, grace)
         if stopping:
@@ -576,6 +578,20 @@ def stop_job(job_id: str) -> None:
     _apply_status(job, status, stopped=False)
 
 
+# On a `stop_sent` event whose stop the cluster answered with "nothing to stop": the job had
+# ended, or was ending, on its own (a Kubernetes Job failing by itself, a Volcano gang
+# completing); such a stop never counts as what ended it.
+ENDED_FIRST = {"ended_first": True}
+
+
+def _stops_that_count(job: Job) -> QuerySet[JobEvent]:
+    """The attempt's `stop_sent` events, but those that stopped nothing."""
+    # has_key: a key compared in SQL is NULL where it is missing, and NOT NULL excludes too.
+    return job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exclude(
+        details__has_key="ended_first"
+    )
+
+
 def _other_stop_under_way(job: Job, sent: JobEvent, grace: float) -> bool:
     """Whether another stop of this attempt may be what ended the job, for a stop noted when
     none of the attempt had been answered (not a repeat): one answered since (`delivered`
@@ -584,7 +600,7 @@ def _other_stop_under_way(job: Job, sent: JobEvent, grace: float) -> bool:
     died mid-stop leaves its event so)."""
     since = timezone.now() - timedelta(seconds=grace + STOP_UNDER_WAY_S)
     others = (
-        job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
+        _stops_that_count(job)
         .exclude(pk=sent.pk)
         .exclude(details__has_key="failed")
         .values_list("at", "details")
@@ -690,7 +706,7 @@ def _note_stop(job: Job, grace: float) -> tuple[bool, JobEvent]:
     with transaction.atomic():
         list(Job.objects.select_for_update().filter(pk=job.pk).values_list("pk"))
         earlier = job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
-        delivered = earlier.filter(details__delivered=True).exists()
+        delivered = _stops_that_count(job).filter(details__delivered=True).exists()
         last = earlier.order_by("-at", "-id").first()
         if last is not None and _refold(job, last):
             return delivered, last
@@ -786,7 +802,7 @@ def _stop_sent(job: Job) -> bool:
     ended by itself, and its end is its own, as when the stop finds it ended."""
     if job.state not in Job.STOPPING:
         return True  # not read for a job not being stopped
-    return job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exists()
+    return _stops_that_count(job).exists()
 
 
 def send_stop_again(job: Job) -> None:
