@@ -5,12 +5,10 @@ ends as it ended on its own, `failed` with its exit code, not `cancelled`, and t
 
 from __future__ import annotations
 
-import copy
 import time
 from typing import Any
 
 import pytest
-from k8s_fakeapi import now_rfc3339
 
 from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job
@@ -27,33 +25,6 @@ def two_nodes(sim: Any) -> None:
     sim.node("gpu-2", gpus=8)
 
 
-def failing_by_itself(sim: Any, eid: str) -> None:
-    """Pod 1 failed (exit 3); the Job controller marked the Job `FailureTarget` and is
-    deleting pod 0, whose kubelet has not confirmed its stop yet."""
-    p0, p1 = sim.pods(eid)
-    sim.api.store.pods_stop_at_once = False
-    sim._pod_status(p1, "pod_failed_error", exit_code=3, reason="Error")
-    pods = sim._t(("", "v1", "pods"))
-    namespace = p0["metadata"]["namespace"]
-    with sim.store.lock:
-        sim.store.delete(pods, namespace, p0["metadata"]["name"], None, None)
-    kind, obj = sim.workload(eid)
-    now = now_rfc3339(time.time())
-    status = copy.deepcopy(obj["status"])
-    status["conditions"] = [
-        {
-            "type": "FailureTarget",
-            "status": "True",
-            "lastProbeTime": now,
-            "lastTransitionTime": now,
-            "reason": "BackoffLimitExceeded",
-            "message": "Job has reached the specified backoff limit",
-        }
-    ]
-    status["failed"], status["terminating"], status["ready"] = 1, 1, 0
-    sim._set_status(kind, namespace, obj["metadata"]["name"], status)
-
-
 def test_a_cancel_that_meets_a_job_failing_by_itself_leaves_it_its_own_end(
     fake_k8s: Any, people: Any, teams: Any
 ) -> None:
@@ -67,7 +38,7 @@ def test_a_cancel_that_meets_a_job_failing_by_itself_leaves_it_its_own_end(
         run_once()
         job.refresh_from_db()
         assert job.state == S.RUNNING, job.reason
-        failing_by_itself(sim, job.external_id)
+        sim.failing_by_itself(job.external_id, now=time.time())
 
         cancel_job(people["alice"], job)  # its stop is sent at once (no broker)
 

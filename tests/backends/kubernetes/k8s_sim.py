@@ -639,6 +639,35 @@ class Sim:
         self._pod_status(pods[index], "pod_failed_error", exit_code=exit_code, reason=reason)
         self._end(eid, pods[index], "job_failed_backoff", n=1)
 
+    def failing_by_itself(self, eid: str, *, now: float, exit_code: int = 3) -> None:
+        """A 2-pod batch Job failing on its own, before its controller has caught up (Kubernetes
+        >= 1.31, kubernetes#123775): pod 1 failed, the Job is marked `FailureTarget` (set at
+        once for a backoffLimit-0 Job; `Failed` only once the other pods are gone), and pod 0
+        is being deleted, its kubelet not having confirmed the stop yet."""
+        p0, p1 = self.pods(eid)
+        self.store.pods_stop_at_once = False
+        self._pod_status(p1, "pod_failed_error", exit_code=exit_code, reason="Error")
+        namespace = p0["metadata"]["namespace"]
+        with self.store.lock:
+            self.store.delete(
+                self._t(("", "v1", "pods")), namespace, p0["metadata"]["name"], None, None
+            )
+        t, obj = self.workload(eid)
+        at = now_rfc3339(now)
+        status = copy.deepcopy(obj["status"])
+        status["conditions"] = [
+            {
+                "type": "FailureTarget",
+                "status": "True",
+                "lastProbeTime": at,
+                "lastTransitionTime": at,
+                "reason": "BackoffLimitExceeded",
+                "message": "Job has reached the specified backoff limit",
+            }
+        ]
+        status["failed"], status["terminating"], status["ready"] = 1, 1, 0
+        self._set_status(t, namespace, obj["metadata"]["name"], status)
+
     def evict(self, eid: str, *, index: int = 0, cause: str = "kubelet") -> None:
         """cause: "kubelet" (node-pressure eviction; the pod stays, Failed/Evicted) or
         "preemption" (kube-scheduler; the pod is marked, then deleted)."""

@@ -65,26 +65,8 @@ def test_cancel_of_a_batch_job_already_failing_by_itself_stops_nothing(
     on its own: cancel deletes nothing and returns False."""
     b = make_backend(api, clock, workload="indexed", image_default="img:1")
     eid = b.submit(request(nodes=2)).external_id
-    p0, p1 = sim.run(eid)
-    api.store.pods_stop_at_once = False
-    sim._pod_status(p1, "pod_failed_error", exit_code=3, reason="Error")
-    with sim.store.lock:
-        sim.store.delete(_pods_type(sim), NAMESPACE, p0["metadata"]["name"], None, None)
-    t, obj = sim.workload(eid)
-    now = now_rfc3339(clock())
-    status = copy.deepcopy(obj["status"])
-    status["conditions"] = [
-        {
-            "type": "FailureTarget",
-            "status": "True",
-            "lastProbeTime": now,
-            "lastTransitionTime": now,
-            "reason": "BackoffLimitExceeded",
-            "message": "Job has reached the specified backoff limit",
-        }
-    ]
-    status["failed"], status["terminating"], status["ready"] = 1, 1, 0
-    sim._set_status(t, NAMESPACE, obj["metadata"]["name"], status)
+    p0, _ = sim.run(eid)
+    sim.failing_by_itself(eid, now=clock())
     stuck = next(p for p in sim.pods(eid) if p["metadata"]["name"] == p0["metadata"]["name"])
     assert stuck["metadata"]["deletionTimestamp"] and stuck["status"]["phase"] == "Running"
 
