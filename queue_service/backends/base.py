@@ -24,8 +24,8 @@ class BackendError(Exception):
 
 class PartialPoll(BackendError):
     """A poll that read some of its jobs and could not read the others (a Slurm account
-    that cannot log in): `statuses` holds those it read; the others are unknown, not lost.
-    The message says why (the cluster's sync error)."""
+    that cannot log in, a Kubernetes namespace that answers 403): `statuses` holds those it
+    read; the others are unknown, not lost. The message says why (the cluster's sync error)."""
 
     def __init__(
         self, message: str, statuses: Mapping[str, JobStatus], *, permanent: bool = False
