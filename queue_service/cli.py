@@ -853,6 +853,13 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if args.time_limit is not None:
         changes["time_limit"] = None if args.time_limit.lower() == "default" else args.time_limit
     states = UPDATE_WAITING if changes else ACTS_ON["cancel"]
+    # An array named by --array may have no task waiting, and its %N may change at any time:
+    # its started tasks are selected too, to carry that alone.
+    started_carry_limit = bool(
+        changes and args.array and args.max_running is not None and not args.state
+    )
+    if started_carry_limit:
+        states = ACTS_ON["cancel"]
     if args.notify is not None:  # until a job ends
         changes["notify"] = args.notify
     failed = 0
@@ -860,6 +867,8 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     limited: set[str] = set()  # arrays whose %N has been sent, with one of their tasks
     for job in selected(api, args, states):
         body = dict(changes)
+        if started_carry_limit and job["state"] not in UPDATE_WAITING.split(","):
+            body = {}
         if args.max_running is not None:
             if "array" not in job:  # named by id: which array it is in decides what to send
                 try:
@@ -869,13 +878,12 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
                     print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
                     continue
             array = job.get("array")
-            if array is None and not changes:
+            if array is None and not changes and args.ids:
                 body["array"] = args.max_running  # the server says it is not in an array
             elif array is not None and array["id"] not in limited:
-                limited.add(array["id"])
                 body["array"] = args.max_running
         if not body:
-            continue  # only its array's %N, sent with another of its tasks
+            continue  # only its array's %N, sent with another task (or by filters, in none)
         try:
             answer = api.call(
                 "PATCH",
@@ -887,6 +895,8 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
             failed += 1
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             continue
+        if "array" in body and job.get("array"):
+            limited.add(job["array"]["id"])  # once done: a refused PATCH leaves it to the next task
         answers.append(answer)
         if not args.json:
             print(f"{answer['id']}  {job_name(answer)}  {updated(answer, body)}", file=out)
@@ -1037,10 +1047,10 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")
     p.add_argument("--state", type=comma_list, help="comma-separated, e.g. pending,running")
-    p.add_argument("--team")
+    p.add_argument("--team", type=comma_list)
     p.add_argument("--kind", choices=["training", "agent"])
-    p.add_argument("--priority")
-    p.add_argument("--cluster")
+    p.add_argument("--priority", type=comma_list)
+    p.add_argument("--cluster", type=comma_list)
     p.add_argument("--name", help="names containing this text")
     p.add_argument("--mine", action="store_true", help="only jobs you submitted")
     p.add_argument(
@@ -1056,8 +1066,8 @@ def parser() -> argparse.ArgumentParser:
         "pending jobs in scheduling order, and why each waits"
         " (an array's tasks held back by its limit: one line, as sweep[3-11])",
     )
-    p.add_argument("--team")
-    p.add_argument("--cluster")
+    p.add_argument("--team", type=comma_list)
+    p.add_argument("--cluster", type=comma_list)
 
     p = command("show", cmd_show, "one job: state, why it waits, placement, events")
     p.add_argument("id", type=job_id)
@@ -1084,11 +1094,11 @@ def parser() -> argparse.ArgumentParser:
             "--state", type=comma_list, help=f"with no IDs: comma-separated (default {states})"
         )
         p.add_argument("--name", help="with no IDs: jobs whose names contain this text")
-        p.add_argument("--team")
+        p.add_argument("--team", type=comma_list)
         p.add_argument("--kind", choices=["training", "agent"])
         if verb != "update":  # there, --priority is the new one
-            p.add_argument("--priority")
-        p.add_argument("--cluster")
+            p.add_argument("--priority", type=comma_list)
+        p.add_argument("--cluster", type=comma_list)
         p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
         p.add_argument(
             "--array",
@@ -1111,7 +1121,11 @@ def parser() -> argparse.ArgumentParser:
         "change waiting jobs' priority or time limit, or their arrays' limit of tasks at once,"
         " as scontrol update (yours, or your team's as its admin)",
     )
-    selecting(p, "update", f"{UPDATE_WAITING}; with only --max-running, all but ended ones")
+    selecting(
+        p,
+        "update",
+        f"{UPDATE_WAITING}; with only --max-running, or it and --array, all but ended ones",
+    )
     p.add_argument(
         "--priority", dest="new_priority", metavar="CLASS", help="the new priority class, e.g. high"
     )
@@ -1152,7 +1166,7 @@ def main(
         _usage(top, "both GPUQ_TOKEN and GPUQ_TOKEN_FILE are set: set one of them")
     if not token and token_file:  # as the service's own secrets: VAR or VAR_FILE
         try:
-            with open(token_file, encoding="utf-8") as f:
+            with open(token_file, encoding="utf-8-sig") as f:
                 token = f.read().strip()
         except (OSError, UnicodeDecodeError) as exc:
             _usage(top, f"GPUQ_TOKEN_FILE={token_file!r} cannot be read: {exc}")
