@@ -144,8 +144,14 @@ def _again_array(request: HttpRequest, job: Job) -> str | None:
     again = _unsucceeded(request, job)
     if not again:
         return None
-    limit = job.array.max_running
-    return index_ranges(again, max_chars=0) + (f"%{limit}" if limit else "")
+    return _under_array_limit(job, index_ranges(again, max_chars=0))
+
+
+def _under_array_limit(job: Job, indices: str) -> str:
+    """`indices` under the limit of `job`'s array, unless they give their own (as the API's
+    resubmit does)."""
+    limit = job.array.max_running if job.array_id is not None else None
+    return f"{indices}%{limit}" if limit and "%" not in indices else indices
 
 
 def _stream(request: HttpRequest) -> str:
@@ -461,7 +467,8 @@ def submit(request: HttpRequest) -> HttpResponse:
                     data["array"] = context["copy_array"] = array
                     context["copy_again"] = AGAIN_UNSUCCEEDED
             elif request.GET.get("array"):  # indices asked for by hand
-                data["array"] = context["copy_array"] = request.GET["array"]
+                array = _under_array_limit(context["copied_from"], request.GET["array"])
+                data["array"] = context["copy_array"] = array
             context["values"] = forms.spec_to_form(data)
             context["yaml_text"] = forms.spec_to_yaml(data)
             # A copy the form cannot hold opens as YAML, so that it is not changed unseen;

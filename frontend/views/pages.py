@@ -24,6 +24,7 @@ from queue_service.clusters.models import Cluster
 from queue_service.clusters.services import can_read_sync_errors, gpu_layouts, sync_error_summary
 from queue_service.jobs.models import Job
 from queue_service.jobs.reports import cluster_totals, quota_usage
+from queue_service.jobs.snapshot import site_mig_tables
 from queue_service.tenancy import services as team_services
 from queue_service.tenancy.models import ApiToken
 from scheduler.mig import geometry
@@ -248,12 +249,13 @@ def _maps(request: HttpRequest, clusters: list[Cluster], *, compact: bool) -> li
     """Per cluster: its nodes, each with its GPU map, and the cluster's totals; a failed
     sync in a few words safe for anyone, and in its own words for site staff."""
     layouts = gpu_layouts(clusters, request.user)
+    site = site_mig_tables(clusters)
     staff = can_read_sync_errors(request.user)
     out = []
     for cluster in clusters:
         nodes = []
         for node in cluster.nodes.all():
-            table = geometry(node.gpu_model) if node.mig_enabled else None
+            table = geometry(node.gpu_model, site) if node.mig_enabled else None
             nodes.append(
                 {
                     "node": node,

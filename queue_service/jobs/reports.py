@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Count, Min, Q, Sum
 
-from queue_service.clusters.models import Node
+from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
 from scheduler.mig import geometry, parse_profile
 
@@ -205,7 +205,7 @@ class MigChoice:
     profile: str
     gpu_models: tuple[str, ...]
     free_now: int  # existing instances of this profile nobody holds
-    relayout_gpus: int  # idle MIG GPUs of a model with this profile, which could be re-laid out
+    relayout_gpus: int  # idle MIG GPUs with this profile that the cycle may re-lay out
     gpu_fraction: float  # how much of a GPU it counts as against quota
 
     @property
@@ -216,13 +216,18 @@ class MigChoice:
 def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
     """The profiles the MIG GPUs of up nodes offer, with what fits now. `layouts` comes from
     clusters.services.gpu_layouts (who holds each slice)."""
+    from .snapshot import relays_mig, site_mig_tables  # the cycle's rules; snapshot imports us
+
     free: dict[str, int] = defaultdict(int)
     idle: dict[str, int] = defaultdict(int)
     models: dict[str, set[str]] = defaultdict(set)
     fractions: dict[str, float] = {}
-    nodes = Node.objects.filter(pk__in=list(layouts), mig_enabled=True, state=Node.State.UP)
+    nodes = Node.objects.filter(
+        pk__in=list(layouts), mig_enabled=True, state=Node.State.UP
+    ).select_related("cluster")
+    site = site_mig_tables(Cluster.objects.filter(enabled=True))
     for node in nodes:
-        table = geometry(node.gpu_model)
+        table = geometry(node.gpu_model, site)
         if table is None:
             continue
         for spec in table.profiles:
@@ -234,7 +239,7 @@ def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
                 spec = table.profile(inst["profile"])
                 if spec is not None and inst["team"] is None:
                     free[spec.name] += 1
-            if not any(inst["team"] for inst in slices):
+            if relays_mig(node.cluster) and not any(inst["team"] for inst in slices):
                 for spec in table.profiles:
                     idle[spec.name] += 1
     return [

@@ -10,7 +10,7 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -376,6 +376,11 @@ def _mig_tables(clusters: Any) -> tuple[st.MigModelTable, ...]:
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
                 log.warning("cluster %s: ignoring mig_profiles[%r]: %s", cluster.name, model, exc)
     return tuple(tables)
+
+
+def site_mig_tables(clusters: Iterable[Cluster]) -> dict[str, mig.ModelTable]:
+    """The `overrides` for mig.geometry that the scheduler counts slices with."""
+    return mig.overrides_from(_mig_tables(clusters))
 
 
 def _request(job: Job) -> st.JobRequest:
@@ -745,11 +750,11 @@ def _node(node: Node, holders: Mapping[tuple[str, str], Placed]) -> st.Node:
         labels=tuple(sorted((k, str(v)) for k, v in node.labels.items())),
         mig_gpus=mig_gpus,
         cluster=node.cluster.name,
-        mig_fixed=node.mig_enabled and not _relays_mig(node.cluster),
+        mig_fixed=node.mig_enabled and not relays_mig(node.cluster),
     )
 
 
-def _relays_mig(cluster: Cluster) -> bool:
+def relays_mig(cluster: Cluster) -> bool:
     """Can gpuq change a MIG layout there? Local: yes, at once; Kubernetes: through the GPU
     Operator's named layouts (`mig_configs`), if the cluster has any; Slurm: never (its
     gres.conf is the site's). Elsewhere jobs take the slices there are, and a layout that
@@ -831,7 +836,7 @@ def apply_decisions(
     )
     admitted: list[str] = []
     # The site's MIG tables, as the scheduler counted slices with them.
-    site_tables = mig.overrides_from(_mig_tables(clusters.values()))
+    site_tables = site_mig_tables(clusters.values())
     for start in decisions.starts:
         job = jobs.get(_uuid(start.job_id))
         cluster_name = start.placement.allocs[0].node.split(SEP, 1)[0]
@@ -1049,7 +1054,7 @@ def _apply_relayouts(relayouts: tuple[st.MigRelayout, ...], clusters: dict[str, 
       catalogue matches it, is requested from the GPU Operator after commit (the node drains
       until the MIG manager reports success; a failure keeps it drained with the reason);
     otherwise (Slurm, no matching named layout, or advisory: a node gpuq cannot re-lay out,
-    _relays_mig) - stored as a proposal for admins."""
+    relays_mig) - stored as a proposal for admins."""
     by_node: dict[str, list[st.MigRelayout]] = defaultdict(list)
     for r in relayouts:
         by_node[r.node].append(r)

@@ -433,6 +433,20 @@ def test_a_tasks_page_offers_to_resubmit_the_tasks_that_did_not_succeed(
     assert [t.array_index for t in tasks(copy)] == [1, 4, 5]
 
 
+def test_a_hand_made_copy_of_a_limited_array_keeps_its_limit_unless_it_gives_its_own(
+    alice: Client, people: Any
+) -> None:
+    # As the API's resubmit does (jobs.services.resubmit_job).
+    first = submit_job(people["alice"], spec(name="sweep", array="0-9%2")).job
+
+    form = alice.get(f"/submit/?from={first.pk}&array=3-5").content.decode()
+    own = alice.get(f"/submit/?from={first.pk}&array=3-5%253").content.decode()
+
+    assert re.search(r'name="array"[^>]*value="3-5%2"', form), form
+    assert f'href="/submit/?mode=yaml&amp;from={first.pk}&amp;array=3-5%252"' in form
+    assert re.search(r'name="array"[^>]*value="3-5%3"', own), own
+
+
 def test_no_resubmit_offer_while_no_task_has_failed(alice: Client, people: Any) -> None:
     first = submit_job(people["alice"], spec(name="sweep", array="0-2")).job
     Job.objects.filter(pk=first.pk).update(state=S.SUCCEEDED)
