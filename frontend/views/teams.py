@@ -95,9 +95,10 @@ def _render(
     team: Team,
     status: int = 200,
     quota_typed: dict[str, str] | None = None,
+    member_typed: dict[str, str] | None = None,
     **extra: Any,
 ) -> HttpResponse:
-    """The admin page; after a refused quota, with what was typed in its form."""
+    """The admin page; after a refused quota or member, with what was typed in its form."""
     first, last, period_error = _period(request)
     report = usage_report(team, first, last, timezone.now())
     members = list(team.memberships.select_related("user").order_by("user__username"))
@@ -111,6 +112,14 @@ def _render(
             "team": team,
             "members": members,
             "roles": Membership.Role.values,
+            # A refused addition: the add form again, as typed. A refused role change came
+            # from its member's row, which shows the role kept.
+            "member_adding": (
+                member_typed
+                if member_typed
+                and member_typed["username"] not in {m.user.username for m in members}
+                else {}
+            ),
             "quotas": [
                 (q, {**_quota_boxes(q), **(typed if model == q.gpu_model else {})}) for q in quotas
             ],
@@ -172,13 +181,22 @@ def member_set(request: HttpRequest, slug: str) -> HttpResponse:
     """Add a member, or change a member's role."""
     team = _admin_team(request, slug)
     username = request.POST.get("username", "").strip()
-    role = request.POST.get("role", Membership.Role.MEMBER)
+    # None (the add form's default): a new member is a member, an existing one keeps their
+    # role, so adding an admin again does not demote them.
+    role = request.POST.get("role") or None
     with permission_as_403():
         try:
-            team_services.set_membership(request.user, team, username, role)
+            m = team_services.set_membership(request.user, team, username, role)
         except ValidationError as exc:
-            return _render(request, team, 400, errors={"member": flatten_errors(exc.detail)})
-    messages.success(request, f"{username} is now {role} of {team.slug}.")
+            typed = {"username": username, "role": request.POST.get("role", "")}
+            return _render(
+                request,
+                team,
+                400,
+                errors={"member": flatten_errors(exc.detail)},
+                member_typed=typed,
+            )
+    messages.success(request, f"{username} is now {m.role} of {team.slug}.")
     return redirect("team-admin", slug=team.slug)
 
 
