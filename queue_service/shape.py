@@ -55,8 +55,11 @@ def shape_problem(
                 if isinstance(k, str) and SURROGATE.search(k):
                     return _surrogate((*path, k), "a key")
             stack.extend((v, depth + 1, (*path, k)) for k, v in value.items())
-        elif isinstance(value, list):
+        # Tuples and sets too: YAML's !!pairs and !!omap are lists of tuples, !!set a set.
+        elif isinstance(value, list | tuple):
             stack.extend((v, depth + 1, (*path, i)) for i, v in enumerate(value))
+        elif isinstance(value, set | frozenset):
+            stack.extend((v, depth + 1, path) for v in value)
     return None
 
 

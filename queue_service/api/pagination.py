@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from datetime import UTC
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
@@ -52,8 +53,11 @@ class JobCursorPagination(CursorPagination):
                 when = parse_datetime(cursor.position)
                 if when is None or when.tzinfo is None:
                     raise NotFound
-        # ValueError: a date parse_datetime finds well-formed but that is none, or not ASCII.
-        except (NotFound, ValueError, binascii.Error):
+                # In UTC, as the API writes it: PostgreSQL refuses an offset beyond ±15:59.
+                cursor = cursor._replace(position=str(when.astimezone(UTC)))
+        # ValueError: a date parse_datetime finds well-formed but that is none, or not ASCII;
+        # OverflowError: a time that is out of range once in UTC (year 1 at +01:00).
+        except (NotFound, ValueError, OverflowError, binascii.Error):
             raise ValidationError(
                 {self.cursor_query_param: ["not a cursor from this API's next or previous links"]}
             ) from None

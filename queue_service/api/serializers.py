@@ -90,6 +90,17 @@ def refuse_unknown(data: Any, fields: Any, why: str) -> None:
         raise serializers.ValidationError({str(name): [why] for name in unknown})
 
 
+def with_path(data: Any, field: str, value: str) -> dict[str, Any]:
+    """A body for a URL that names `field`: the path's value, which the body may repeat but
+    not contradict (a PUT to one quota's path naming another must change neither)."""
+    body = {**data} if isinstance(data, dict) else {}
+    if body.setdefault(field, value) != value:
+        raise serializers.ValidationError(
+            {field: [f"the path names {value!r}: give the same or leave it out"]}
+        )
+    return body
+
+
 def refuse_unwritable(serializer: serializers.Serializer, what: str) -> None:
     """refuse_unknown for a body that writes `what`: any field not among its writable ones
     (a typo must not silently store something else than asked for)."""

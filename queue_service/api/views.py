@@ -6,7 +6,7 @@ import base64
 import uuid
 from typing import Any
 
-from django.db.models import F, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
@@ -104,9 +104,18 @@ FILTER_PARAMETERS = {
     list=extend_schema(
         parameters=[
             *FILTER_PARAMETERS.values(),
-            OpenApiParameter("user", str, description="only this user's jobs (me: yours)"),
-            OpenApiParameter("name", str, description="only names containing this text"),
-            OpenApiParameter("array", str, description="only this job array's tasks (its id)"),
+            OpenApiParameter(
+                "user", str, description="only these users' jobs, comma-separated (me: yours)"
+            ),
+            OpenApiParameter(
+                "name",
+                str,
+                description="only names containing this text (repeated: any of them; a comma"
+                " is text)",
+            ),
+            OpenApiParameter(
+                "array", str, description="only these job arrays' tasks (ids, comma-separated)"
+            ),
         ]
     )
 )
@@ -128,14 +137,18 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             if values := _listed(params, param):
                 _check_choices(param, values)
                 qs = qs.filter(**{lookup: values})
-        if params.get("user"):
-            who = self.request.user.get_username() if params["user"] == "me" else params["user"]
-            qs = qs.filter(user__username=who)
-        if params.get("name"):
-            qs = qs.filter(name__icontains=params["name"])
-        if params.get("array"):
+        if users := _listed(params, "user"):
+            me = self.request.user.get_username()
+            qs = qs.filter(user__username__in=[me if u == "me" else u for u in users])
+        # Repeated only: a name may hold a comma, so one value is one text to look for.
+        if names := [n for n in params.getlist("name") if n]:
+            containing = Q()
+            for n in names:
+                containing |= Q(name__icontains=n)
+            qs = qs.filter(containing)
+        if arrays := _listed(params, "array"):
             try:
-                qs = qs.filter(array_id=uuid.UUID(params["array"]))
+                qs = qs.filter(array_id__in=[uuid.UUID(a) for a in arrays])
             except ValueError:
                 raise ValidationError({"array": ["must be an array's id (a UUID)"]}) from None
         return qs
@@ -322,9 +335,11 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         if request.method == "DELETE":
             team_services.remove_member(request.user, team, username)
             return Response(status=status.HTTP_204_NO_CONTENT)
-        role = request.data.get("role") if isinstance(request.data, dict) else None
         get_object_or_404(Membership, team=team, user__username=username)
-        m = team_services.set_membership(request.user, team, username, role or "")
+        body = s.MembershipSerializer(data=s.with_path(request.data, "username", username))
+        body.is_valid(raise_exception=True)
+        role = body.validated_data.get("role") or ""  # none: refused there, not a no-op
+        m = team_services.set_membership(request.user, team, username, role)
         return Response(s.MembershipSerializer(m).data)
 
     @extend_schema(request=s.QuotaSerializer, responses=s.QuotaSerializer(many=True))
@@ -348,8 +363,7 @@ class TeamViewSet(viewsets.ReadOnlyModelViewSet):
         if request.method == "DELETE":
             team_services.delete_quota(request.user, team, gpu_model)
             return Response(status=status.HTTP_204_NO_CONTENT)
-        data = {**(request.data if isinstance(request.data, dict) else {}), "gpu_model": gpu_model}
-        body = s.QuotaSerializer(data=data)
+        body = s.QuotaSerializer(data=s.with_path(request.data, "gpu_model", gpu_model))
         body.is_valid(raise_exception=True)
         values = dict(body.validated_data)
         quota = team_services.set_quota(request.user, team, values.pop("gpu_model"), values)

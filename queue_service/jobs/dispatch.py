@@ -46,6 +46,7 @@ from .services import (
     rerun_held,
     stopping_reason,
     transition,
+    unplaced,
 )
 
 log = logging.getLogger(__name__)
@@ -211,9 +212,8 @@ def dispatch_job(job_id: str) -> None:
                     expect=admission,
                     code="placement_gone",
                     message=gone,
-                    placement=[],
-                    cluster=job.cluster if job.pinned_cluster else None,
                     reason=_reason("placement_gone", gone),
+                    **unplaced(job),
                 )
                 request_cycle()
                 return
@@ -558,7 +558,9 @@ def stop_job(job_id: str) -> None:
         status = backend.poll([job.external_id]).get(job.external_id)
     except BackendError as exc:
         if not delivered:  # no longer under way: a delivery meanwhile need not wait for it
-            JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, "failed": True})
+            # A refusal (permanent: a 403) stopped nothing, so no end can be its doing.
+            failed = {"failed": True, **(REFUSED if exc.permanent else {})}
+            JobEvent.objects.filter(pk=sent.pk).update(details={**sent.details, **failed})
         _stop_failed(job, exc)
         if not exc.permanent:
             raise
@@ -582,13 +584,17 @@ def stop_job(job_id: str) -> None:
 # ended, or was ending, on its own (a Kubernetes Job failing by itself, a Volcano gang
 # completing); such a stop never counts as what ended it.
 ENDED_FIRST = {"ended_first": True}
+# On one the cluster refused (a permanent error, not sent again since: _refold drops it).
+REFUSED = {"refused": True}
 
 
 def _stops_that_count(job: Job) -> QuerySet[JobEvent]:
     """The attempt's `stop_sent` events, but those that stopped nothing."""
     # has_key: a key compared in SQL is NULL where it is missing, and NOT NULL excludes too.
-    return job.events.filter(code=STOP_SENT, details__attempt=job.attempts).exclude(
-        details__has_key="ended_first"
+    return (
+        job.events.filter(code=STOP_SENT, details__attempt=job.attempts)
+        .exclude(details__has_key="ended_first")
+        .exclude(details__has_key="refused")
     )
 
 
@@ -624,7 +630,7 @@ STOP_REFUSED = "stop_refused"  # the reason of a cancelling job whose stop the c
 def _stop_failed(job: Job, exc: BackendError) -> None:
     """A stop that failed (to be retried) or that the cluster refused. A cancel's says who
     asked, and one refused leaves the job cancelling with why: it is still on the cluster
-    (the sync sends the stop again while it runs, and its end is the cancel's)."""
+    (the sync sends the stop again while it runs; an end before one gets through is its own)."""
     code = "stop_failed" if exc.permanent else "stop_retry"
     error = shown_error(exc, f"job {job.pk}: its stop failed")
     by = cancelled_by(job) if job.state == S.CANCELLING else None
@@ -798,8 +804,9 @@ def sync_cluster(cluster_id: int) -> dict[str, int]:
 
 def _stop_sent(job: Job) -> bool:
     """Whether a stopping job's end may be its stop's: a stop of this attempt was sent, or is
-    on its way (noted before it is sent). Before that (a stop task still queued) the job
-    ended by itself, and its end is its own, as when the stop finds it ended."""
+    on its way (noted before it is sent), and the cluster did not refuse it. Before that (a
+    stop task still queued) the job ended by itself, and its end is its own, as when the stop
+    finds it ended."""
     if job.state not in Job.STOPPING:
         return True  # not read for a job not being stopped
     return _stops_that_count(job).exists()

@@ -53,7 +53,9 @@ DUE_BATCH = 100
 PER_TASK = frozenset({"requeue"})
 
 
-def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, Any]) -> None:
+def on_transition(
+    job: Job, frm: str, to: str, message: str, fields: dict[str, Any], code: str
+) -> None:
     """Store the email `job`'s move frm -> to asks for, if any (inside the move's
     transaction); an array's start and end are looked at after the move commits. A fault
     here is logged and costs the email, never the move."""
@@ -61,7 +63,7 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
     starts_or_ends = to in Job.TERMINAL or (to == S.RUNNING and frm not in Job.RUNNING_STATES)
     if job.array_id is not None and starts_or_ends:
         shared = _array_notify(job)
-        event = _event(frm, to, shared, in_array=True)
+        event = _event(frm, to, code, shared, in_array=True)
         if event is not None:
             array_id, job_id, told = job.array_id, job.pk, event
             transaction.on_commit(lambda: tell_array(array_id, job_id, told), robust=True)
@@ -74,7 +76,7 @@ def on_transition(job: Job, frm: str, to: str, message: str, fields: dict[str, A
         # moves are told as a lone job's, besides what the array's setting tells.
     if not wanted:
         return
-    event = _event(frm, to, wanted, in_array=False)
+    event = _event(frm, to, code, wanted, in_array=False)
     if event is None:
         return
     if not job.user.email:  # an address removed since the submit
@@ -112,7 +114,7 @@ def _array_notify(job: Job) -> list[str]:
     return list(found or ())
 
 
-def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | None:
+def _event(frm: str, to: str, code: str, wanted: list[str], *, in_array: bool) -> str | None:
     if to == S.RUNNING and frm not in Job.RUNNING_STATES:
         return "start" if "start" in wanted else None
     if to in Job.TERMINAL:
@@ -121,7 +123,9 @@ def _event(frm: str, to: str, wanted: list[str], *, in_array: bool) -> str | Non
         if to in FAILED_ENDS and "fail" in wanted:
             return "fail"
         return "end" if "end" in wanted else None
-    if to == S.PENDING and frm in Job.RUNNING_STATES:
+    # A requeue by its code (as dispatch.requeues_so_far counts them), from running or from
+    # the cluster's queue alike; a resume or a placement undone also goes back to pending.
+    if to == S.PENDING and code.startswith("requeued_"):
         return "requeue" if "requeue" in wanted else None
     return None
 

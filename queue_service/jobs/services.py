@@ -36,9 +36,11 @@ CLUSTER_HOLDS = "cluster_holds"
 ALLOWED: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED, S.FAILED, S.SUSPENDED}),
     S.ADMITTED: frozenset({S.DISPATCHING, S.PENDING, S.CANCELLED, S.FAILED, S.SUSPENDED}),
+    # A job the cluster named but that was never recorded queued (its worker died between the
+    # two writes) is followed by the sync: it may end there without having run.
     S.DISPATCHING: frozenset(
         {S.QUEUED, S.RUNNING, S.ADMITTED, S.PENDING, S.FAILED}
-        | {S.CANCELLING, S.CANCELLED, S.SUSPENDING}
+        | {S.CANCELLING, S.CANCELLED, S.SUSPENDING, S.TIMEOUT, S.LOST}
     ),
     S.QUEUED: frozenset(
         {S.RUNNING, S.PENDING, S.CANCELLING, S.PREEMPTING, S.SUSPENDING}
@@ -104,7 +106,7 @@ def transition(
             job=job, from_state=frm, to_state=to, code=code, message=message, details=details or {}
         )
         _record_run(job, frm, to, now, fields)
-        notify.on_transition(job, frm, to, message, fields)
+        notify.on_transition(job, frm, to, message, fields, code)
     job.state = to
     for key, value in fields.items():
         setattr(job, key, value)
@@ -416,6 +418,9 @@ def _canonical(value: Any) -> Any:
         return sorted([repr(k), _canonical(v)] for k, v in value.items())
     if isinstance(value, list | tuple):
         return [_canonical(v) for v in value]
+    if isinstance(value, set | frozenset):
+        # repr of a set follows string hashing, which differs between server processes.
+        return sorted((_canonical(v) for v in value), key=repr)
     return value
 
 

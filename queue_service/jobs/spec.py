@@ -24,7 +24,8 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?\Z")
 GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}\Z")
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# C0, DEL and C1 (U+0080-U+009F: NEL breaks a line, CSI starts a terminal escape).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
@@ -76,6 +77,9 @@ def parse_duration(value: Any) -> int:
     elif isinstance(value, str):
         text = value.strip().lower()
         if m := DURATION.match(text):
+            # Before int(), which refuses over 4,300 digits with a message of its own.
+            if len((m["days"] or "").lstrip("0")) > len(str(MAX_DURATION_S // 86400)):
+                raise ValueError("at most 100 years")
             seconds = (
                 int(m["days"] or 0) * 86400
                 + int(m["h"]) * 3600
@@ -250,7 +254,22 @@ class EnvField(serializers.DictField):
         return out
 
 
-class RetriesSerializer(serializers.Serializer):
+class _KnownKeysOnly(serializers.Serializer):
+    """A part of the spec whose misspelt key is refused, as a top-level one is: dropped, the
+    default would run instead (`retries: {maximum: 0}` retried 3 times)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        # key=str: a YAML file may mix number and text keys.
+        unknown = sorted(set(data) - set(self.fields), key=str) if isinstance(data, dict) else []
+        if unknown:
+            known = ", ".join(self.fields)
+            raise serializers.ValidationError(
+                {str(k)[:64]: [f"unknown field (known: {known})"] for k in unknown}
+            )
+        return super().to_internal_value(data)
+
+
+class RetriesSerializer(_KnownKeysOnly):
     max = serializers.IntegerField(min_value=0, max_value=20, default=3)
     on = serializers.ListField(
         child=serializers.ChoiceField(choices=RETRY_CAUSES),
@@ -259,7 +278,7 @@ class RetriesSerializer(serializers.Serializer):
     )
 
 
-class CheckpointSerializer(serializers.Serializer):
+class CheckpointSerializer(_KnownKeysOnly):
     dir = serializers.CharField(max_length=1024)
     interval = DurationField(required=False, allow_null=True, default=None)
 
@@ -577,8 +596,11 @@ class _CoreLoader(yaml.SafeLoader):
 _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _BOOL = "tag:yaml.org,2002:bool"
+# 1.1's bare timestamps (`2024-06-01`) and `=` are text in the core schema, as in JSON; an
+# explicit !!timestamp is still read (and checked: _strict).
+_NOT_CORE = (_INT, _FLOAT, _BOOL, "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value")
 _CoreLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_INT, _FLOAT, _BOOL)]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _NOT_CORE]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _CoreLoader.add_implicit_resolver(

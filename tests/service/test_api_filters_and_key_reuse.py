@@ -72,3 +72,13 @@ def test_a_submit_reusing_a_key_with_a_different_spec_is_refused_not_answered_20
     assert (changed.status_code, invalid.status_code) != (200, 200)
     assert changed.status_code in (409, 422), changed.json()["name"]
     assert invalid.status_code in (400, 409, 422)
+
+
+def test_a_repeat_holding_a_set_has_the_first_submits_fingerprint_whatever_the_sets_order() -> None:
+    # A YAML !!set's iteration order follows hashing and insertion (string hashes differ
+    # between server processes): a true repeat must not be a 409 for it.
+    from queue_service.jobs.services import _fingerprint
+
+    first, repeat = {1, 9}, {9, 1}
+    assert list(first) != list(repeat)  # the same set, iterated in another order
+    assert _fingerprint({"x-note": first}) == _fingerprint({"x-note": repeat})

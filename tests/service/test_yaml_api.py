@@ -135,7 +135,7 @@ BAD_TAGS = [
     ("hold", "!!bool maybe", "'maybe' is not a boolean"),
     ("nodes", "!!float", "'' is not a number"),
     ("nodes", "!!float abc", "'abc' is not a number"),
-    ("time_limit", "2024-13-45", "'2024-13-45' is not a timestamp"),
+    ("time_limit", "!!timestamp 2024-13-45", "'2024-13-45' is not a timestamp"),
     ("time_limit", "!!timestamp 2024-01-01 10:00:00 +99:00", "is not a timestamp"),
 ]
 

@@ -255,11 +255,13 @@ def test_hostile_pasted_yaml_is_refused_without_expanding_it(
 
 
 NOT_JSON = [
-    # A date-like value is a date to YAML, a set a set: the double-submit key, a digest of the
-    # document as JSON, was a TypeError (a 500) before the API could refuse them.
-    ("a date as the name", "name: 2024-06-01\ncommand: [/bin/true]\n",
+    # A value tagged a date is a date to YAML (a bare one is text, as in JSON), a set a set:
+    # the double-submit key, a digest of the document as JSON, was a TypeError (a 500)
+    # before the API could refuse them.
+    ("a date as the name", "name: !!timestamp 2024-06-01\ncommand: [/bin/true]\n",
      "line 1: name: Not a valid string."),
-    ("a date as the time limit", "name: x\ncommand: [/bin/true]\ntime_limit: 2024-06-01\n",
+    ("a date as the time limit",
+     "name: x\ncommand: [/bin/true]\ntime_limit: !!timestamp 2024-06-01\n",
      "line 3: time_limit: expected a duration"),
     ("a set as the environment", "name: x\ncommand: [/bin/true]\nenv: !!set {A, B}\n",
      "line 3: env: must be a mapping of NAME to value"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import re
 import subprocess
@@ -81,6 +82,7 @@ from .status import (
     started,
 )
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Obj = dict[str, Any]
 
@@ -1007,6 +1009,13 @@ class KubernetesBackend:
             )
         except ApiError:
             return
+        except BackendError as exc:
+            # Refused (RBAC that lets gpuq delete workloads but not pods): the workload's
+            # deletion, made, stops the pod all the same (with its spec's grace), so this is
+            # no refused stop. A transient failure is raised: the stop is sent again.
+            if not exc.permanent:
+                raise
+            log.warning("%s; the workload's deletion stops it", exc.message)
 
     def _delete(self, ref: ObjectRef, *, grace_s: float) -> None:
         """Foreground: the workload disappears only after its pods (and Service) are gone,

@@ -5,12 +5,16 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import models
 
+from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs import dispatch, notify, snapshot
+from queue_service.jobs.models import Job
 
 
 def _sync_all_clusters() -> int:
@@ -18,13 +22,17 @@ def _sync_all_clusters() -> int:
     return dispatch.enqueue_syncs(dispatch.sync_cluster, dispatch.dispatch_job)
 
 
+def _job_id(text: str) -> str:
+    return str(uuid.UUID(text))  # ValueError if it is none
+
+
 # name -> (the service the task calls, what each of its arguments is)
 TASKS: dict[str, tuple[Callable[..., Any], tuple[Callable[[str], Any], ...]]] = {
     "schedule_cycle": (snapshot.run_cycle, ()),
-    "dispatch_job": (dispatch.dispatch_job, (str,)),
+    "dispatch_job": (dispatch.dispatch_job, (_job_id,)),
     "sync_cluster": (dispatch.sync_cluster, (int,)),
     "sync_all_clusters": (_sync_all_clusters, ()),
-    "cancel_job": (dispatch.stop_job, (str,)),
+    "cancel_job": (dispatch.stop_job, (_job_id,)),
     "apply_mig_layout": (dispatch.apply_mig_layout, (int, str)),
     "send_notification": (notify.deliver, (int,)),
     "deliver_notifications": (lambda: notify.deliver_due(budget_s=200), ()),
@@ -35,6 +43,14 @@ ARGUMENT_NAMES = {
     "cancel_job": "a job id",
     "apply_mig_layout": "a node id and a MIG config name",
     "send_notification": "a notification id",
+}
+# The row a task's first argument names, which its service reads with get(): one that does not
+# exist is a usage error, not a traceback. (send_notification skips an unknown id itself.)
+NAMED: dict[str, type[models.Model]] = {
+    "dispatch_job": Job,
+    "sync_cluster": Cluster,
+    "cancel_job": Job,
+    "apply_mig_layout": Node,
 }
 
 
@@ -57,4 +73,9 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{task} takes {ARGUMENT_NAMES[task]}, not {arguments}", returncode=2
             ) from None
+        named = NAMED.get(task)
+        if named is not None and not named._default_manager.filter(pk=values[0]).exists():
+            raise CommandError(
+                f"{task}: there is no {named._meta.verbose_name} {values[0]}", returncode=2
+            )
         self.stdout.write(str(func(*values)))
