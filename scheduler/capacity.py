@@ -224,5 +224,22 @@ def fit_by_end(
     return Fit(group, [name], count - g)
 
 
+def fit_on(
+    index: FreeIndex, groups: Sequence[Group], g: int, n: int, names: Sequence[str]
+) -> Fit | None:
+    """n of `names` in one group with g free GPUs each, fewest free first; None if they
+    cannot hold the job (it is then placed as any other)."""
+    for group in groups:
+        here = sorted(
+            (len(st.free), st.name)
+            for st in (index.nodes.get(name) for name in names)
+            if st is not None and st.group == group.key and len(st.free) >= g
+        )
+        if len(here) >= n:
+            picked = here[:n]
+            return Fit(group, [name for _, name in picked], sum(c - g for c, _ in picked))
+    return None
+
+
 def allocate(index: FreeIndex, fit: Fit, g: int, from_held: bool) -> tuple[NodeAlloc, ...]:
     return tuple(NodeAlloc(name, index.take(name, g, from_held)) for name in fit.nodes)

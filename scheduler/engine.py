@@ -22,6 +22,7 @@ from .capacity import (
     allocate,
     best_fit,
     fit_by_end,
+    fit_on,
 )
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor, within_budget
@@ -262,6 +263,9 @@ class _Cycle:
         self.reservations: list[Reservation] = []
         self.reserved_for: dict[str, Reservation] = {}
         self.claimed: set[str] = set()
+        self.preempting: list[tuple[str, tuple[str, ...]]] = []  # Decisions.preempting
+        # The nodes an earlier cycle preempted on for the job being tried (try_whole).
+        self.on_nodes: tuple[str, ...] = ()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
         # Teams that searched to reclaim after the searches were used up (preempt_for).
@@ -504,6 +508,7 @@ class _Cycle:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
             else:
+                self.on_nodes = pending[i].preempting_on
                 outcome = self.try_whole(k, r, gpus, rank < self.first_tier)
                 if outcome is not None:
                     if outcome.shared:
@@ -541,6 +546,7 @@ class _Cycle:
             preemptions=tuple(self.preemptions),
             waits=tuple(waits),
             relayouts=tuple(relayouts),
+            preempting=tuple(self.preempting),
             stats=stats,
         )
 
@@ -883,11 +889,13 @@ class _Cycle:
             )
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
-        if n == 1 and g > 0 and self.policy.pack_by_end:
+        # First where its preemption freed GPUs for it.
+        fit = fit_on(self.index, groups, g, n, self.on_nodes) if self.on_nodes else None
+        if fit is None and n == 1 and g > 0 and self.policy.pack_by_end:
             fit = fit_by_end(
                 self.index, groups, g, math.inf if ends is None else ends, self.horizon()
             )
-        else:
+        elif fit is None:
             fit = best_fit(self.index, groups, g, n, {})
         from_held = False
         if fit is None and self.reservations:
@@ -1220,7 +1228,7 @@ class _Cycle:
         self.apply_preemption(r, gpus, found)
         leaving = [c for c, _ in found.victims]
         freed = sum(c.size for c in leaving)
-        return reasons.preempting(len(leaving), freed, policy.preemption_grace_s)
+        return reasons.preempting(len(leaving), freed, policy.preemption_grace_s, found.nodes)
 
     def may_reclaim_beyond_bound(self, r: JobRequest, reclaims: bool) -> bool:
         """Once the cycle's searches are used up, may r still search to reclaim? Once per
@@ -1324,7 +1332,9 @@ class _Cycle:
                 continue
             found = replace(found, victims=tuple(victims))
             self.apply_preemption(r, gpus, found)
-            return reasons.preempting(len(victims), int(freed), policy.preemption_grace_s)
+            return reasons.preempting(
+                len(victims), int(freed), policy.preemption_grace_s, found.nodes
+            )
         return None
 
     def worth_it(
@@ -1423,6 +1433,7 @@ class _Cycle:
             self.claimed,
             reserved,
             self.reclaim_budget(),
+            frozenset(self.on_nodes),
         )
 
     def within_reach(
@@ -1451,6 +1462,7 @@ class _Cycle:
         # restart on it while the victims leave, and are preempted again.
         self.ledger.commit(r.team, model, gpus, self.preemptible(r))
         self.record_victims(r, model, found.victims)
+        self.preempting.append((r.id, found.nodes))
         held: dict[str, list[int]] = {}
         for name in found.nodes:
             st = self.index.nodes[name]

@@ -111,8 +111,11 @@ def plan(
     claimed: set[str],
     reserved: frozenset[str] = frozenset(),
     budget: Mapping[tuple[str, str], float] | None = None,
+    prefer: frozenset[str] = frozenset(),
 ) -> Plan | None:
-    """The cheapest n nodes of one group on which victims make room for g GPUs each.
+    """The cheapest n nodes of one group on which victims make room for g GPUs each; of
+    nodes that cost the same, those in `prefer` (where an earlier cycle preempted for the
+    job) first.
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead. With a
     `budget`, a plan takes at most so many GPUs of other teams from each quota
@@ -128,9 +131,9 @@ def plan(
         # Nodes that already have room cost nothing; others need victims.
         nobody: tuple[tuple[Candidate, str], ...] = ()
         costs: list[
-            tuple[tuple[int, float, float, int], str, tuple[tuple[Candidate, str], ...]]
+            tuple[tuple[int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
         ] = [
-            ((0, -math.inf, 0.0, 0), name, nobody)
+            ((0, -math.inf, 0.0, name not in prefer, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
             if name not in reserved
@@ -194,7 +197,9 @@ def plan(
                     lost += c.size * max(1.0, now - c.start)
                     worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
                     top = max(top, c.value)
-            costs.append(((worst, top, lost, g - len(st.free)), name, tuple(taken)))
+            costs.append(
+                ((worst, top, lost, name not in prefer, g - len(st.free)), name, tuple(taken))
+            )
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))

@@ -136,12 +136,14 @@ def fifo_blocked(blocker: str) -> Reason:
     )
 
 
-def preempting(victims: int, gpus: int, grace_s: float) -> Reason:
+def preempting(victims: int, gpus: int, grace_s: float, on_nodes: tuple[str, ...]) -> Reason:
+    """`on_nodes`: where the job will run; the caller hands them back in the next cycles'
+    snapshots (PendingJob.preempting_on)."""
     return Reason(
         "preempting",
         f"{victims} job(s) are being preempted to free {gpus} GPU(s); they have"
         f" {grace_s:g} s to checkpoint",
-        (("victims", victims), ("gpus", gpus), ("grace_s", grace_s)),
+        (("victims", victims), ("gpus", gpus), ("grace_s", grace_s), ("on_nodes", on_nodes)),
     )
 
 

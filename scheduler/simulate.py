@@ -182,6 +182,7 @@ def simulate(
         seq += 1
     heapq.heapify(events)
     pending: dict[str, PendingJob] = {}
+    preempting_on: dict[str, tuple[str, ...]] = {}  # jobs with PendingJob.preempting_on set
     active: dict[str, _Active] = {}
     remaining = {j.request.id: j.duration_s for j in jobs}
     runs: list[Run] = []
@@ -289,6 +290,15 @@ def simulate(
             decide_ms.append((timer() - t0) * 1000.0)
         if observe is not None:
             observe(snap, d, now)
+        # Each waits with the nodes the last cycle preempted on for it, as the service's
+        # snapshot reads them from its reason.
+        for job_id in preempting_on:
+            if job_id in pending:
+                pending[job_id] = replace(pending[job_id], preempting_on=())
+        preempting_on.clear()
+        for job_id, on_nodes in d.preempting:
+            pending[job_id] = replace(pending[job_id], preempting_on=on_nodes)
+            preempting_on[job_id] = on_nodes
         for s in d.starts:
             pj = pending.pop(s.job_id)
             r = pj.request

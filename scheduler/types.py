@@ -155,6 +155,10 @@ class PendingJob:
     request: JobRequest
     # Runs so far (a preempted job waiting again has had one); informational, no rule reads it.
     attempts: int = 0
+    # The nodes the last cycle preempted jobs on for it (Decisions.preempting): it goes
+    # there first once they are free, so that the GPUs freed for it are not taken by another
+    # preemptor and its preemption made again.
+    preempting_on: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,3 +302,6 @@ class Decisions:
     relayouts: tuple[MigRelayout, ...] = ()
     # Free-form counters for observability ("considered", "groups_skipped", ...).
     stats: tuple[tuple[str, float], ...] = field(default=())
+    # Jobs waiting for their victims to leave, with the nodes they will run on (their Wait
+    # reason's "on_nodes"): the caller hands these back as PendingJob.preempting_on.
+    preempting: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -28,7 +28,7 @@ from django.db.models import (
     TextField,
     Value,
 )
-from django.db.models.fields.json import KeyTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Exp, Greatest, Least
 from django.utils import timezone
 
@@ -124,7 +124,8 @@ class Held:
 
 # A pending job's row as build_snapshot reads it: the request's fields (_request_of, but
 # the spec as text: held jobs' are never decoded), its attempts, its array's id, index,
-# limit and name, and its `after` list (decoded: usually null).
+# limit and name, its `after` list (decoded: usually null), and its reason's code and
+# `on_nodes` (the nodes the last cycle preempted on for it: PendingJob.preempting_on).
 PendingRow = tuple[Any, ...]
 PENDING_FIELDS = (
     "id",
@@ -141,14 +142,22 @@ PENDING_FIELDS = (
     "array__max_running",
     "array__name",
     "after",
+    "reason_code",
+    "on_nodes",
 )
 ID, SPEC, ATTEMPTS, ARRAY, INDEX, LIMIT, NAME, AFTER = 0, 4, 8, 9, 10, 11, 12, 13
+REASON_CODE, ON_NODES = 14, 15
 
 
 def _pending_rows() -> list[PendingRow]:
     return list(
         Job.objects.filter(state=S.PENDING)
-        .annotate(spec_text=Cast("spec", TextField()), after=KeyTransform("after", "spec"))
+        .annotate(
+            spec_text=Cast("spec", TextField()),
+            after=KeyTransform("after", "spec"),
+            reason_code=KeyTextTransform("code", "reason"),
+            on_nodes=KeyTransform("on_nodes", KeyTransform("details", "reason")),
+        )
         .order_by("submitted_at", "id")
         .values_list(*PENDING_FIELDS)
     )
@@ -286,7 +295,14 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
             continue
         if fitted.gpus_per_node != spec["gpus_per_node"]:
             held.charged[fitted.id] = footprint_note(fitted.gpus_per_node, spec)
-        pending_jobs.append(st.PendingJob(request=fitted, attempts=row[ATTEMPTS]))
+        on_nodes = row[ON_NODES] if row[REASON_CODE] == "preempting" else None
+        pending_jobs.append(
+            st.PendingJob(
+                request=fitted,
+                attempts=row[ATTEMPTS],
+                preempting_on=tuple(on_nodes) if isinstance(on_nodes, list) else (),
+            )
+        )
     pending = tuple(pending_jobs)
     running = tuple(
         st.RunningJob(
