@@ -264,6 +264,8 @@ class _Cycle:
         self.reserved_for: dict[str, Reservation] = {}
         self.claimed: set[str] = set()
         self.preempting: list[tuple[str, tuple[str, ...]]] = []  # Decisions.preempting
+        # When the last preemption's victims have all left (plan_preemptor), for its estimate.
+        self.victims_gone_at = now
         # The nodes an earlier cycle preempted on for the job being tried (try_whole).
         self.on_nodes: tuple[str, ...] = ()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
@@ -484,7 +486,7 @@ class _Cycle:
                 if result is not None:
                     estimate = None
                     if result.code == "preempting":  # for this job only
-                        estimate = now + policy.preemption_grace_s
+                        estimate = self.victims_gone_at
                     elif result.code == "mig_unavailable":
                         failed[k] = _Failure(result, capacity=False, mig=True)
                         estimate = self.mig_estimate(r)
@@ -712,6 +714,13 @@ class _Cycle:
             reason = reasons.behind(r, jobs, need, fail.best_nodes, fail.tail)
             if fail.note is not None:
                 reason = reasons.with_note(reason, fail.note)
+        elif reason.details and reason.details[-1] != ("time_limit_s", r.time_limit_s):
+            # A reservation's words name the limit of the kind's first job: each its own.
+            said = dict(reason.details)
+            if "reserved_for" in said:
+                reason = reasons.reserved(
+                    r, said["reserved_for"], said["reservation_start"], self.now
+                )
         held = self.reserved_for.get(r.id)
         estimate: float | None
         if held is not None:
@@ -877,7 +886,7 @@ class _Cycle:
             waiting = self.preempt_for_quota(k, r, gpus, models)
             note, self.not_worth = self.not_worth, None
             if waiting is not None:
-                ready = self.now + self.policy.preemption_grace_s
+                ready = self.victims_gone_at
                 return _Failure(waiting, capacity=False, shared=False, estimate=ready)
             if refusal is not None and note is not None:
                 refusal = reasons.with_note(refusal, note)
@@ -936,7 +945,7 @@ class _Cycle:
         waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier)
         note, self.not_worth = self.not_worth, None
         if waiting is not None:
-            ready = self.now + self.policy.preemption_grace_s
+            ready = self.victims_gone_at
             return _Failure(waiting, capacity=False, shared=False, estimate=ready)
         # EASY (the backfill baseline): one reservation, the first blocked job's; gpuq keeps
         # one per capacity group (GPU model, pool, cluster), so a blocked job of one model,
@@ -1228,7 +1237,7 @@ class _Cycle:
         self.apply_preemption(r, gpus, found)
         leaving = [c for c, _ in found.victims]
         freed = sum(c.size for c in leaving)
-        return reasons.preempting(len(leaving), freed, policy.preemption_grace_s, found.nodes)
+        return reasons.preempting(len(leaving), freed, self.victims_gone_at - self.now, found.nodes)
 
     def may_reclaim_beyond_bound(self, r: JobRequest, reclaims: bool) -> bool:
         """Once the cycle's searches are used up, may r still search to reclaim? Once per
@@ -1333,7 +1342,7 @@ class _Cycle:
             found = replace(found, victims=tuple(victims))
             self.apply_preemption(r, gpus, found)
             return reasons.preempting(
-                len(victims), int(freed), policy.preemption_grace_s, found.nodes
+                len(victims), int(freed), self.victims_gone_at - self.now, found.nodes
             )
         return None
 
@@ -1508,6 +1517,7 @@ class _Cycle:
                     need[a.node] = more - len(a.gpus[:more])
                 if a.gpus[more:]:
                     insort(events, (leaves, a.node, a.gpus[more:]), key=_at_node)
+        self.victims_gone_at = start
         limit = r.time_limit_s
         fluids[found.group.key].take(r.nodes * r.gpus_per_node, limit, at=start)
         if limit is not None:
@@ -1703,11 +1713,17 @@ class _Cycle:
                 return None
         self.ledger.commit(r.team, model, share, self.preemptible(r))
         self.record_victims(r, model, victims)
+        grace = policy.preemption_grace_s
+        gone = now
+        for c, _ in victims:
+            old = end_time(c.job, now, grace)  # a victim already leaving has less grace left
+            gone = max(gone, now + grace if old is None else min(old, now + grace))
+        self.victims_gone_at = gone
         if whole:
             # The GPU empties for r: no other job takes its free instances meanwhile (in the
             # next cycles, mark_leaving reserves it until r claims it again here).
             self.mig_index.reserve(*gpu, r.id)
-        return reasons.preempting_slice(len(victims), profile, policy.preemption_grace_s)
+        return reasons.preempting_slice(len(victims), profile, gone - now)
 
     def slice_victim(
         self, r: JobRequest, reclaims: bool, priority: bool, job_id: str

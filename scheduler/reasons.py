@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -136,14 +137,16 @@ def fifo_blocked(blocker: str) -> Reason:
     )
 
 
-def preempting(victims: int, gpus: int, grace_s: float, on_nodes: tuple[str, ...]) -> Reason:
-    """`on_nodes`: where the job will run; the caller hands them back in the next cycles'
-    snapshots (PendingJob.preempting_on)."""
+def preempting(victims: int, gpus: int, left_s: float, on_nodes: tuple[str, ...]) -> Reason:
+    """`left_s`: until the last victim has left (victims decided in an earlier cycle have
+    less of their grace left); `on_nodes`: where the job will run, which the caller hands
+    back in the next cycles' snapshots (PendingJob.preempting_on)."""
+    left = math.ceil(max(0.0, left_s))
     return Reason(
         "preempting",
         f"{victims} job(s) are being preempted to free {gpus} GPU(s); they have"
-        f" {grace_s:g} s to checkpoint",
-        (("victims", victims), ("gpus", gpus), ("grace_s", grace_s), ("on_nodes", on_nodes)),
+        f" {left} s left to checkpoint",
+        (("victims", victims), ("gpus", gpus), ("grace_s", left), ("on_nodes", on_nodes)),
     )
 
 
@@ -170,12 +173,14 @@ def mig_unoffered(r: JobRequest) -> Reason:
     )
 
 
-def preempting_slice(victims: int, profile: str, grace_s: float) -> Reason:
+def preempting_slice(victims: int, profile: str, left_s: float) -> Reason:
+    """`left_s`: until the last victim has left, as for preempting()."""
+    left = math.ceil(max(0.0, left_s))
     return Reason(
         "preempting",
         f"{victims} job(s) are being preempted to free a {profile} MIG instance; they have"
-        f" {grace_s:g} s to checkpoint",
-        (("victims", victims), ("mig_profile", profile), ("grace_s", grace_s)),
+        f" {left} s left to checkpoint",
+        (("victims", victims), ("mig_profile", profile), ("grace_s", left)),
     )
 
 
