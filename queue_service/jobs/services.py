@@ -866,8 +866,10 @@ def unplaced(job: Job) -> dict[str, Any]:
 
 
 def request_cycle() -> None:
-    """Ask for a scheduling cycle soon. Coalesced: many submits within a second enqueue one
-    cycle. In the embedded mode the worker loop runs cycles by itself, so nothing is sent."""
+    """Ask for a scheduling cycle soon. Coalesced: the submits of one second enqueue one
+    cycle soon and, if more come, one more after the second, which reads the queue after
+    the last of them (the first may have read it before). In the embedded mode the worker
+    loop runs cycles by itself, so nothing is sent."""
     if not settings.CELERY_BROKER_URL:
         return
 
@@ -877,6 +879,8 @@ def request_cycle() -> None:
         try:
             if _coalesce("gpuq:cycle-requested", ttl_s=1):
                 schedule_cycle.apply_async(countdown=0.2)
+            elif _coalesce("gpuq:cycle-requested-again", ttl_s=1):
+                schedule_cycle.apply_async(countdown=1.0)
         except Exception:  # the periodic cycle still runs; a lost kick only delays
             log.warning("could not enqueue a scheduling cycle", exc_info=True)
 

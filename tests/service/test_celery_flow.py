@@ -143,7 +143,13 @@ def test_cancel_through_celery_stops_the_process(worker: str, client_for: Any) -
     assert job.state == Job.State.CANCELLED
 
 
-def test_a_burst_of_submits_enqueues_one_cycle(redis_url: str, people: Any, settings: Any) -> None:
+def test_every_submit_of_a_burst_is_followed_by_a_cycle_and_at_most_two_a_second(
+    redis_url: str, people: Any, settings: Any
+) -> None:
+    import json
+    import math
+    from datetime import datetime
+
     import redis
 
     from queue_service.celery import app
@@ -151,8 +157,17 @@ def test_a_burst_of_submits_enqueues_one_cycle(redis_url: str, people: Any, sett
 
     settings.CELERY_BROKER_URL = redis_url
     app.conf.broker_url = redis_url
-    for i in range(10):
-        submit_job(people["alice"], spec(name=f"burst-{i}"))
+    jobs = [submit_job(people["alice"], spec(name="burst-0")).job]
+    time.sleep(0.5)  # past the first cycle's countdown: it may read the queue before the rest
+    for i in range(1, 10):
+        jobs.append(submit_job(people["alice"], spec(name=f"burst-{i}")).job)
     client = redis.Redis.from_url(redis_url)
-    messages = [m for m in client.lrange("celery", 0, -1) if b"gpuq.schedule_cycle" in m]
-    assert len(messages) == 1
+    messages = [
+        json.loads(m) for m in client.lrange("celery", 0, -1) if b"gpuq.schedule_cycle" in m
+    ]
+    etas = sorted(datetime.fromisoformat(m["headers"]["eta"]) for m in messages)
+    # Before, the first submit's cycle was the only one for a second: the later submits
+    # waited for the periodic cycle.
+    assert all(any(eta > job.submitted_at for eta in etas) for job in jobs)
+    seconds = (jobs[-1].submitted_at - jobs[0].submitted_at).total_seconds()
+    assert len(etas) <= 2 * math.ceil(seconds + 1e-9)
