@@ -16,17 +16,16 @@ app.autodiscover_tasks(["queue_service.jobs"])
 def _beat_schedule() -> dict[str, dict[str, object]]:
     from django.conf import settings
 
+    # Each run expires when the next is sent: a worker back from an hour down runs the next
+    # one, not the hour's hundreds of late ones.
+    def every(seconds: float) -> dict[str, object]:
+        return {"schedule": seconds, "options": {"expires": seconds}}
+
     return {
-        "schedule-cycle": {
-            "task": "gpuq.schedule_cycle",
-            "schedule": settings.GPUQ_CYCLE_INTERVAL_S,
-        },
-        "sync-clusters": {
-            "task": "gpuq.sync_all_clusters",
-            "schedule": settings.GPUQ_SYNC_INTERVAL_S,
-        },
+        "schedule-cycle": {"task": "gpuq.schedule_cycle", **every(settings.GPUQ_CYCLE_INTERVAL_S)},
+        "sync-clusters": {"task": "gpuq.sync_all_clusters", **every(settings.GPUQ_SYNC_INTERVAL_S)},
         # What a lost send_notification task (or a refused send) left due.
-        "deliver-notifications": {"task": "gpuq.deliver_notifications", "schedule": 60.0},
+        "deliver-notifications": {"task": "gpuq.deliver_notifications", **every(60.0)},
     }
 
 

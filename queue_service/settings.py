@@ -144,6 +144,8 @@ def database_from_url(url: str) -> dict[str, object]:
                 f"DATABASE_URL={url!r}: write a sqlite file as sqlite:///relative/path"
                 " or sqlite:////absolute/path"
             )
+        if parsed.query:  # Django takes no options from here: `?mode=ro` would be dropped
+            raise ImproperlyConfigured(f"DATABASE_URL={url!r}: a sqlite URL takes no ?options")
         path = unquote(parsed.path[1:]) if parsed.netloc == "" else parsed.netloc
         if not path:
             raise ImproperlyConfigured(f"DATABASE_URL={url!r}: sqlite needs a file path")
@@ -182,6 +184,26 @@ def database_from_url(url: str) -> dict[str, object]:
     )
 
 
+def broker_url(url: str) -> str:
+    """CELERY_BROKER_URL: empty (the embedded mode) or redis[s]://[user:pass@]host[:port][/db].
+    Set, it takes the service out of the embedded mode; a typo would fail only each send."""
+    if not url:
+        return url
+    parsed = urlparse(url)
+    shown = f"CELERY_BROKER_URL={_redacted(url)!r}"
+    if parsed.scheme not in {"redis", "rediss"} or not parsed.hostname:
+        raise ImproperlyConfigured(f"{shown} must be redis://host[:port][/db] or rediss://...")
+    try:
+        port = parsed.port
+    except ValueError:  # not a number, or out of 0-65535
+        port = 0
+    if port == 0:
+        raise ImproperlyConfigured(f"{shown}: the port must be a number from 1 to 65535")
+    if not _whole(parsed.path.strip("/") or "0"):
+        raise ImproperlyConfigured(f"{shown}: the database after the host must be a number")
+    return url
+
+
 DEBUG = env_bool("GPUQ_DEBUG", False)
 SECRET_KEY = env("SECRET_KEY", "dev-insecure-change-me" if DEBUG else None)
 # Empty, every request would be a 400 once debug is off.
@@ -207,7 +229,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Empty broker: the embedded mode, where `manage.py gpuq_worker` runs cycles, dispatch and
 # sync in one process and nothing is enqueued.
-CELERY_BROKER_URL = env("CELERY_BROKER_URL", "")
+CELERY_BROKER_URL = broker_url(env("CELERY_BROKER_URL", ""))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -249,7 +271,11 @@ GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
 # Whether preemptible classes (normal, low) preempt lower classes for priority, or only
 # non-preemptible ones (high) do. Reclaim of nominal quota is not affected.
 GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", False)
-GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=1)
+# The dispatch_job task's hard time limit (tasks.py). A sync resubmits a dispatch older than
+# GPUQ_DISPATCH_STALE_S: a younger one may still be submitting, and two submits of one attempt
+# at once can both create its workload.
+DISPATCH_TIME_LIMIT_S = 120
+GPUQ_DISPATCH_STALE_S = env_float("GPUQ_DISPATCH_STALE_S", 120.0, minimum=DISPATCH_TIME_LIMIT_S)
 
 
 def email_address(name: str, value: str) -> str:
@@ -313,9 +339,21 @@ DEFAULT_FROM_EMAIL = email_address("GPUQ_EMAIL_FROM", env("GPUQ_EMAIL_FROM", "gp
 # Where gpuq's pages are, for links in notifications.
 GPUQ_PUBLIC_URL = env("GPUQ_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
 _public = urlparse(GPUQ_PUBLIC_URL)
-if _public.scheme not in {"http", "https"} or not _public.hostname:
+try:
+    _public_port = _public.port
+except ValueError:  # not a number, or out of 0-65535
+    _public_port = 0
+# Links are this plus a path: a ?query or #fragment would swallow the path.
+if (
+    _public.scheme not in {"http", "https"}
+    or not _public.hostname
+    or _public_port == 0
+    or "?" in GPUQ_PUBLIC_URL
+    or "#" in GPUQ_PUBLIC_URL
+):
     raise ImproperlyConfigured(
-        f"GPUQ_PUBLIC_URL={GPUQ_PUBLIC_URL!r} must be an http(s) URL with a host"
+        f"GPUQ_PUBLIC_URL={GPUQ_PUBLIC_URL!r} must be an http(s) URL with a host, a port"
+        " from 1 to 65535 if any, and no ?query or #fragment"
     )
 _workdir = env("GPUQ_LOCAL_WORKDIR", str(BASE_DIR / "var" / "local-jobs")).strip()
 if not _workdir:  # Path("") is ".": wherever each process happened to start

@@ -1074,6 +1074,10 @@ def apply_mig_layout(node_id: int, config: str) -> None:
     it needs nothing more: inventory reports the node drained while the MIG manager works,
     up with the new slices on success, drained with the reason on failure."""
     node = Node.objects.select_related("cluster").get(pk=node_id)
+    if node.cluster.kind != Cluster.Kind.KUBERNETES:
+        # Named layouts are the GPU Operator's: a local or Slurm node has none.
+        log.error("node %s of %s: no named MIG layout to apply", node.name, node.cluster.name)
+        return
     try:
         backend_for(node.cluster).apply_mig_layout(node.name, config)
     except BackendError as exc:

@@ -20,8 +20,8 @@ def schedule_cycle() -> dict[str, Any]:
 
 @shared_task(
     name="gpuq.dispatch_job",
-    time_limit=120,
-    soft_time_limit=100,
+    time_limit=settings.DISPATCH_TIME_LIMIT_S,
+    soft_time_limit=settings.DISPATCH_TIME_LIMIT_S - 20,
     autoretry_for=(BackendError,),
     retry_backoff=2,
     retry_backoff_max=60,

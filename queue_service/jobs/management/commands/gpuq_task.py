@@ -12,14 +12,30 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import models
 
+from queue_service.backends import BackendError
 from queue_service.clusters.models import Cluster, Node
 from queue_service.jobs import dispatch, notify, snapshot
 from queue_service.jobs.models import Job
 
 
 def _sync_all_clusters() -> int:
-    # What beat's fan-out sends as messages, run here and now.
-    return dispatch.enqueue_syncs(dispatch.sync_cluster, dispatch.dispatch_job)
+    # What beat's fan-out sends as messages, run here and now. Each message fails alone there:
+    # here too, one cluster that cannot be synced (or job dispatched) must not stop the rest.
+    failed: list[str] = []
+
+    def each(service: Callable[[Any], Any]) -> Callable[[Any], None]:
+        def run(pk: Any) -> None:
+            try:
+                service(pk)
+            except BackendError as exc:
+                failed.append(f"{service.__name__} {pk}: {exc.message}")
+
+        return run
+
+    count = dispatch.enqueue_syncs(each(dispatch.sync_cluster), each(dispatch.dispatch_job))
+    if failed:
+        raise CommandError("; ".join(failed))
+    return count
 
 
 def _job_id(text: str) -> str:
@@ -78,4 +94,12 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{task}: there is no {named._meta.verbose_name} {values[0]}", returncode=2
             )
+        if task == "apply_mig_layout":
+            kind = Node.objects.filter(pk=values[0]).values_list("cluster__kind", flat=True)[0]
+            if kind != Cluster.Kind.KUBERNETES:  # named layouts are the GPU Operator's
+                raise CommandError(
+                    f"{task}: node {values[0]} is on a {kind} cluster; only a Kubernetes"
+                    " node takes a named MIG layout",
+                    returncode=2,
+                )
         self.stdout.write(str(func(*values)))
