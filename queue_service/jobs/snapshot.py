@@ -40,8 +40,8 @@ from queue_service.tenancy.models import Quota, Team
 from scheduler import mig
 from scheduler import types as st
 
-from .models import Job, JobRun, PriorityClass, SchedulerLock
-from .reports import GONE, Dep, array_states
+from .models import Job, JobArray, JobRun, PriorityClass, SchedulerLock
+from .reports import GONE, array_states
 from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
@@ -147,6 +147,7 @@ PENDING_FIELDS = (
 )
 ID, SPEC, ATTEMPTS, ARRAY, INDEX, LIMIT, NAME, AFTER = 0, 4, 8, 9, 10, 11, 12, 13
 REASON_CODE, ON_NODES = 14, 15
+TEAM = 1  # the team's slug
 
 
 def _pending_rows() -> list[PendingRow]:
@@ -170,10 +171,10 @@ def held_back(rows: Collection[PendingRow]) -> Held:
     were read (a submit, a resume, a requeue) waits for the next cycle, past any limit."""
     waiting: dict[str, st.Reason] = {}
     never: dict[str, str] = {}
-    with_after = [(str(row[ID]), row[AFTER]) for row in rows if row[AFTER]]
-    known = _states_and_names({dep for _, after in with_after for dep in after})
-    for job_id, after in with_after:
-        reason, why_never = after_status(after, known)
+    with_after = [(str(row[ID]), row[TEAM], row[AFTER]) for row in rows if row[AFTER]]
+    known = _states_and_names({dep for _, _, after in with_after for dep in after})
+    for job_id, team, after in with_after:
+        reason, why_never = after_status(after, known, team)
         if why_never is not None:
             never[job_id] = why_never
         elif reason is not None:
@@ -218,35 +219,55 @@ def started_per_array(array_ids: list[Any]) -> dict[Any, int]:
     )
 
 
-def _states_and_names(ids: Collection[str]) -> dict[str, Dep]:
-    """id -> (state, name, kind) of these jobs (the ones `after` names), in one query; an
-    id that is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
+# An `after` entry as the cycle reads it: its Dep and its team's slug.
+AfterDep = tuple[str, str, str, str]
+
+
+def _states_and_names(ids: Collection[str]) -> dict[str, AfterDep]:
+    """id -> (state, name, kind, team) of these jobs (the ones `after` names), in one query;
+    an id that is a job array's stands for all its tasks (Slurm's afterok on an array job id)."""
     if not ids:
         return {}
     known = {
-        str(pk): (state, name, "job")
-        for pk, state, name in Job.objects.filter(pk__in=ids).values_list("id", "state", "name")
+        str(pk): (state, name, "job", team)
+        for pk, state, name, team in Job.objects.filter(pk__in=ids).values_list(
+            "id", "state", "name", "team__slug"
+        )
     }
     if arrays := [i for i in ids if i not in known]:
-        known.update(array_states(arrays))
+        teams = {
+            str(pk): team
+            for pk, team in JobArray.objects.filter(pk__in=arrays).values_list("id", "team__slug")
+        }
+        for array_id, dep in array_states(arrays).items():
+            known[array_id] = (*dep, teams.get(array_id, ""))
     return known
 
 
-def after_status(after: list[str], known: dict[str, Dep]) -> tuple[st.Reason | None, str | None]:
+def after_status(
+    after: list[str], known: dict[str, AfterDep], team: str
+) -> tuple[st.Reason | None, str | None]:
     """(why it waits, None) while some `after` job has yet to succeed; (None, why it never
-    can) once one ended otherwise; (None, None) when all succeeded."""
+    can) once one ended otherwise; (None, None) when all succeeded. Every member of `team`
+    (the waiting job's) reads these, so another team's job is named by its id alone: some of
+    them may not see it (as `gpuq show` and the job page name it)."""
     unmet = []
     for dep in after:
-        state, name, kind = known.get(dep, (GONE, "?", "job"))
+        state, name, kind, owner = known.get(dep, (GONE, "?", "job", team))
+        own = owner == team
         if state == S.SUCCEEDED:
             continue
         if state == GONE:
-            what = f"job {dep}" if kind == "job" else f"array {name!r} ({dep}): a task of it"
+            label = f"{name!r} ({dep})" if own else dep
+            what = f"job {dep}" if kind == "job" else f"array {label}: a task of it"
             return None, f"{what} was deleted, so this one can never start"
         if state in Job.TERMINAL:
+            if not own:
+                what = f"job {dep}" if kind == "job" else f"a task of array {dep}"
+                return None, f"{what} ended without succeeding, so this one can never start"
             what = f"job {name!r} ({dep})" if kind == "job" else f"task {name!r} of array {dep}"
             return None, f"{what} ended {state}, so this one can never start"
-        unmet.append((dep, kind, f"{name!r} ({state})"))
+        unmet.append((dep, kind, f"{name!r} ({state})" if own else dep))
     if not unmet:
         return None, None
     listed = ", ".join(item if kind == "job" else f"array {item}" for _, kind, item in unmet)
@@ -1209,7 +1230,7 @@ def preview_job(
         }
     after = spec.get("after") or []
     if after:
-        reason, never = after_status(after, _states_and_names(after))
+        reason, never = after_status(after, _states_and_names(after), team_slug)
         if never is not None:
             reason = st.Reason("after_never_met", never)
         if reason is not None:
