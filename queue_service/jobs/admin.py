@@ -26,6 +26,9 @@ class JobAdmin(admin.ModelAdmin):
     readonly_fields = [f.name for f in Job._meta.fields]
     inlines = [JobEventInline]
 
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are submitted (jobs.services.submit_job), not typed in
+
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
         # A job's runs are its team's usage (reports, fair share): deleting the job would
         # delete them with it and rewrite what the team was charged, so job history stays.
@@ -37,3 +40,6 @@ class JobArrayAdmin(admin.ModelAdmin):
     list_display = ["name", "indices", "size", "team", "user", "submitted_at"]
     search_fields = ["name", "id"]
     readonly_fields = [f.name for f in JobArray._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # arrays are submitted with their tasks (jobs.services.submit_job)

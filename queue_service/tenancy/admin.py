@@ -8,14 +8,29 @@ from django.http import HttpRequest
 from .models import ApiToken, Membership, Quota, Team
 
 
-class MembershipInline(admin.TabularInline):
+class _ReadOnlyInline(admin.TabularInline):
+    """Members and quotas change through tenancy.services (the API and the team page),
+    whose rules an inline's save would skip: a member with jobs still running removed, a
+    team left without an admin, a lending limit above the nominal quota."""
+
+    extra = 0
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class MembershipInline(_ReadOnlyInline):
     model = Membership
-    extra = 0
 
 
-class QuotaInline(admin.TabularInline):
+class QuotaInline(_ReadOnlyInline):
     model = Quota
-    extra = 0
 
 
 @admin.register(Team)
@@ -33,3 +48,8 @@ class TeamAdmin(admin.ModelAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     list_display = ["name", "user", "hint", "created_at", "last_used_at"]
     readonly_fields = ["key_hash", "hint"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        # A token's key is made by tenancy.services.create_token and shown once to its
+        # owner; one added here would have no key at all.
+        return False
