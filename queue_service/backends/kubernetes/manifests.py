@@ -184,6 +184,10 @@ def _env(job: DispatchRequest, extra: list[dict[str, Any]]) -> list[dict[str, An
     values.update(job.env)
     if job.nccl_debug:
         values["NCCL_DEBUG"] = "INFO"
+    if job.gpus_per_node <= 0 and not job.mig_profile:
+        # The device plugin hands such a container nothing, and the NVIDIA runtime would
+        # then expose what the image says (`all` in CUDA images): the node's every GPU.
+        values["NVIDIA_VISIBLE_DEVICES"] = "void"
     wired = {e["name"] for e in extra}
     env = [{"name": k, "value": escape_expansion(v)} for k, v in values.items() if k not in wired]
     return env + extra

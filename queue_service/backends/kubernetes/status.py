@@ -411,10 +411,17 @@ def batch_job_status(
     stopping = _stopping(eid, pods, "Terminating", nodes) if deleting else None
     if stopping is not None:
         return stopping
-    if "Complete" in conds:
+    done = conds.get("Complete") or conds.get("SuccessCriteriaMet")
+    if done is not None:
+        # SuccessCriteriaMet (Kubernetes 1.31+) comes before Complete, while the controller
+        # still deletes the pods left over, as FailureTarget before Failed.
+        ended_first = _ended_first(job, done.get("lastTransitionTime"))
+        native = str(done.get("type") or "Complete")
+        if (ending := _stopping(eid, pods, native, nodes)) is not None:
+            return dataclasses.replace(ending, ended_first=ended_first)
         return Observation(
-            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state="Complete"),
-            ended_first=_ended_first(job, conds["Complete"].get("lastTransitionTime")),
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=native),
+            ended_first=ended_first,
         )
     failed = conds.get("Failed") or conds.get("FailureTarget")
     if failed is not None:
@@ -446,6 +453,16 @@ def batch_job_status(
             return dataclasses.replace(failing, ended_first=True)
         return Observation(_failed_job(eid, ended, pods), ended_first=True)
     want = int(_get(job, "spec", "parallelism") or 1)
+    succeeded = sum(1 for p in pods if _get(p, "status", "phase") == "Succeeded")
+    if succeeded >= want:
+        # Every index succeeded (one pod each: backoffLimit 0) and the controller has not
+        # said so yet: the same window as a failed pod's above; the Job completes.
+        if (ending := _stopping(eid, pods, "Succeeded", nodes)) is not None:
+            return dataclasses.replace(ending, ended_first=True)
+        return Observation(
+            JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state="Succeeded"),
+            ended_first=True,
+        )
     running = _pods_running(pods, want)
     if running >= want:
         return Observation(JobStatus(eid, RemoteState.RUNNING, native_state="Running"))
@@ -537,7 +554,7 @@ def volcano_job_status(
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
         # at once (state/restarting.go): their GPUs are busy until they are gone.
         if (failing := _stopping(eid, pods, phase, nodes)) is not None:
-            return failing
+            return dataclasses.replace(failing, ended_first=ended_first)
         return Observation(
             _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
         )
