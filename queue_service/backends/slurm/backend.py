@@ -351,6 +351,8 @@ class SlurmBackend:
         self._accounts_lock = threading.Lock()
         # {node: {MIG profile: its GRES type there}}, from the last nodes().
         self._mig_types: dict[str, dict[str, str]] = {}
+        # {node: {GPU model: its whole GPUs' GRES type there}}; an untyped model is absent.
+        self._gpu_types: dict[str, dict[str, str]] = {}
 
     def __repr__(self) -> str:
         return f"SlurmBackend({self.name!r}, {self.connection.where})"
@@ -471,15 +473,19 @@ class SlurmBackend:
             results.append(result.stdout)
         gres_map = self.settings.script.gres_map
         self._mig_types = parsers.mig_gres_types(results[0], gres_map)
+        self._gpu_types = parsers.gpu_gres_types(results[0], gres_map)
         return parsers.parse_sinfo(results[0], gres_map, parsers.parse_sinfo_resources(results[1]))
 
     def _job_script_options(self, job: DispatchRequest) -> script.ScriptOptions:
         """The team's script options; for a MIG slice, with its profile mapped to the GRES
-        type of that profile on the node it is placed on (the inventory's, read again when
-        this process has not read that node yet)."""
+        type of that profile on the node it is placed on; for whole GPUs, with the model
+        mapped to the placed nodes' type of it, or untyped where they have none (the
+        inventory's, read again when this process has not read that node yet)."""
         opts = self.script_options(job.team)
-        if not job.mig_profile or not job.placement:
+        if not job.placement:
             return opts
+        if not job.mig_profile:
+            return self._gpu_script_options(job, opts)
         node = job.placement[0].node
         if job.mig_profile not in self._mig_types.get(node, {}):
             self.nodes()
@@ -487,6 +493,23 @@ class SlurmBackend:
         if gres_type is None:
             return opts
         return dataclasses.replace(opts, gres_map={**opts.gres_map, job.mig_profile: gres_type})
+
+    def _gpu_script_options(
+        self, job: DispatchRequest, opts: script.ScriptOptions
+    ) -> script.ScriptOptions:
+        if job.gpus_per_node <= 0 or not job.gpu_model:
+            return opts
+        nodes = [a.node for a in job.placement]
+        if any(node not in self._gpu_types for node in nodes):
+            self.nodes()
+        types = {self._gpu_types[n].get(job.gpu_model) for n in nodes if n in self._gpu_types}
+        if not types:
+            return opts
+        gres_type = types.pop() if len(types) == 1 else None
+        if gres_type is None:
+            # `gpu:N` matches typed GPUs too: the one request every placed node can meet.
+            return dataclasses.replace(opts, untyped_gpus=True)
+        return dataclasses.replace(opts, gres_map={**opts.gres_map, job.gpu_model: gres_type})
 
     # -- submit ----------------------------------------------------------------------------
 

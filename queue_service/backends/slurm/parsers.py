@@ -498,6 +498,20 @@ def mig_gres_types(text: str, gres_map: Mapping[str, str]) -> dict[str, dict[str
     return found
 
 
+def gpu_gres_types(text: str, gres_map: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """The same sinfo rows -> {node: {GPU model: the node's GRES type of its whole GPUs}}. A
+    model a node lists no type for (untyped GPUs, `Gres=gpu:4`, whose model comes from a
+    feature or is "unknown") is asked for as `gpu:N`: Slurm refuses any type the node lacks."""
+    to_name = {gres_type: name for name, gres_type in gres_map.items()}
+    found: dict[str, dict[str, str]] = {}
+    for row in _rows(text, 7):
+        types = found.setdefault(row[0], {})
+        for g in _gpu_gres(row[2]):
+            if g.gres_type and not _profile(model := to_name.get(g.gres_type, g.gres_type)):
+                types.setdefault(model, g.gres_type)
+    return found
+
+
 # A node's CPUs (CPUTot) and memory (RealMemory, MB): what gpuq charges CPUs and memory by.
 SINFO_RESOURCES_FORMAT = "NodeList:|,CPUs:|,Memory:"
 

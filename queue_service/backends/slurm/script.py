@@ -24,6 +24,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # A registry host is the first path part when it has a dot or a port, or is localhost.
 _REGISTRY = re.compile(r"^(localhost|[^/]*[.:][^/]*)/(.+)$")
 
+# slurmctld's default max_script_size (SchedulerParameters): sbatch refuses a larger script.
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
+
 NCCL_DEFAULTS: tuple[tuple[str, str], ...] = (
     ("NCCL_DEBUG", "WARN"),
     # Turns a hung or failed collective into an error instead of a job that hangs until its
@@ -47,6 +50,8 @@ class ScriptOptions:
     gres_map: Mapping[str, str] = field(default_factory=dict)
     container_mounts: tuple[str, ...] = ()
     checkpoint_signal_s: int = 120
+    # The placed nodes' GPUs have no GRES type (`Gres=gpu:4`): a job asks `gpu:N`.
+    untyped_gpus: bool = False
 
     def __post_init__(self) -> None:
         for name in ("partition", "account", "qos"):
@@ -59,11 +64,11 @@ class ScriptOptions:
 
 def sh_quote(text: str) -> str:
     """Quote for bash so the text is one literal word. Text with control characters (a
-    newline, say) becomes $'...' with escapes, so the script has no line that the text starts."""
+    newline, say) becomes $'...' with escapes, so the script has no line that the text starts;
+    other text takes the shorter of shlex.quote and $'...' (shlex writes each `'` as the five
+    bytes `'"'"'`, $'...' as two: a script must fit sbatch's size limit)."""
     if "\x00" in text:
         raise BackendError("text with a NUL byte cannot be passed to a command", permanent=True)
-    if not _CONTROL.search(text):
-        return shlex.quote(text)
     escaped = []
     for ch in text:
         if ch in "\\'":
@@ -72,7 +77,10 @@ def sh_quote(text: str) -> str:
             escaped.append(f"\\x{ord(ch):02x}")
         else:
             escaped.append(ch)
-    return "$'" + "".join(escaped) + "'"
+    ansi = "$'" + "".join(escaped) + "'"
+    if _CONTROL.search(text):
+        return ansi
+    return min(shlex.quote(text), ansi, key=len)
 
 
 def sh_join(words: Sequence[str]) -> str:
@@ -126,15 +134,16 @@ def format_time_limit(seconds: int) -> str:
     return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
 
 
-def gres(job: DispatchRequest, gres_map: Mapping[str, str]) -> str | None:
+def gres(job: DispatchRequest, gres_map: Mapping[str, str], untyped: bool = False) -> str | None:
     """`gpu[:type]:N` per node: a MIG profile or GPU model goes through the cluster's map
-    (unmapped names are used as they are, as inventory reports unmapped types)."""
+    (unmapped names are used as they are, as inventory reports unmapped types); on nodes of
+    untyped GPUs, `gpu:N` whatever the model."""
     if job.mig_profile:
         mig_type = gres_map.get(job.mig_profile, job.mig_profile)
         return f"gpu:{directive_value('MIG profile', mig_type)}:1"
     if job.gpus_per_node <= 0:
         return None
-    if job.gpu_model:
+    if job.gpu_model and not untyped:
         gpu_type = directive_value("GPU model", gres_map.get(job.gpu_model, job.gpu_model))
         return f"gpu:{gpu_type}:{job.gpus_per_node}"
     return f"gpu:{job.gpus_per_node}"
@@ -163,7 +172,7 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
         f"--nodes={job.nodes}",
         "--ntasks-per-node=1",
     ]
-    if (spec := gres(job, opts.gres_map)) is not None:
+    if (spec := gres(job, opts.gres_map, opts.untyped_gpus)) is not None:
         lines.append(f"--gres={spec}")
     if job.cpus_per_gpu:
         lines.append(f"--cpus-per-task={cpus_per_node(job.cpus_per_gpu, job.gpus_per_node)}")
@@ -297,6 +306,13 @@ def launch(job: DispatchRequest, opts: ScriptOptions) -> str:
     elif torchrun:
         srun = ["srun"]
     prefix = ["env", "--", *env] if env else []
+    if prefix and srun:
+        # `env` would look srun up in the user's PATH (theirs is for the job or its
+        # container): the batch shell's PATH finds it.
+        return (
+            "gpuq_srun=$(command -v srun) || gpuq_srun=srun\n"
+            f'exec {sh_join(prefix)} "$gpuq_srun" {sh_join([*srun[1:], *payload])}'
+        )
     return "exec " + sh_join([*prefix, *srun, *payload])
 
 
@@ -309,4 +325,13 @@ def render(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> str:
         *environment(job),
         launch(job, opts),
     ]
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    # The spec's 1 MiB of command and env can still quote past it (a control character is
+    # written as four bytes): say so here rather than as sbatch's refusal.
+    if (size := len(text.encode())) > MAX_SCRIPT_BYTES:
+        raise BackendError(
+            f"the batch script would be {size:,} bytes, over sbatch's limit of"
+            f" {MAX_SCRIPT_BYTES:,} (max_script_size): shorten the command or env",
+            permanent=True,
+        )
+    return text
