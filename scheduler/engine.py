@@ -162,12 +162,21 @@ def _fraction(
         return None
 
 
+def _offers(model: str, profile: str, overrides: Mapping[str, mig.ModelTable] | None) -> bool:
+    table = mig.geometry(model, overrides)
+    return table is not None and table.profile(profile) is not None
+
+
 def request_gpus(
     r: JobRequest, mig_models: Sequence[str], overrides: Mapping[str, mig.ModelTable] | None = None
 ) -> float | None:
     """GPUs a pending job asks for (None: a MIG profile that does not parse)."""
     if r.mig_profile:
-        model = r.gpu_model or (mig_models[0] if mig_models else None)
+        model = r.gpu_model
+        if model is None:
+            # Sized on a model that offers the profile (1g.6gb is 1/4 of an A30, not 1/7).
+            offering = [m for m in mig_models if _offers(m, r.mig_profile, overrides)]
+            model = next(iter(offering or mig_models), None)
         return _fraction(model, r.mig_profile, overrides)
     return float(r.nodes * r.gpus_per_node)
 
@@ -1551,9 +1560,15 @@ class _Cycle:
     def new_mig_index(self) -> mig.MigIndex:
         """The cycle's MIG index. A GPU whose holders are all leaving is being emptied for
         the job that preempted them: it is reserved, and that job claims it again in its turn
-        (preempt_for_mig), so no other job restarts on it and keeps it from going idle."""
+        (preempt_for_mig), so no other job restarts on it and keeps it from going idle. The
+        caller names that job (PendingJob.preempting_on): it is held for it, idle or not."""
         index = mig.MigIndex(self.s.nodes, self.mig_tables)
         index.mark_leaving({j.request.id for j in self.s.running if j.preempting_since is not None})
+        named = [p for p in self.s.pending if p.preempting_on and p.request.mig_profile]
+        for p in sorted(named, key=lambda p: p.request.id):
+            r = p.request
+            assert r.mig_profile is not None
+            index.reserve_on(p.preempting_on, r.id, r.mig_profile, r.gpu_model, r.pool, r.cluster)
         return index
 
     def mig_request(self, r: JobRequest, *, first_tier: bool = False) -> mig.MigRequest:
@@ -1611,6 +1626,10 @@ class _Cycle:
         if self.mig_index.relayout_for(r.id) is not None:
             target = self.mig_index.planned_for(r.id)
             assert target is not None
+            if self.mig_index.held_for(*target, r.id):
+                # Emptied for it: still its own until the relayout is applied and it starts.
+                self.preempting.append((r.id, (target[0],)))
+                return reasons.mig_relayout(r, *target, on_nodes=(target[0],))
             return reasons.mig_relayout(r, *target)
         waiting = self.preempt_for_mig(r, gpus, admitted, first_tier)
         note, self.not_worth = self.not_worth, None
@@ -1681,11 +1700,20 @@ class _Cycle:
 
             kind = partial(self.slice_victim, r, reclaims, priority)
             eligible = partial(_is_some, kind)
+            # On a GPU emptied for other jobs too, their victims are leaving for r as well.
+            shared = partial(self.shared_victim, kind)
             for model, ids, gpu, whole in self.mig_index.victim_sets(
-                profile, m, r.pool, r.cluster, eligible, relayout=relayout, job_id=r.id
+                profile,
+                m,
+                r.pool,
+                r.cluster,
+                eligible,
+                relayout=relayout,
+                job_id=r.id,
+                shared=shared,
             ):
                 searched = True
-                victims = [(holders[i][0], kind(i) or "") for i in ids]
+                victims = [(holders[i][0], kind(i) or "leaving") for i in ids]
                 if not within_budget(
                     self.reclaim_budget(), r.team, victims, lambda c: holders[c.id][1]
                 ):
@@ -1721,9 +1749,17 @@ class _Cycle:
         self.victims_gone_at = gone
         if whole:
             # The GPU empties for r: no other job takes its free instances meanwhile (in the
-            # next cycles, mark_leaving reserves it until r claims it again here).
-            self.mig_index.reserve(*gpu, r.id)
+            # next cycles, the caller names r's node back: PendingJob.preempting_on).
+            self.mig_index.reserve(*gpu, r.id, profile)
+            self.preempting.append((r.id, (gpu[0],)))
+            return reasons.preempting_slice(len(victims), profile, gone - now, (gpu[0],))
         return reasons.preempting_slice(len(victims), profile, gone - now)
+
+    def shared_victim(self, kind: Callable[[str], str | None], job_id: str) -> bool:
+        """May a job be a victim for r on a GPU emptied for other jobs too: as for
+        slice_victim, or already leaving (claimed by those jobs this cycle)."""
+        found = self.mig_holders().get(job_id)
+        return kind(job_id) is not None or (found is not None and found[0].leaving)
 
     def slice_victim(
         self, r: JobRequest, reclaims: bool, priority: bool, job_id: str
@@ -1852,7 +1888,9 @@ class _Cycle:
                 share = _fraction(m, r.mig_profile or "", self.mig_tables) or gpus
                 if trial.check(r.team, m, share, preemptible, ends).ok:
                     trial.commit(r.team, m, share, preemptible, ends)
-                    requests.append(self.mig_request(r, first_tier=rank < self.first_tier))
+                    # For the model its quota admits: an any-model job is planned there only.
+                    checked = r if r.gpu_model else replace(r, gpu_model=m)
+                    requests.append(self.mig_request(checked, first_tier=rank < self.first_tier))
                     break
         if not requests:
             return []

@@ -457,10 +457,11 @@ class MigIndex:
         self._claims: dict[tuple[str, int, int], str] = {}
         # Instances take() handed out: who holds what this cycle (taken_ahead).
         self._taken: list[tuple[_Gpu, _Instance]] = []
-        # GPUs being emptied for a relayout, by (node, GPU): the job they are held for (None:
-        # all their holders are leaving, for a job this cycle has not named yet). take() and
-        # plan() give their free instances to no other job: otherwise they never go idle.
-        self._reserved: dict[tuple[str, int], str | None] = {}
+        # GPUs being emptied for a relayout, by (node, GPU): the jobs they are held for, with
+        # their profiles (None: all their holders are leaving, for a job not named yet).
+        # take() and plan() give their free instances to no other job: otherwise they never
+        # go idle, or go to a job that did not preempt for them.
+        self._reserved: dict[tuple[str, int], dict[str, str] | None] = {}
         # In name order: decisions must not depend on the order of the snapshot's nodes.
         for node in sorted(nodes, key=lambda n: n.name):
             if node.state != "up" or not (node.mig or node.mig_gpus):
@@ -496,16 +497,74 @@ class MigIndex:
             if holders and all(h in leaving for h in holders):
                 self._reserved.setdefault(gpu.order, None)
 
-    def reserve(self, node: str, gpu: int, job_id: str) -> None:
-        """Hold a GPU whose holders are leaving for job_id: no other job takes from it."""
+    def reserve(self, node: str, gpu: int, job_id: str, profile: str = "") -> None:
+        """Hold a GPU whose holders are leaving for job_id (and the jobs it is already held
+        for, when it has room for them all): no other job takes from it."""
         if (node, gpu) in self._by_key:
-            self._reserved[(node, gpu)] = job_id
+            held = self._reserved.get((node, gpu)) or {}
+            self._reserved[(node, gpu)] = {**held, job_id: profile}
+
+    def reserve_on(
+        self,
+        nodes: Collection[str],
+        job_id: str,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        cluster: str | None = None,
+    ) -> None:
+        """Hold for job_id a GPU on the nodes the last cycle emptied one for it
+        (PendingJob.preempting_on): one still being emptied, else an idle one (its victims
+        have left), else one held for other jobs with room for it too."""
+        gpus = [
+            g
+            for g in self._gpus
+            if g.node in nodes
+            and g.accepts(gpu_model, pool, cluster)
+            and _spec(g.table, profile) is not None
+        ]
+        reserved = self._reserved
+        fits: tuple[Callable[[_Gpu], bool], ...] = (
+            lambda g: g.order in reserved and reserved[g.order] is None,
+            lambda g: g.idle and not g.fixed and g.order not in reserved,
+            lambda g: self._room_with(g, job_id, profile),
+        )
+        for rule in fits:
+            for gpu in gpus:
+                if rule(gpu):
+                    self.reserve(*gpu.order, job_id, profile)
+                    return
+
+    def _room_with(self, gpu: _Gpu, job_id: str | None, profile: str) -> bool:
+        """Is this GPU held for other jobs only, with room for their slices and this one?"""
+        held = self._reserved.get(gpu.order)
+        if not held or job_id is None or gpu.table is None:
+            return False
+        specs = [_spec(gpu.table, p) for p in (*held.values(), profile)]
+        if any(s is None for s in specs):
+            return False
+        return _placements(gpu.table, _largest_first(s for s in specs if s)) is not None
+
+    def held_for(self, node: str, gpu: int, job_id: str) -> bool:
+        """Is this GPU being emptied (or re-laid out) for job_id?"""
+        return job_id in (self._reserved.get((node, gpu)) or ())
+
+    def _shared_until_idle(self, gpu: _Gpu) -> bool:
+        """A GPU emptied for several jobs is laid out for them all once its victims have
+        left: until then none takes an instance that may not fit beside the others'."""
+        held = self._reserved.get(gpu.order)
+        return (
+            held is not None
+            and len(held) > 1
+            and any(i.job_id is not None and i.job_id not in held for i in gpu.instances)
+        )
 
     def reserved_for_other(self, gpu: _Gpu, job_id: str | None) -> bool:
-        """Is this GPU being emptied for a job other than job_id (or for a job not yet known)?"""
+        """Is this GPU being emptied for jobs other than job_id (or for a job not yet known)?"""
         if gpu.order not in self._reserved:
             return False
-        return job_id is None or self._reserved[gpu.order] != job_id
+        held = self._reserved[gpu.order]
+        return job_id is None or held is None or job_id not in held
 
     def _set_instances(self, gpu: _Gpu, instances: list[_Instance]) -> None:
         for inst in gpu.instances:
@@ -603,6 +662,7 @@ class MigIndex:
                     for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
                     if (include_relaid or gpu.order not in self._relaid)
                     and not self.reserved_for_other(gpu, job_id)
+                    and not self._shared_until_idle(gpu)
                 ),
                 key=lambda c: (
                     claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
@@ -673,19 +733,24 @@ class MigIndex:
         *,
         relayout: bool = True,
         job_id: str | None = None,
+        shared: Callable[[str], bool] | None = None,
     ) -> list[tuple[str, tuple[str, ...], tuple[str, int], bool]]:
         """Ways to make room for a slice by stopping jobs: (GPU model, the jobs, the GPU,
         whether they are all its holders) when each holds an instance the request may use,
         or (with `relayout`: the GPU may be re-laid out) when together they hold every
         instance of a GPU whose table offers the profile (idle, it can be re-laid out). Only
         jobs for which `eligible(job_id)` is true, and GPUs not being emptied for another job
-        than `job_id`; GPUs in (node, index) order, jobs by id."""
+        than `job_id` unless it has room for them all: there `shared(job_id)` says who may
+        be a victim (one already claimed by those jobs, say); GPUs in (node, index) order,
+        jobs by id."""
         found: list[tuple[str, tuple[str, ...], tuple[str, int], bool]] = []
         for gpu in self._gpus:
             if gpu.idle or not gpu.accepts(gpu_model, pool, cluster):
                 continue
-            if gpu.order in self._reserved and self._reserved[gpu.order] not in (None, job_id):
+            held = self._reserved.get(gpu.order)
+            if held and job_id not in held and not self._room_with(gpu, job_id, profile):
                 continue
+            whole_eligible = shared if held and shared is not None else eligible
             holders = [i for i in gpu.instances if i.job_id is not None]
             usable = [i for i in holders if _names(gpu, i, profile)]
             for inst in usable:
@@ -697,7 +762,7 @@ class MigIndex:
                 and not gpu.fixed
                 and holders != usable[:1]  # else the one holder's instance serves: found above
                 and _spec(gpu.table, profile) is not None
-                and all(eligible(i.job_id or "") for i in holders)
+                and all(whole_eligible(i.job_id or "") for i in holders)
             ):
                 ids = tuple(sorted({i.job_id or "" for i in holders}))
                 found.append((gpu.model, ids, gpu.order, True))
@@ -745,7 +810,10 @@ class MigIndex:
     ) -> list[MigRelayout]:
         """New layouts for idle GPUs that serve the most requests, higher priority classes
         first, and apply them to the index. Free instances on busy GPUs are used first (they
-        cost nothing); an idle GPU keeps its layout when that already serves its share.
+        cost nothing); an idle GPU keeps its layout when that already serves its share, and
+        a free instance it has goes to a request left out rather than to later ones (in the
+        order given) when that serves as many of each class. An idle GPU emptied for jobs
+        (reserve) is theirs first, and others' only beside them.
 
         Called with every startable MIG request before any take(), it serves more than when
         called with take()'s leftovers: a take() can make an idle GPU busy that a later
@@ -761,52 +829,136 @@ class MigIndex:
                 order,
                 key=lambda i: (-requests[i].priority, _request_size(requests[i].profile), i),
             )
-        # A GPU being emptied for a job gives its free instances to no other request. A GPU
-        # whose layout is fixed only ever serves by the instances it has, idle or not.
-        spare = _Spare(
-            self,
-            [g for g in self._gpus if (g.fixed or not g.idle) and g.order not in self._reserved],
-            requests,
-        )
-        idle = [g for g in self._gpus if g.idle and not g.fixed and g.table is not None]
+        # An idle GPU emptied for jobs goes to them first (seeded), and is planned for other
+        # requests only alongside them.
+        asked = {r.job_id for r in requests}
+        held_for: dict[str, _Gpu] = {}
+        idle = []
+        for g in self._gpus:
+            if not g.idle or g.fixed or g.table is None:
+                continue
+            held = self._reserved.get(g.order)
+            if g.order in self._reserved and not (held and asked & held.keys()):
+                continue
+            idle.append(g)
+            held_for.update(dict.fromkeys(held or (), g))
+        seeds = [
+            (held_for[requests[i].job_id], requests[i])
+            for i in order
+            if requests[i].job_id in held_for
+        ]
         capacity = sum(g.table.compute_slices for g in idle if g.table)
-        packing = _Packing(idle)
-        hopeless: set[tuple[int, str, str | None, str | None, str | None]] = set()
-        for i in order:
-            request = requests[i]
-            claimed = spare.claim(request)
-            if claimed is not None:
-                gpu, inst = claimed
-                self._planned_for[request.job_id] = gpu.order
-                self._claims[(gpu.node, gpu.index, inst.start)] = request.job_id
-                continue
-            signature = (
-                request.priority,
-                request.profile,
-                request.gpu_model,
-                request.pool,
-                request.cluster,
+
+        def pack(
+            seeds: Sequence[tuple[_Gpu, MigRequest]],
+        ) -> tuple[_Packing, dict[str, tuple[_Gpu, _Instance]]]:
+            # A GPU being emptied for a job gives its free instances to no other request. A
+            # GPU whose layout is fixed only ever serves by the instances it has, idle or not.
+            spare = _Spare(
+                self,
+                [
+                    g
+                    for g in self._gpus
+                    if (g.fixed or not g.idle) and g.order not in self._reserved
+                ],
+                requests,
             )
-            if signature in hopeless:
-                if strict:
-                    break
-                continue
-            if packing.add(request):
-                continue
-            # Repacking everything largest first finds room that the small-first order of
-            # selection missed; not worth trying when the compute alone cannot fit.
-            members = [*packing.members(), request]
-            repacked = None
-            if sum(_request_size(r.profile)[0] for r in members) <= capacity:
-                repacked = _Packing(idle, prefer_kept=False)
-                if not all(repacked.add(r) for r in _largest_requests_first(members)):
-                    repacked = None
-            if repacked is None:
-                if strict:
-                    break
-                hopeless.add(signature)  # an identical request would not fit either
-            else:
-                packing = repacked
+
+            def packed(prefer_kept: bool = True) -> tuple[_Packing, set[str]]:
+                p = _Packing(idle, prefer_kept=prefer_kept)
+                return p, {r.job_id for gpu, r in seeds if p.seed(gpu, r)}
+
+            packing, seeded = packed()
+            claims: dict[str, tuple[_Gpu, _Instance]] = {}
+            hopeless: set[tuple[int, str, str | None, str | None, str | None]] = set()
+            for i in order:
+                request = requests[i]
+                if request.job_id in seeded:
+                    continue
+                claimed = spare.claim(request)
+                if claimed is not None:
+                    claims[request.job_id] = claimed
+                    continue
+                signature = (
+                    request.priority,
+                    request.profile,
+                    request.gpu_model,
+                    request.pool,
+                    request.cluster,
+                )
+                if signature in hopeless:
+                    if strict:
+                        break
+                    continue
+                if packing.add(request):
+                    continue
+                # Repacking everything largest first finds room that the small-first order of
+                # selection missed; not worth trying when the compute alone cannot fit.
+                members = [*packing.members(), request]
+                repacked = None
+                if sum(_request_size(r.profile)[0] for r in members) <= capacity:
+                    repacked, _ = packed(prefer_kept=False)
+                    rest = [r for r in members if r.job_id not in seeded]
+                    if not all(repacked.add(r) for r in _largest_requests_first(rest)):
+                        repacked = None
+                if repacked is None:
+                    if strict:
+                        break
+                    hopeless.add(signature)  # an identical request would not fit either
+                else:
+                    packing = repacked
+            return packing, claims
+
+        packing, claims = pack(seeds)
+        if not in_order:
+            # Packed smallest first, a later smaller request may get an idle GPU re-laid out
+            # under a request left out that a free instance it has could serve now: that one
+            # keeps it when the requests planned there all come after it (in the order given).
+            where = {r.job_id: g for g, wanted in packing.bins.items() for r, _ in wanted}
+            after: dict[_Gpu, int] = {}
+            for position, request in enumerate(requests):
+                on = where.get(request.job_id)
+                if on is not None:
+                    after.setdefault(on, position)
+            kept: dict[_Gpu, list[ProfileSpec]] = {}
+            extra = []
+            # A shape no GPU took stays refused for later requests (stricter, GPUs fuller).
+            refused: set[tuple[str, str | None, str | None, str | None]] = set()
+            for position, request in enumerate(requests):
+                if request.job_id in where or request.job_id in claims:
+                    continue
+                shape = (request.profile, request.gpu_model, request.pool, request.cluster)
+                if shape in refused:
+                    continue
+                refused.add(shape)
+                for g in idle:
+                    spec = _spec(g.table, request.profile)
+                    if (
+                        spec is not None
+                        and g.accepts(request.gpu_model, request.pool, request.cluster)
+                        and g.order not in self._reserved
+                        and after.get(g, position + 1) > position
+                        and g.holds([*kept.get(g, []), spec])
+                    ):
+                        kept.setdefault(g, []).append(spec)
+                        extra.append((g, request))
+                        refused.discard(shape)
+                        break
+            if extra:
+                # Only when that serves as many requests of each class, higher classes first.
+                def served(
+                    packing: _Packing, claims: Mapping[str, object]
+                ) -> list[tuple[int, int]]:
+                    ids = {r.job_id for r in packing.members()} | claims.keys()
+                    count = Counter(r.priority for r in requests if r.job_id in ids)
+                    return sorted(count.items(), reverse=True)
+
+                retry = pack([*seeds, *extra])
+                if served(*retry) >= served(packing, claims):
+                    packing, claims = retry
+        for job_id, (gpu, inst) in claims.items():
+            self._planned_for[job_id] = gpu.order
+            self._claims[(gpu.node, gpu.index, inst.start)] = job_id
         demand = Counter(r.profile for r in requests)
         relayouts = []
         for gpu, wanted in sorted(_keep_layouts(packing.bins).items(), key=lambda b: b[0].order):
@@ -910,6 +1062,23 @@ class _Packing:
 
     def members(self) -> list[MigRequest]:
         return [request for wanted in self.bins.values() for request, _ in wanted]
+
+    def seed(self, gpu: _Gpu, request: MigRequest) -> bool:
+        """Plan a request on this GPU (one emptied for it); False if it has no room."""
+        spec = _spec(gpu.table, request.profile)
+        wanted = self.bins.get(gpu, [])
+        key = (gpu.model, gpu.place, gpu.signature, _largest_first(s for _, s in wanted))
+        gpus = self._groups.get(key, [])
+        if spec is None or gpu.table is None or gpu not in gpus:
+            return False
+        if _placements(gpu.table, _largest_first((*key[3], spec))) is None:
+            return False
+        gpus.remove(gpu)
+        if not gpus:
+            del self._groups[key]
+        self.bins[gpu] = [*wanted, (request, spec)]
+        self._file(gpu, _largest_first(s for _, s in self.bins[gpu]))
+        return True
 
     def add(self, request: MigRequest) -> bool:
         """Plan one more request; False if no idle GPU has room for it.

@@ -173,23 +173,38 @@ def mig_unoffered(r: JobRequest) -> Reason:
     )
 
 
-def preempting_slice(victims: int, profile: str, left_s: float) -> Reason:
-    """`left_s`: until the last victim has left, as for preempting()."""
+def preempting_slice(
+    victims: int, profile: str, left_s: float, on_nodes: tuple[str, ...] = ()
+) -> Reason:
+    """`left_s`: until the last victim has left, `on_nodes`: the node of the GPU they empty
+    for it (when they are all its holders), as for preempting()."""
     left = math.ceil(max(0.0, left_s))
+    details: tuple[tuple[str, object], ...] = (
+        ("victims", victims),
+        ("mig_profile", profile),
+        ("grace_s", left),
+    )
     return Reason(
         "preempting",
         f"{victims} job(s) are being preempted to free a {profile} MIG instance; they have"
         f" {left} s left to checkpoint",
-        (("victims", victims), ("mig_profile", profile), ("grace_s", left)),
+        details + ((("on_nodes", on_nodes),) if on_nodes else ()),
     )
 
 
-def mig_relayout(r: JobRequest, node: str, gpu: int) -> Reason:
+def mig_relayout(r: JobRequest, node: str, gpu: int, on_nodes: tuple[str, ...] = ()) -> Reason:
+    """`on_nodes`: the GPU's node when it was emptied for this job (handed back as for
+    preempting(), so it stays the job's until it starts there)."""
+    details: tuple[tuple[str, object], ...] = (
+        ("node", node),
+        ("gpu", gpu),
+        ("mig_profile", r.mig_profile),
+    )
     return Reason(
         "mig_relayout",
         f"GPU {gpu} on node {node} is being re-laid out to create a {r.mig_profile} instance"
         " for this job",
-        (("node", node), ("gpu", gpu), ("mig_profile", r.mig_profile)),
+        details + ((("on_nodes", on_nodes),) if on_nodes else ()),
     )
 
 

@@ -157,7 +157,8 @@ class PendingJob:
     attempts: int = 0
     # The nodes the last cycle preempted jobs on for it (Decisions.preempting): it goes
     # there first once they are free, so that the GPUs freed for it are not taken by another
-    # preemptor and its preemption made again.
+    # preemptor and its preemption made again (a slice job: the GPU emptied for it there is
+    # held for it, through its relayout, until it starts).
     preempting_on: tuple[str, ...] = ()
 
 
@@ -302,6 +303,7 @@ class Decisions:
     relayouts: tuple[MigRelayout, ...] = ()
     # Free-form counters for observability ("considered", "groups_skipped", ...).
     stats: tuple[tuple[str, float], ...] = field(default=())
-    # Jobs waiting for their victims to leave, with the nodes they will run on (their Wait
-    # reason's "on_nodes"): the caller hands these back as PendingJob.preempting_on.
+    # Jobs waiting for their victims to leave (or for the relayout of the GPU they emptied),
+    # with the nodes they will run on (their Wait reason's "on_nodes"): the caller hands
+    # these back as PendingJob.preempting_on.
     preempting: tuple[tuple[str, tuple[str, ...]], ...] = ()

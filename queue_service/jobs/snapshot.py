@@ -125,7 +125,8 @@ class Held:
 # A pending job's row as build_snapshot reads it: the request's fields (_request_of, but
 # the spec as text: held jobs' are never decoded), its attempts, its array's id, index,
 # limit and name, its `after` list (decoded: usually null), and its reason's code and
-# `on_nodes` (the nodes the last cycle preempted on for it: PendingJob.preempting_on).
+# `on_nodes` (the nodes the last cycle preempted on, or re-laid out a GPU emptied on, for
+# it: PendingJob.preempting_on).
 PendingRow = tuple[Any, ...]
 PENDING_FIELDS = (
     "id",
@@ -316,7 +317,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
             continue
         if fitted.gpus_per_node != spec["gpus_per_node"]:
             held.charged[fitted.id] = footprint_note(fitted.gpus_per_node, spec)
-        on_nodes = row[ON_NODES] if row[REASON_CODE] == "preempting" else None
+        # mig_relayout: a GPU emptied for it stays its own until it starts there.
+        on_nodes = row[ON_NODES] if row[REASON_CODE] in ("preempting", "mig_relayout") else None
         pending_jobs.append(
             st.PendingJob(
                 request=fitted,

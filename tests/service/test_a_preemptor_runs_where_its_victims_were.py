@@ -46,6 +46,24 @@ def test_the_snapshot_hands_a_preemptor_back_the_nodes_it_preempted_on(
     assert got == {str(waiting.pk): ("local/n2",), str(other.pk): ()}
 
 
+def test_the_snapshot_hands_a_slice_preemptor_back_its_node_while_its_gpu_is_re_laid_out(
+    teams: Any, local_cluster: Any, people: Any
+) -> None:
+    # The GPU its victims emptied is re-laid out for it: it stays its own until it starts.
+    waiting = submit_job(people["alice"], spec(name="slice")).job
+    Job.objects.filter(pk=waiting.pk).update(
+        reason={
+            "code": "mig_relayout",
+            "message": "GPU 0 on node local/n2 is being re-laid out",
+            "details": {"node": "local/n2", "gpu": 0, "on_nodes": ["local/n2"]},
+        }
+    )
+
+    snap, _, _ = build_snapshot(timezone.now())
+
+    assert [p.preempting_on for p in snap.pending] == [("local/n2",)]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_reclaim_for_two_jobs_preempts_three_and_each_runs_where_its_victims_were(
     teams: Any, local_cluster: Any, people: Any, settings: Any
