@@ -101,6 +101,49 @@ def client_for(people: dict[str, Any]) -> Callable[[str], Any]:
     return make
 
 
+# A GPU model only a cluster's `mig_profiles` describes (site_mig_cluster).
+SITE_MIG_MODEL = "X-GPU-48GB"
+
+
+@pytest.fixture
+def site_mig_cluster(db: Any, tmp_path: Any) -> Any:
+    """A local cluster named `site` with one MIG GPU of a model only its `mig_profiles`
+    describes (4 compute and 4 memory slices), laid out as four 1g.12gb instances."""
+    from queue_service.clusters.models import Cluster
+    from queue_service.jobs.dispatch import sync_cluster
+
+    cluster = Cluster.objects.create(
+        name="site",
+        kind="local",
+        settings={
+            "workdir": str(tmp_path / "jobs"),
+            "nodes": [
+                {
+                    "name": "x1",
+                    "gpus": 1,
+                    "gpu_model": SITE_MIG_MODEL,
+                    "mig": True,
+                    "mig_layout": [
+                        {"gpu": 0, "profile": "1g.12gb", "start": i, "size": 1} for i in range(4)
+                    ],
+                }
+            ],
+            "mig_profiles": {
+                SITE_MIG_MODEL: {
+                    "compute_slices": 4,
+                    "memory_slices": 4,
+                    "profiles": [
+                        ["1g.12gb", 1, 1, 4, [0, 1, 2, 3], 1],
+                        ["2g.24gb", 2, 2, 2, [0, 2], 2],
+                    ],
+                }
+            },
+        },
+    )
+    sync_cluster(cluster.pk)
+    return cluster
+
+
 @pytest.fixture
 def local_cluster(db: Any, tmp_path: Any) -> Iterator[Any]:
     """A local cluster of 2 nodes x 4 simulated GPUs whose job directories live in tmp_path."""

@@ -1,58 +1,36 @@
-"""MIG slices over several cycles with a fake clock.
-
-A small driver applies each cycle's decisions to the next snapshot as the simulator does
-(scheduler/simulate.py): a start holds its instance from the cycle's instant, a victim
-leaves once its grace period is over (its instance free again) and waits again, a run ends
-at its duration (at most its time limit), a relayout is applied before the next cycle when
-its GPU is idle, and each preemptor waits with the nodes the last cycle preempted on for
-it (Decisions.preempting -> PendingJob.preempting_on).
-"""
+"""MIG slices over several cycles with a fake clock (tests/scheduler/driver.py, with each
+GPU's layout: a slice is held from its start and free again when its job leaves, and a
+relayout is applied before the next cycle when its GPU is idle)."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from scheduler import schedule
 from scheduler.types import (
     Decisions,
     Gpu,
     JobRequest,
     MigInstance,
     MigSlot,
-    Node,
     NodeAlloc,
-    PendingJob,
     Placement,
-    Policy,
     Quota,
     RunningJob,
     Snapshot,
+    Start,
     Team,
 )
 
 from .builders import A100, NOW, mig_node, request, team
+from .driver import Driver
 
 
 @dataclass
-class MigDriver:
-    """The simulator's loop around schedule() for MIG nodes, one cycle every `step` s."""
+class MigDriver(Driver):
+    """The Driver for MIG nodes: each GPU's layout, a slice held from a start and free again
+    when its job leaves, a relayout applied before the next cycle when its GPU is idle."""
 
-    nodes: tuple[Node, ...]
-    teams: tuple[Team, ...]
-    policy: Policy = field(default_factory=Policy)
-    now: float = NOW
-    step: float = 10.0
     layouts: dict[str, list[list[MigInstance]]] = field(default_factory=dict)
-    pending: dict[str, PendingJob] = field(default_factory=dict)
-    running: dict[str, RunningJob] = field(default_factory=dict)
-    duration: dict[str, float] = field(default_factory=dict)
-    leaves_at: dict[str, float] = field(default_factory=dict)
-    preempted: Counter[str] = field(default_factory=Counter)
-    # (preemptor, victim) in the order the cycles decided them.
-    preemptions: list[tuple[str, str]] = field(default_factory=list)
-    decisions: list[Decisions] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for n in self.nodes:
@@ -65,16 +43,7 @@ class MigDriver:
             )
             for n in self.nodes
         )
-        return Snapshot(
-            nodes,
-            self.teams,
-            tuple(self.pending[k] for k in sorted(self.pending)),
-            tuple(self.running[k] for k in sorted(self.running)),
-        )
-
-    def submit(self, r: JobRequest, duration: float | None = None) -> None:
-        self.pending[r.id] = PendingJob(r)
-        self.duration[r.id] = duration if duration is not None else (r.time_limit_s or math.inf)
+        return replace(super().snapshot(), nodes=nodes)
 
     def holds(
         self,
@@ -97,71 +66,32 @@ class MigDriver:
             job_id, team, priority, started - 10, 1, 1, None, profile or inst.profile, limit
         )
         slot = MigSlot(gpu, inst.profile, inst.start, inst.size)
-        self.running[job_id] = RunningJob(
-            r, started, Placement((NodeAlloc(node, (), slot),)), model
-        )
-        self.duration[job_id] = math.inf
+        self.place(RunningJob(r, started, Placement((NodeAlloc(node, (), slot),)), model))
 
-    def _free(self, job_id: str) -> None:
-        job = self.running.pop(job_id)
+    def free(self, job_id: str) -> RunningJob:
+        job = super().free(job_id)
         for a in job.placement.allocs:
             if a.mig is not None:
                 lay = self.layouts[a.node][a.mig.gpu]
                 lay[:] = [replace(i, job_id=None) if i.job_id == job_id else i for i in lay]
+        return job
 
-    def cycle(self) -> Decisions:
-        d = schedule(self.snapshot(), self.policy, self.now)
-        self.decisions.append(d)
-        for jid, p in list(self.pending.items()):
-            if p.preempting_on:
-                self.pending[jid] = replace(p, preempting_on=())
-        for jid, on_nodes in d.preempting:
-            self.pending[jid] = replace(self.pending[jid], preempting_on=on_nodes)
-        for x in d.starts:
-            p = self.pending.pop(x.job_id)
-            self.running[x.job_id] = RunningJob(
-                p.request, self.now, x.placement, x.gpu_model, preemptions=self.preempted[x.job_id]
-            )
-            for a in x.placement.allocs:
-                if a.mig is not None:
-                    lay = self.layouts[a.node][a.mig.gpu]
-                    lay[:] = [
-                        replace(i, job_id=x.job_id)
-                        if (i.start, i.size) == (a.mig.start, a.mig.size)
-                        else i
-                        for i in lay
-                    ]
-        for pre in d.preemptions:
-            job = self.running[pre.job_id]
-            if job.preempting_since is None:
-                self.preemptions.append((pre.by_job_id, pre.job_id))
-                self.running[pre.job_id] = replace(job, preempting_since=self.now)
-                self.leaves_at[pre.job_id] = self.now + self.policy.preemption_grace_s
+    def started(self, start: Start) -> None:
+        for a in start.placement.allocs:
+            if a.mig is not None:
+                lay = self.layouts[a.node][a.mig.gpu]
+                lay[:] = [
+                    replace(i, job_id=start.job_id)
+                    if (i.start, i.size) == (a.mig.start, a.mig.size)
+                    else i
+                    for i in lay
+                ]
+
+    def applied(self, d: Decisions) -> None:
         for rl in d.relayouts:
             lay = self.layouts[rl.node][rl.gpu]
             if not rl.advisory and all(i.job_id is None for i in lay):
                 self.layouts[rl.node][rl.gpu] = list(rl.instances)
-        return d
-
-    def advance(self) -> None:
-        self.now += self.step
-        for jid, job in list(self.running.items()):
-            limit = job.request.time_limit_s
-            ran = min(self.duration[jid], math.inf if limit is None else limit)
-            if job.start_time + ran <= self.now:
-                self._free(jid)
-                self.leaves_at.pop(jid, None)
-            elif jid in self.leaves_at and self.leaves_at[jid] <= self.now:
-                self._free(jid)
-                del self.leaves_at[jid]
-                self.preempted[jid] += 1
-                self.duration[jid] -= self.now - job.start_time
-                self.pending[jid] = PendingJob(job.request, attempts=1)
-
-    def run_until(self, until: float) -> None:
-        while self.now <= until:
-            self.cycle()
-            self.advance()
 
     def gpu_of(self, job_id: str) -> tuple[str, int] | None:
         job = self.running.get(job_id)

@@ -1,109 +1,24 @@
-"""Reclaims over several cycles with a fake clock: a team within its nominal gets its GPUs
-back within one cycle plus the victims' grace, with no victim more than the room it needs.
-
-A small driver applies each cycle's decisions to the next snapshot as the simulator does
-(scheduler/simulate.py): starts run from the cycle's instant, a victim leaves once its grace
-period is over and waits again, a run ends at its duration (at most its time limit), and
-each preemptor waits with the nodes the last cycle preempted on for it
-(Decisions.preempting -> PendingJob.preempting_on).
-"""
+"""Reclaims over several cycles with a fake clock (tests/scheduler/driver.py): a team
+within its nominal gets its GPUs back within one cycle plus the victims' grace, with no
+victim more than the room it needs."""
 
 from __future__ import annotations
 
 import math
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from scheduler import schedule
 from scheduler.types import (
-    Decisions,
     JobRequest,
     Node,
-    PendingJob,
-    Policy,
     Quota,
-    RunningJob,
-    Snapshot,
     Team,
 )
 
 from .builders import A100, NOW, nodes, request, running, team
-
-
-@dataclass
-class Driver:
-    """The simulator's loop around schedule(), one cycle every `step` seconds."""
-
-    nodes: tuple[Node, ...]
-    teams: tuple[Team, ...]
-    policy: Policy = field(default_factory=Policy)
-    now: float = NOW
-    step: float = 10.0
-    pending: dict[str, PendingJob] = field(default_factory=dict)
-    running: dict[str, RunningJob] = field(default_factory=dict)
-    duration: dict[str, float] = field(default_factory=dict)
-    leaves_at: dict[str, float] = field(default_factory=dict)
-    preempted: Counter[str] = field(default_factory=Counter)
-    victims: list[str] = field(default_factory=list)
-
-    def submit(self, r: JobRequest, duration: float | None = None) -> None:
-        self.pending[r.id] = PendingJob(r)
-        self.duration[r.id] = duration if duration is not None else (r.time_limit_s or math.inf)
-
-    def place(self, job: RunningJob) -> None:
-        self.running[job.request.id] = job
-        self.duration[job.request.id] = math.inf
-
-    def cycle(self) -> Decisions:
-        s = Snapshot(
-            self.nodes,
-            self.teams,
-            tuple(self.pending[k] for k in sorted(self.pending)),
-            tuple(self.running[k] for k in sorted(self.running)),
-        )
-        d = schedule(s, self.policy, self.now)
-        # As the simulator and the service do: each preemptor waits with the nodes the last
-        # cycle preempted on for it.
-        for jid, p in list(self.pending.items()):
-            if p.preempting_on:
-                self.pending[jid] = replace(p, preempting_on=())
-        for jid, on_nodes in d.preempting:
-            self.pending[jid] = replace(self.pending[jid], preempting_on=on_nodes)
-        for x in d.starts:
-            p = self.pending.pop(x.job_id)
-            self.running[x.job_id] = RunningJob(
-                p.request, self.now, x.placement, x.gpu_model, preemptions=self.preempted[x.job_id]
-            )
-        for p in d.preemptions:
-            job = self.running[p.job_id]
-            if job.preempting_since is None:
-                self.victims.append(p.job_id)
-                self.running[p.job_id] = replace(job, preempting_since=self.now)
-                self.leaves_at[p.job_id] = self.now + self.policy.preemption_grace_s
-        return d
-
-    def advance(self) -> None:
-        self.now += self.step
-        for jid, job in list(self.running.items()):
-            limit = job.request.time_limit_s
-            ran = min(self.duration[jid], math.inf if limit is None else limit)
-            if job.start_time + ran <= self.now:
-                del self.running[jid]
-                self.leaves_at.pop(jid, None)
-            elif jid in self.leaves_at and self.leaves_at[jid] <= self.now:
-                del self.running[jid], self.leaves_at[jid]
-                self.preempted[jid] += 1
-                self.duration[jid] -= self.now - job.start_time
-                self.pending[jid] = PendingJob(job.request, attempts=1)
-
-    def run_until(self, until: float) -> None:
-        while self.now <= until:
-            self.cycle()
-            self.advance()
-
+from .driver import Driver
 
 # -- reclaim within one cycle plus the victims' grace period ------------------------------
 

@@ -9,54 +9,22 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from queue_service.clusters.models import Cluster
-from queue_service.jobs.dispatch import sync_cluster
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import build_snapshot, run_cycle
 from queue_service.tenancy.models import Quota
 from scheduler.engine import running_gpus
 from scheduler.mig import overrides_from
-from tests.conftest import spec
+from tests.conftest import SITE_MIG_MODEL, spec
 
 S = Job.State
-SITE_MODEL = "X-GPU-48GB"
 
 
 def test_a_slice_on_a_site_described_model_is_stored_as_the_share_the_scheduler_counted(
-    people: Any, teams: Any, tmp_path: Any
+    people: Any, teams: Any, site_mig_cluster: Any
 ) -> None:
-    cluster = Cluster.objects.create(
-        name="site",
-        kind="local",
-        settings={
-            "workdir": str(tmp_path / "jobs"),
-            "nodes": [
-                {
-                    "name": "x1",
-                    "gpus": 1,
-                    "gpu_model": SITE_MODEL,
-                    "mig": True,
-                    "mig_layout": [
-                        {"gpu": 0, "profile": "1g.12gb", "start": i, "size": 1} for i in range(4)
-                    ],
-                }
-            ],
-            "mig_profiles": {
-                SITE_MODEL: {
-                    "compute_slices": 4,
-                    "memory_slices": 4,
-                    "profiles": [
-                        ["1g.12gb", 1, 1, 4, [0, 1, 2, 3], 1],
-                        ["2g.24gb", 2, 2, 2, [0, 2], 2],
-                    ],
-                }
-            },
-        },
-    )
-    sync_cluster(cluster.pk)
     Quota.objects.create(
-        team=teams["vision"], gpu_model=SITE_MODEL, nominal_gpus=1, borrowing_limit_gpus=0
+        team=teams["vision"], gpu_model=SITE_MIG_MODEL, nominal_gpus=1, borrowing_limit_gpus=0
     )
     body = spec(name="slice", kind="agent", mig_profile="1g.12gb", cluster="site")
     del body["gpus_per_node"]
@@ -65,7 +33,7 @@ def test_a_slice_on_a_site_described_model_is_stored_as_the_share_the_scheduler_
     run_cycle()
 
     job.refresh_from_db()
-    assert (job.state, job.gpu_model) == (S.ADMITTED, SITE_MODEL)
+    assert (job.state, job.gpu_model) == (S.ADMITTED, SITE_MIG_MODEL)
     snap, _, _ = build_snapshot(timezone.now())
     (running,) = snap.running
     counted = running_gpus(running, overrides_from(snap.mig_tables))

@@ -11,12 +11,11 @@ from django.test import Client
 
 from frontend.charts import SLICE_W
 from queue_service.clusters.models import Cluster, Node
-from queue_service.jobs.dispatch import sync_cluster
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.tenancy.models import Quota
-from tests.conftest import spec
+from tests.conftest import SITE_MIG_MODEL, spec
 
 pytestmark = pytest.mark.django_db
 
@@ -64,51 +63,12 @@ def test_the_mig_picker_does_not_offer_a_relayout_on_a_cluster_whose_layouts_gpu
     assert "unavailable" in label.split(">", 1)[0], label  # drawn as not fitting now
 
 
-SITE_MODEL = "X-GPU-48GB"
-
-
-@pytest.fixture
-def site_cluster(db: Any, tmp_path: Any) -> Cluster:
-    """A local cluster with one MIG GPU of a model only its `mig_profiles` describes (4 compute
-    and 4 memory slices), laid out as four 1g.12gb instances."""
-    cluster = Cluster.objects.create(
-        name="site",
-        kind="local",
-        settings={
-            "workdir": str(tmp_path / "jobs"),
-            "nodes": [
-                {
-                    "name": "x1",
-                    "gpus": 1,
-                    "gpu_model": SITE_MODEL,
-                    "mig": True,
-                    "mig_layout": [
-                        {"gpu": 0, "profile": "1g.12gb", "start": i, "size": 1} for i in range(4)
-                    ],
-                }
-            ],
-            "mig_profiles": {
-                SITE_MODEL: {
-                    "compute_slices": 4,
-                    "memory_slices": 4,
-                    "profiles": [
-                        ["1g.12gb", 1, 1, 4, [0, 1, 2, 3], 1],
-                        ["2g.24gb", 2, 2, 2, [0, 2], 2],
-                    ],
-                }
-            },
-        },
-    )
-    sync_cluster(cluster.pk)
-    return cluster
-
-
 def test_the_mig_picker_offers_the_slices_of_a_model_the_site_describes_in_mig_profiles(
-    people: Any, teams: Any, site_cluster: Cluster
+    people: Any, teams: Any, site_mig_cluster: Cluster
 ) -> None:
     # A cluster's `mig_profiles` overrides the built-in table for a model (ARCHITECTURE.md,
     # MIG); the cycle places slice jobs on such a node (tests/service/test_mig_site_table_charge).
-    Quota.objects.create(team=teams["vision"], gpu_model=SITE_MODEL, nominal_gpus=1)
+    Quota.objects.create(team=teams["vision"], gpu_model=SITE_MIG_MODEL, nominal_gpus=1)
 
     alice = client_of(people["alice"])
     slice_job = {"name": "x", "command": "serve", "kind": "agent", "mig_profile": "1g.12gb"}
@@ -123,7 +83,7 @@ def test_the_mig_picker_offers_the_slices_of_a_model_the_site_describes_in_mig_p
 
 
 def test_the_cluster_map_draws_a_site_described_mig_gpu_with_the_sites_memory_slices(
-    people: Any, site_cluster: Cluster
+    people: Any, site_mig_cluster: Cluster
 ) -> None:
     page = client_of(people["alice"]).get("/clusters/").content.decode()
 
