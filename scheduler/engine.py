@@ -216,8 +216,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
        A GPU being emptied so is held for the job: no other job takes its free instances
-       until it is idle. No slice is preempted while an idle GPU could be re-laid out for
-       the job.
+       until it is idle; one instance freed for it on a GPU others keep using is held
+       alike. No slice is preempted while an idle GPU could be re-laid out for the job.
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
        (for a slice job, from the limits of the jobs holding instances it may use; for a
@@ -275,8 +275,6 @@ class _Cycle:
         self.preempting: list[tuple[str, tuple[str, ...]]] = []  # Decisions.preempting
         # When the last preemption's victims have all left (plan_preemptor), for its estimate.
         self.victims_gone_at = now
-        # The nodes an earlier cycle preempted on for the job being tried (try_whole).
-        self.on_nodes: tuple[str, ...] = ()
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
         # Teams that searched to reclaim after the searches were used up (preempt_for).
@@ -519,8 +517,9 @@ class _Cycle:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
             else:
-                self.on_nodes = pending[i].preempting_on
-                outcome = self.try_whole(k, r, gpus, rank < self.first_tier)
+                outcome = self.try_whole(
+                    k, r, gpus, rank < self.first_tier, pending[i].preempting_on
+                )
                 if outcome is not None:
                     if outcome.shared:
                         failed[k] = outcome
@@ -857,9 +856,12 @@ class _Cycle:
 
     # -- whole GPUs --------------------------------------------------------------------
 
-    def try_whole(self, k: int, r: JobRequest, gpus: float, first_tier: bool) -> _Failure | None:
+    def try_whole(
+        self, k: int, r: JobRequest, gpus: float, first_tier: bool, on_nodes: tuple[str, ...]
+    ) -> _Failure | None:
         """Start r, of kind number k, or say why not (placing it on hold or preempting for it
-        on the way)."""
+        on the way). `on_nodes`: where an earlier cycle preempted for it
+        (PendingJob.preempting_on), tried first."""
         models = [r.gpu_model] if r.gpu_model else self.models
         if r.gpu_model and r.gpu_model not in self.capacity:
             return _Failure(reasons.unsatisfiable(r, 0), capacity=False)
@@ -892,7 +894,7 @@ class _Cycle:
                 return _Failure(refusal or reasons.unsatisfiable(r, 0), False, held_until)
             allowed = kept
         if not allowed:
-            waiting = self.preempt_for_quota(k, r, gpus, models)
+            waiting = self.preempt_for_quota(k, r, gpus, models, on_nodes)
             note, self.not_worth = self.not_worth, None
             if waiting is not None:
                 ready = self.victims_gone_at
@@ -908,7 +910,7 @@ class _Cycle:
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
         # First where its preemption freed GPUs for it.
-        fit = fit_on(self.index, groups, g, n, self.on_nodes) if self.on_nodes else None
+        fit = fit_on(self.index, groups, g, n, on_nodes) if on_nodes else None
         if fit is None and n == 1 and g > 0 and self.policy.pack_by_end:
             fit = fit_by_end(
                 self.index, groups, g, math.inf if ends is None else ends, self.horizon()
@@ -951,7 +953,7 @@ class _Cycle:
         if max_nodes < n:
             return _Failure(reasons.unsatisfiable(r, max_nodes), capacity=False)
         best = self.best_nodes_now(groups, g)  # before holds change the picture
-        waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier)
+        waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier, on_nodes)
         note, self.not_worth = self.not_worth, None
         if waiting is not None:
             ready = self.victims_gone_at
@@ -1198,9 +1200,11 @@ class _Cycle:
         groups: Sequence[Group],
         models: Sequence[str],
         first_tier: bool,
+        on_nodes: tuple[str, ...],
     ) -> Reason | None:
-        """Victims for a job that does not fit. It reclaims only when it comes before every
-        borrower in the order (first tier), so the GPUs it frees are not taken back."""
+        """Victims for a job that does not fit, preferring `on_nodes` (try_whole). It
+        reclaims only when it comes before every borrower in the order (first tier), so the
+        GPUs it frees are not taken back."""
         policy = self.policy
         if not policy.preemption or not self.s.running:
             return None
@@ -1234,7 +1238,7 @@ class _Cycle:
         if not any(name in nodes and nodes[name].group in keys for name in on_node):
             return None
         self.count_search(r, p.reclaims)
-        found = self.victims(r, groups, p, on_node)
+        found = self.victims(r, groups, p, on_nodes, on_node)
         if found is None:
             return None
         if not self.worth_it(
@@ -1261,7 +1265,12 @@ class _Cycle:
         self.searches += 1
 
     def preempt_for_quota(
-        self, k: int, r: JobRequest, gpus: float, models: Sequence[str]
+        self,
+        k: int,
+        r: JobRequest,
+        gpus: float,
+        models: Sequence[str],
+        on_nodes: tuple[str, ...],
     ) -> Reason | None:
         """_preempt_for_quota, without searching again for a kind that found no victims
         while nothing has started, been preempted or reserved since: a deep queue repeats a
@@ -1277,7 +1286,7 @@ class _Cycle:
                 self.not_worth = found[2]
             return None
         searches, note = self.searches, self.not_worth
-        result = self._preempt_for_quota(r, gpus, models)
+        result = self._preempt_for_quota(r, gpus, models, on_nodes)
         if result is None:
             # The note only when this search set it (a refusal as not worth it).
             set_note = self.not_worth if self.not_worth is not note else None
@@ -1285,11 +1294,12 @@ class _Cycle:
         return result
 
     def _preempt_for_quota(
-        self, r: JobRequest, gpus: float, models: Sequence[str]
+        self, r: JobRequest, gpus: float, models: Sequence[str], on_nodes: tuple[str, ...]
     ) -> Reason | None:
         """A job over its team's quota may displace its own team's lower classes on that
         quota: enough of them to fit the quota, and to fit on nodes, when without them it
-        would run within the team's nominal."""
+        would run within the team's nominal (victims on `on_nodes` preferred, as for
+        preempt_for)."""
         policy = self.policy
         if not policy.preemption or not policy.quotas or not self.s.running:
             return None
@@ -1330,7 +1340,7 @@ class _Cycle:
                 max_preemptions=self.max_preemptions,
             )
             groups = self.groups(m, r)
-            found = self.victims(r, groups, p)
+            found = self.victims(r, groups, p, on_nodes)
             if found is None:
                 continue
             victims = list(found.victims)
@@ -1431,10 +1441,12 @@ class _Cycle:
         r: JobRequest,
         groups: Sequence[Group],
         p: Preemptor,
+        on_nodes: tuple[str, ...],
         on_node: dict[str, list[Candidate]] | None = None,
     ) -> Plan | None:
-        """The victims that make room for r on `groups` (`on_node`: the candidates p may
-        reach, when already worked out)."""
+        """The victims that make room for r on `groups`, of nodes that cost the same those
+        of `on_nodes` first (where an earlier cycle preempted for r); `on_node`: the
+        candidates p may reach, when already worked out."""
         # Nodes reserved for a job ahead are off limits: their GPUs are promised.
         reserved = frozenset(n for res in self.reservations for n in res.nodes)
         if on_node is None:
@@ -1451,7 +1463,7 @@ class _Cycle:
             self.claimed,
             reserved,
             self.reclaim_budget(),
-            frozenset(self.on_nodes),
+            frozenset(on_nodes),
         )
 
     def within_reach(
@@ -1635,9 +1647,10 @@ class _Cycle:
         note, self.not_worth = self.not_worth, None
         if waiting is not None:
             return waiting
-        free = sum(self.mig_index.unclaimed_count(profile, m, r.pool, r.cluster) for m in admitted)
-        ahead = free > 0 or self.mig_index.taken_ahead(profile, r.gpu_model, r.pool, r.cluster)
-        reason = reasons.mig_unavailable(r, free, ahead)
+        shortage = self.mig_index.shortage(
+            profile, admitted or [r.gpu_model], r.pool, r.cluster, r.id
+        )
+        reason = reasons.mig_unavailable(r, shortage)
         return reason if note is None else reasons.with_note(reason, note)
 
     def mig_holders(self) -> dict[str, tuple[Candidate, float]]:
@@ -1751,9 +1764,12 @@ class _Cycle:
             # The GPU empties for r: no other job takes its free instances meanwhile (in the
             # next cycles, the caller names r's node back: PendingJob.preempting_on).
             self.mig_index.reserve(*gpu, r.id, profile)
-            self.preempting.append((r.id, (gpu[0],)))
-            return reasons.preempting_slice(len(victims), profile, gone - now, (gpu[0],))
-        return reasons.preempting_slice(len(victims), profile, gone - now)
+        else:
+            # One instance of a GPU others keep using: that instance is held for r alike.
+            (victim,) = victims
+            self.mig_index.hold_freed(*gpu, victim[0].id, r.id)
+        self.preempting.append((r.id, (gpu[0],)))
+        return reasons.preempting_slice(len(victims), profile, gone - now, (gpu[0],))
 
     def shared_victim(self, kind: Callable[[str], str | None], job_id: str) -> bool:
         """May a job be a victim for r on a GPU emptied for other jobs too: as for

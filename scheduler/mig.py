@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from scheduler.mig_profiles import MODELS, ModelData
 from scheduler.types import ANY_MODEL, MigInstance, MigModelTable, MigRelayout, MigSlot, Node
@@ -332,6 +333,21 @@ def place(table: ModelTable, profiles: Sequence[str]) -> tuple[MigInstance, ...]
     return tuple(MigInstance(spec.name, start, spec.size) for spec, start in placed)
 
 
+class Shortage(NamedTuple):
+    """Where the instances a slice request may use are when it found none (MigIndex.shortage),
+    for its reason."""
+
+    free: int  # free and no other job's (take() found none: 0)
+    running: int  # held by running jobs
+    taken: int  # taken this cycle by jobs ahead, or planned for other jobs
+    # Instances a preemption frees for a job: (job, how many, still held by the victim).
+    freed: tuple[tuple[str, int, bool], ...] = ()
+    # GPUs being emptied (or emptied) for jobs that preempted: (node, GPU, jobs; () when
+    # not named yet).
+    held: tuple[tuple[str, int, tuple[str, ...]], ...] = ()
+    relaid: tuple[tuple[str, int], ...] = ()  # idle GPUs re-laid out this cycle for others
+
+
 @dataclass(frozen=True)
 class MigRequest:
     """A pending job's need for one slice. Requests reach plan() in scheduling order;
@@ -455,13 +471,18 @@ class MigIndex:
         self._relaid: dict[tuple[str, int], MigRelayout] = {}
         # Free instances plan() meant for a job: (node, GPU, start) -> job id.
         self._claims: dict[tuple[str, int, int], str] = {}
-        # Instances take() handed out: who holds what this cycle (taken_ahead).
+        # Instances take() handed out: who holds what this cycle (shortage).
         self._taken: list[tuple[_Gpu, _Instance]] = []
         # GPUs being emptied for a relayout, by (node, GPU): the jobs they are held for, with
         # their profiles (None: all their holders are leaving, for a job not named yet).
         # take() and plan() give their free instances to no other job: otherwise they never
         # go idle, or go to a job that did not preempt for them.
         self._reserved: dict[tuple[str, int], dict[str, str] | None] = {}
+        # Single instances a preemption frees (its victim leaving, or gone) for the job that
+        # preempted, by (node, GPU, start): take(), plan() and other preemptors leave them
+        # alone, else that job preempts again for the slice it already paid for.
+        self._freed_for: dict[tuple[str, int, int], str] = {}
+        self._leaving: frozenset[str] = frozenset()  # running jobs in their grace period
         # In name order: decisions must not depend on the order of the snapshot's nodes.
         for node in sorted(nodes, key=lambda n: n.name):
             if node.state != "up" or not (node.mig or node.mig_gpus):
@@ -490,6 +511,7 @@ class MigIndex:
         """Reserve the GPUs all of whose holders are leaving (preempted): they are being
         emptied for a job that preempted them, which claims them again (reserve) when its
         turn comes. Until they are idle no other job takes their free instances."""
+        self._leaving = frozenset(leaving)
         if not leaving:
             return
         for gpu in self._gpus:
@@ -515,7 +537,9 @@ class MigIndex:
     ) -> None:
         """Hold for job_id a GPU on the nodes the last cycle emptied one for it
         (PendingJob.preempting_on): one still being emptied, else an idle one (its victims
-        have left), else one held for other jobs with room for it too."""
+        have left), else one held for other jobs with room for it too; else (it preempted
+        the holder of one instance) an instance it may use there, free or held by a job
+        that is leaving (hold_freed)."""
         gpus = [
             g
             for g in self._gpus
@@ -534,6 +558,40 @@ class MigIndex:
                 if rule(gpu):
                     self.reserve(*gpu.order, job_id, profile)
                     return
+        freed = self._freed_for
+        # A free one first: it can start now, and leaves the leaving ones to their preemptors.
+        for leaving in (False, True):
+            for gpu in gpus:
+                # An idle GPU that can be re-laid out is plan()'s (the second rule above).
+                if gpu.order in reserved or (gpu.idle and not gpu.fixed):
+                    continue
+                for inst in gpu.instances:
+                    key = (gpu.node, gpu.index, inst.start)
+                    if (
+                        key not in freed
+                        and (inst.job_id in self._leaving if leaving else inst.job_id is None)
+                        and _names(gpu, inst, profile)
+                    ):
+                        freed[key] = job_id
+                        return
+
+    def hold_freed(self, node: str, gpu: int, victim: str, job_id: str) -> None:
+        """Hold for job_id the instance `victim` (preempted for it) leaves on this GPU."""
+        found = self._by_key.get((node, gpu))
+        for inst in found.instances if found else ():
+            if inst.job_id == victim:
+                self._freed_for[(node, gpu, inst.start)] = job_id
+
+    def freed_for_other(self, gpu: _Gpu, inst: _Instance, job_id: str | None) -> bool:
+        """Is this instance being freed (or free) for another job than job_id?"""
+        holder = self._freed_for.get((gpu.node, gpu.index, inst.start))
+        return holder is not None and holder != job_id
+
+    def _freed_here(self, gpu: _Gpu, job_id: str | None) -> bool:
+        """Does this GPU hold an instance freed for another job than job_id?"""
+        return bool(self._freed_for) and any(
+            self.freed_for_other(gpu, inst, job_id) for inst in gpu.instances
+        )
 
     def _room_with(self, gpu: _Gpu, job_id: str | None, profile: str) -> bool:
         """Is this GPU held for other jobs only, with room for their slices and this one?"""
@@ -620,18 +678,56 @@ class MigIndex:
             if gpu.order not in self._reserved
         )
 
-    def unclaimed_count(
-        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
-    ) -> int:
-        """free_count without the instances of a relayout (they exist once applied, and are
-        meant for the jobs it was planned for) nor those plan() claimed for a job: what a
-        job the plan left out could have had."""
-        return sum(
-            1
-            for gpu, inst in self._free(profile, gpu_model, pool, cluster=cluster)
-            if gpu.order not in self._reserved
-            and gpu.order not in self._relaid
-            and (gpu.node, gpu.index, inst.start) not in self._claims
+    def shortage(
+        self,
+        profile: str,
+        models: Sequence[str | None],
+        pool: str | None,
+        cluster: str | None,
+        job_id: str,
+    ) -> Shortage:
+        """Where the instances are that a request for `profile` on one of `models` may use,
+        once take() found none for job_id: held by running jobs, taken by jobs ahead, freed
+        for a preemptor, on a GPU held for one or re-laid out for other jobs."""
+        taken_now = {(gpu.node, gpu.index, inst.start) for gpu, inst in self._taken}
+        free = running = taken = 0
+        freed: dict[tuple[str, bool], int] = {}
+        held: list[tuple[str, int, tuple[str, ...]]] = []
+        relaid: list[tuple[str, int]] = []
+        for gpu in self._gpus:
+            if not any(gpu.accepts(m, pool, cluster) for m in models):
+                continue
+            usable = [i for i in gpu.instances if _names(gpu, i, profile)]
+            if gpu.order in self._relaid or self.reserved_for_other(gpu, job_id):
+                # The GPU as a whole: its instances are a new layout's, or the preemptors'.
+                if usable or _spec(gpu.table, profile) is not None:
+                    if gpu.order in self._relaid:
+                        relaid.append(gpu.order)
+                    else:
+                        jobs = tuple(sorted(self._reserved[gpu.order] or ()))
+                        held.append((*gpu.order, jobs))
+                continue
+            for inst in usable:
+                key = (gpu.node, gpu.index, inst.start)
+                holder = self._freed_for.get(key)
+                if key in taken_now:
+                    taken += 1
+                elif holder is not None and holder != job_id:
+                    at = (holder, inst.job_id is not None)
+                    freed[at] = freed.get(at, 0) + 1
+                elif inst.job_id is not None:
+                    running += 1
+                elif self._claims.get(key, job_id) != job_id:
+                    taken += 1
+                else:
+                    free += 1
+        return Shortage(
+            free,
+            running,
+            taken,
+            tuple((job, n, leaving) for (job, leaving), n in sorted(freed.items())),
+            tuple(held),
+            tuple(relaid),
         )
 
     def take(
@@ -654,6 +750,7 @@ class MigIndex:
         exist until the backend applies the layout."""
         planned = self._by_key.get(self._planned_for.get(job_id, ("", -1)))
         claims = self._claims
+        freed = self._freed_for
         best = None
         for within in ([planned] if planned else []), None:
             best = min(
@@ -663,8 +760,11 @@ class MigIndex:
                     if (include_relaid or gpu.order not in self._relaid)
                     and not self.reserved_for_other(gpu, job_id)
                     and not self._shared_until_idle(gpu)
+                    and not self.freed_for_other(gpu, inst, job_id)
                 ),
                 key=lambda c: (
+                    # The instance a preemption freed for it first.
+                    freed.get((c[0].node, c[0].index, c[1].start)) != job_id,
                     claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
                     c[0].idle,
                     c[0].free_compute(),
@@ -681,22 +781,6 @@ class MigIndex:
         self._hold(gpu, inst, job_id)
         self._taken.append((gpu, inst))
         return gpu.node, MigSlot(gpu.index, inst.profile, inst.start, inst.size)
-
-    def taken_ahead(
-        self, profile: str, gpu_model: str | None, pool: str | None, cluster: str | None = None
-    ) -> bool:
-        """Did take() hand out, or plan() mean for other jobs, an instance such a request
-        could have used?"""
-        if any(
-            gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
-            for gpu, inst in self._taken
-        ):
-            return True
-        return any(
-            gpu.accepts(gpu_model, pool, cluster) and _names(gpu, inst, profile)
-            for gpu, inst in self._free(profile, gpu_model, pool, cluster=cluster)
-            if gpu.order in self._relaid or (gpu.node, gpu.index, inst.start) in self._claims
-        )
 
     def kind_at(self, node: str, slot: MigSlot) -> InstanceKind | None:
         """The kind of the instance a job holds: what a request may use it by (its GPU's model,
@@ -741,7 +825,8 @@ class MigIndex:
         instance of a GPU whose table offers the profile (idle, it can be re-laid out). Only
         jobs for which `eligible(job_id)` is true, and GPUs not being emptied for another job
         than `job_id` unless it has room for them all: there `shared(job_id)` says who may
-        be a victim (one already claimed by those jobs, say); GPUs in (node, index) order,
+        be a victim (one already claimed by those jobs, say); no instance being freed for
+        another job (hold_freed), nor a whole GPU holding one; GPUs in (node, index) order,
         jobs by id."""
         found: list[tuple[str, tuple[str, ...], tuple[str, int], bool]] = []
         for gpu in self._gpus:
@@ -755,11 +840,13 @@ class MigIndex:
             usable = [i for i in holders if _names(gpu, i, profile)]
             for inst in usable:
                 assert inst.job_id is not None
-                if eligible(inst.job_id):
+                # One being freed for another job is that job's (hold_freed).
+                if eligible(inst.job_id) and not self.freed_for_other(gpu, inst, job_id):
                     found.append((gpu.model, (inst.job_id,), gpu.order, len(holders) == 1))
             if (
                 relayout
                 and not gpu.fixed
+                and not self._freed_here(gpu, job_id)
                 and holders != usable[:1]  # else the one holder's instance serves: found above
                 and _spec(gpu.table, profile) is not None
                 and all(whole_eligible(i.job_id or "") for i in holders)
@@ -847,6 +934,14 @@ class MigIndex:
             for i in order
             if requests[i].job_id in held_for
         ]
+        # A free instance a preemption freed for a job is that job's (hold_freed).
+        freed: dict[str, tuple[_Gpu, _Instance]] = {}
+        for (node, index, start), job_id in self._freed_for.items():
+            gpu = self._by_key[(node, index)]
+            for inst in gpu.instances:
+                if inst.start == start and inst.job_id is None and job_id in asked:
+                    freed[job_id] = (gpu, inst)
+        spare_requests = [r for r in requests if r.job_id not in freed] if freed else requests
         capacity = sum(g.table.compute_slices for g in idle if g.table)
 
         def pack(
@@ -861,7 +956,8 @@ class MigIndex:
                     for g in self._gpus
                     if (g.fixed or not g.idle) and g.order not in self._reserved
                 ],
-                requests,
+                spare_requests,
+                self._freed_for,
             )
 
             def packed(prefer_kept: bool = True) -> tuple[_Packing, set[str]]:
@@ -874,6 +970,9 @@ class MigIndex:
             for i in order:
                 request = requests[i]
                 if request.job_id in seeded:
+                    continue
+                if request.job_id in freed:
+                    claims[request.job_id] = freed[request.job_id]
                     continue
                 claimed = spare.claim(request)
                 if claimed is not None:
@@ -1169,12 +1268,19 @@ class _Spare:
     anywhere leaves a pool-bound one the instance it needs. Ties go in (node, GPU, start)
     order, whatever the order of the snapshot."""
 
-    def __init__(self, index: MigIndex, busy: Sequence[_Gpu], requests: Sequence[MigRequest]):
-        # Per kind, its free instances, last first (claims pop from the end).
+    def __init__(
+        self,
+        index: MigIndex,
+        busy: Sequence[_Gpu],
+        requests: Sequence[MigRequest],
+        freed: Mapping[tuple[str, int, int], str],
+    ):
+        # Per kind, its free instances, last first (claims pop from the end); not those a
+        # preemption freed for a job (MigIndex.hold_freed).
         self._free: dict[InstanceKind, list[tuple[_Gpu, _Instance]]] = {}
         for gpu in sorted(busy, key=lambda g: g.order):
             for inst in sorted(gpu.instances, key=lambda i: i.start):
-                if inst.job_id is None:
+                if inst.job_id is None and (gpu.node, gpu.index, inst.start) not in freed:
                     kind = (gpu.model, gpu.place, inst.spec or inst.profile)
                     self._free.setdefault(kind, []).append((gpu, inst))
         for entries in self._free.values():

@@ -6,6 +6,7 @@ import math
 from functools import lru_cache
 from typing import Any
 
+from .mig import Shortage
 from .types import JobRequest, Quota, Reason
 
 
@@ -150,17 +151,60 @@ def preempting(victims: int, gpus: int, left_s: float, on_nodes: tuple[str, ...]
     )
 
 
-def mig_unavailable(r: JobRequest, free: int, ahead: bool = True) -> Reason:
-    """`ahead`: jobs ahead in this cycle took (or were planned) instances it could use;
-    otherwise running jobs hold them all."""
-    held = "all taken by jobs ahead" if ahead else "all held by running jobs"
+def mig_unavailable(r: JobRequest, s: Shortage) -> Reason:
+    """What holds the instances r may use (mig.MigIndex.shortage): running jobs, jobs ahead,
+    jobs that preempted for them, relayouts for other jobs; or that none exists."""
+    parts = []
+    if s.running:
+        parts.append(f"{s.running} held by running jobs")
+    if s.taken:
+        parts.append(f"{s.taken} taken by jobs ahead")
+    for job, count, leaving in s.freed:
+        parts.append(
+            f"{count} held by a job being preempted for job {job}"
+            if leaving
+            else f"{count} free but held for job {job}, which preempted for it"
+        )
+    for node, gpu, jobs in s.held:
+        who = (
+            f"held for job {jobs[0]}, which preempted for it"
+            if len(jobs) == 1
+            else f"held for jobs {', '.join(jobs)}, which preempted for it"
+            if jobs
+            else "being emptied for a job that preempted its holders"
+        )
+        parts.append(f"GPU {gpu} on node {node} {who}")
+    for node, gpu in s.relaid:
+        parts.append(f"GPU {gpu} on node {node} being re-laid out for other jobs")
+    if not parts:
+        inner = "none exists"
+    elif parts == [f"{s.running} held by running jobs"]:
+        inner = f"{s.free} free, all held by running jobs"
+    elif parts == [f"{s.taken} taken by jobs ahead"]:
+        inner = f"{s.free} free, all taken by jobs ahead"
+    else:
+        inner = f"{s.free} free: " + "; ".join(parts)
+    other = " other" if s.held or s.relaid else ""
+    details: tuple[tuple[str, Any], ...] = (
+        ("mig_profile", r.mig_profile),
+        ("gpu_model", r.gpu_model),
+        ("free_instances", s.free),
+        ("held_by_running", s.running),
+        ("taken_ahead", s.taken),
+    )
+    if s.freed:
+        details += (("freed_for", tuple((job, count) for job, count, _ in s.freed)),)
+    if s.held:
+        details += (("gpus_held", s.held),)
+    if s.relaid:
+        details += (("gpus_relaid", s.relaid),)
     return Reason(
         "mig_unavailable",
         f"no free {r.mig_profile} MIG instance"
         + (f" on {r.gpu_model}" if r.gpu_model else "")
         + (f" in pool {r.pool}" if r.pool else "")
-        + f" ({free} free, {held}), and no idle MIG GPU can be re-laid out",
-        (("mig_profile", r.mig_profile), ("gpu_model", r.gpu_model), ("free_instances", free)),
+        + f" ({inner}), and no{other} idle MIG GPU can be re-laid out",
+        details,
     )
 
 
@@ -176,8 +220,8 @@ def mig_unoffered(r: JobRequest) -> Reason:
 def preempting_slice(
     victims: int, profile: str, left_s: float, on_nodes: tuple[str, ...] = ()
 ) -> Reason:
-    """`left_s`: until the last victim has left, `on_nodes`: the node of the GPU they empty
-    for it (when they are all its holders), as for preempting()."""
+    """`left_s`: until the last victim has left, `on_nodes`: the node of the GPU they free an
+    instance on, or empty, for it, as for preempting()."""
     left = math.ceil(max(0.0, left_s))
     details: tuple[tuple[str, object], ...] = (
         ("victims", victims),

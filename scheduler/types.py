@@ -158,7 +158,7 @@ class PendingJob:
     # The nodes the last cycle preempted jobs on for it (Decisions.preempting): it goes
     # there first once they are free, so that the GPUs freed for it are not taken by another
     # preemptor and its preemption made again (a slice job: the GPU emptied for it there is
-    # held for it, through its relayout, until it starts).
+    # held for it, through its relayout, until it starts; or the one instance freed for it).
     preempting_on: tuple[str, ...] = ()
 
 

@@ -213,3 +213,58 @@ def test_a_slice_job_with_a_free_instance_of_its_profile_is_not_starved_by_small
             break
 
     assert "big" in driver.running, driver.decisions[-1].waits[0]
+
+
+# -- the instance a slice preemption frees goes to the job that preempted ---------------
+
+# One A100: a 3g.40gb held by a high job, four 1g.10gb held by low jobs of team a.
+ONE_3G_FOUR_1G = (MigInstance("3g.40gb", 4, 4), *(MigInstance("1g.10gb", s, 1) for s in range(4)))
+
+
+def _four_low_slices(teams: tuple[Team, ...]) -> MigDriver:
+    driver = MigDriver((mig_node("m1", [ONE_3G_FOUR_1G]),), teams)
+    driver.holds("keep", "m1", 0, 4, priority="high")
+    for s in range(4):
+        driver.holds(f"low{s}", "m1", 0, s, started=NOW - 600 + s)
+    return driver
+
+
+def test_the_instance_a_slice_preemption_frees_is_not_taken_by_a_job_that_could_not_preempt() -> (
+    None
+):
+    # A high 1g.10gb job of team a preempts one of its team's low jobs (one instance, not
+    # the whole GPU). While it checkpoints, a high 1g.10gb job of team b arrives, ahead in
+    # fair share: it may not preempt team a's jobs (team a borrows nothing). It must not
+    # take the instance being freed either: the first job would then preempt a second low
+    # job for the same slice.
+    driver = _four_low_slices((team("a", 10), team("b", 10)))
+    driver.submit(request("first", team="a", mig="1g.10gb", priority="high", submit=NOW - 50))
+    driver.cycle()
+    driver.advance()
+    assert driver.preemptions == [("first", "low3")]
+
+    driver.submit(request("other", team="b", mig="1g.10gb", priority="high", submit=NOW))
+    driver.run_until(NOW + driver.policy.preemption_grace_s + 3 * driver.step)
+
+    assert driver.preemptions == [("first", "low3")]
+    assert driver.gpu_of("first") == ("m1", 0)
+    assert "other" not in driver.running
+
+
+def test_the_instance_a_slice_preemption_freed_is_not_taken_before_its_preemptor_starts() -> None:
+    # As above, but the team b job arrives once the low job has left: the instance is free,
+    # and the team b job comes first in the order. It is the first job's, which must start
+    # on it rather than preempt a second low job.
+    driver = _four_low_slices((team("a", 10), team("b", 10)))
+    driver.submit(request("first", team="a", mig="1g.10gb", priority="high", submit=NOW - 50))
+    while driver.now < NOW + driver.policy.preemption_grace_s:
+        driver.cycle()
+        driver.advance()
+    assert "low3" not in driver.running and "first" in driver.pending
+
+    driver.submit(request("other", team="b", mig="1g.10gb", priority="high", submit=driver.now))
+    driver.run_until(driver.now + 3 * driver.step)
+
+    assert driver.preemptions == [("first", "low3")]
+    assert driver.gpu_of("first") == ("m1", 0)
+    assert "other" not in driver.running
