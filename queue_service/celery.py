@@ -24,7 +24,8 @@ def _beat_schedule() -> dict[str, dict[str, object]]:
     return {
         "schedule-cycle": {"task": "gpuq.schedule_cycle", **every(settings.GPUQ_CYCLE_INTERVAL_S)},
         "sync-clusters": {"task": "gpuq.sync_all_clusters", **every(settings.GPUQ_SYNC_INTERVAL_S)},
-        # What a lost send_notification task (or a refused send) left due.
+        # What a lost send_notification task (or a refused send) left due, and arrays' notices
+        # whose look after commit was lost (notify.tell_missed_arrays).
         "deliver-notifications": {"task": "gpuq.deliver_notifications", **every(60.0)},
     }
 

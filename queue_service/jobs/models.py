@@ -294,3 +294,18 @@ class Notification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.event} -> {self.to} ({self.state})"
+
+
+class ArrayLook(models.Model):
+    """A task's start or end after which its array's notice may be due (notify.tell_array):
+    stored in the move's transaction and removed once the look is done. The look runs after
+    commit, where a dying process would lose it; the sweep (notify.tell_missed_arrays) does
+    what such a row says was not done."""
+
+    array = models.ForeignKey(JobArray, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+")
+    event = models.CharField(max_length=16)  # start, end or fail
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.array_id} {self.event} after {self.job_id}"

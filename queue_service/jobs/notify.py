@@ -13,10 +13,13 @@ An array's start and end are told once, for the whole array (as Slurm does), as 
 looks whether it was the first to start or whether every task has ended, and stores the
 notice under a unique key, so that of two tasks ending together one tells. No array row is
 locked in a move's transaction: the cycle moves many jobs in one transaction, and a lock
-taken in the middle of it would deadlock with a user's move. Requeues are told per task, and
-so is every move of a task whose `notify` was changed on that task alone (in what it asks of
-starts and ends: a task that differs from its array only in `requeue` is told of those once,
-with the array)."""
+taken in the middle of it would deadlock with a user's move. That the look is owed is stored
+in the move's transaction (an ArrayLook row, which the look removes): a process that dies
+after the commit, or a look that fails, leaves the row, and `tell_missed_arrays`, run before
+each delivery, looks again under the same key. Requeues
+are told per task, and so is every move of a task whose `notify` was changed on that task
+alone (in what it asks of starts and ends: a task that differs from its array only in
+`requeue` is told of those once, with the array)."""
 
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from .models import Job, JobArray, JobEvent, Notification
+from .models import ArrayLook, Job, JobArray, JobEvent, Notification
 from .spec import duration_text
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,9 @@ LEASE = timedelta(minutes=5)  # longer than a send can take (EMAIL_TIMEOUT per c
 DUE_BATCH = 100
 # What is told per task even in an array (the array's start and end are told once for it).
 PER_TASK = frozenset({"requeue"})
+# A look after commit that keeps failing is retried by each sweep for this long.
+ARRAY_LOOK_GIVE_UP = timedelta(days=1)
+ARRAY_LOOK_BATCH = 500
 
 
 def on_transition(
@@ -65,8 +71,7 @@ def on_transition(
         shared = _array_notify(job)
         event = _event(frm, to, code, shared, in_array=True)
         if event is not None:
-            array_id, job_id, told = job.array_id, job.pk, event
-            transaction.on_commit(lambda: tell_array(array_id, job_id, told), robust=True)
+            _look_after_commit(job, event)
         if set(wanted) - PER_TASK == set(shared) - PER_TASK:
             # The array's own setting for starts and ends (requeues are told per task, so a
             # task asking for them differently still is): its start and end are told for the
@@ -105,6 +110,26 @@ def on_transition(
         # robust: a broker that is down must not fail the committed move; beat's
         # deliver_notifications sends it later.
         transaction.on_commit(lambda: send_notification.delay(row.pk), robust=True)
+
+
+def _look_after_commit(job: Job, event: str) -> None:
+    """Store that the array's notice may be due (durable, in the move's transaction), and
+    look after commit; the look removes the row, or the sweep does it later."""
+    try:
+        with transaction.atomic():
+            look = ArrayLook.objects.create(array_id=job.array_id, job_id=job.pk, event=event)
+    except Exception:
+        log.exception(
+            "job %s: the look for its array's %s notice could not be stored", job.pk, event
+        )
+        return
+    array_id, job_id, pk = job.array_id, job.pk, look.pk
+
+    def look_now() -> None:
+        tell_array(array_id, job_id, event)
+        ArrayLook.objects.filter(pk=pk).delete()
+
+    transaction.on_commit(look_now, robust=True)
 
 
 def _array_notify(job: Job) -> list[str]:
@@ -189,6 +214,31 @@ def tell_array(array_id: Any, job_id: Any, event: str) -> str | None:
         except Exception:  # beat's deliver_notifications sends it later
             log.warning("could not enqueue notification %s", row.pk, exc_info=True)
     return event
+
+
+def tell_missed_arrays(now: datetime | None = None) -> int:
+    """Do the looks after commit that never ran or failed: each ArrayLook row left (stored in
+    its move's transaction, removed by the look) is looked at again by `tell_array`, whose
+    unique key makes the notice once, whoever else looks at the same time. A row whose look
+    keeps failing is given up after ARRAY_LOOK_GIVE_UP. The number of notices stored."""
+    give_up = (now or timezone.now()) - ARRAY_LOOK_GIVE_UP
+    stored = 0
+    looks = list(
+        ArrayLook.objects.order_by("id").values_list(
+            "pk", "array_id", "job_id", "event", "created_at"
+        )[:ARRAY_LOOK_BATCH]
+    )
+    done = []
+    for pk, array_id, job_id, event, created_at in looks:
+        try:
+            stored += tell_array(array_id, job_id, event) is not None
+        except Exception:  # one array's fault must not keep the others untold
+            log.exception("array %s: its %s notice could not be stored", array_id, event)
+            if created_at >= give_up:
+                continue
+        done.append(pk)
+    ArrayLook.objects.filter(pk__in=done).delete()
+    return stored
 
 
 def _what(job: Job, event: str) -> str:
@@ -334,12 +384,19 @@ def deliver_due(now: datetime | None = None, budget_s: float | None = None) -> d
     """Send what is due (new, to be retried, or held by a lease that ran out), for at most
     `budget_s` seconds of starting sends, and not past a mail server that cannot be reached
     (the rest would each wait its timeout): the embedded worker's mail thread calls this
-    every round, and Celery beat every minute for what a lost task left."""
+    every round, and Celery beat every minute for what a lost task left. First, the looks
+    after commit for arrays' notices that were lost are done (tell_missed_arrays), and what
+    they store is sent with the rest."""
     started = time.monotonic()
+    counts: Counter[str] = Counter()
+    try:
+        if missed := tell_missed_arrays(now):
+            counts["array_notices_stored"] = missed
+    except Exception:  # the sweep's fault must not stop the sending
+        log.exception("the sweep for arrays' lost notices failed")
     due = Notification.objects.filter(
         state__in=(N.PENDING, N.SENDING), next_attempt_at__lte=now or timezone.now()
     ).order_by("next_attempt_at", "id")
-    counts: Counter[str] = Counter()
     for pk in list(due.values_list("pk", flat=True)[:DUE_BATCH]):
         if budget_s is not None and time.monotonic() - started > budget_s:
             break

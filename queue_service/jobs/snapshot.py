@@ -57,7 +57,8 @@ def run_cycle(now: datetime | None = None) -> dict[str, Any]:
 
     1. Lock: one cycle at a time (SELECT ... FOR UPDATE on the SchedulerLock row).
     2. Snapshot: nodes, teams with quotas and usage, active jobs, and the pending jobs (one
-       read) less those held back by the same rows (held_back): jobs whose `after` jobs have
+       read, before the active jobs' read: a job requeued meanwhile is in neither, never in
+       both) less those held back by the same rows (held_back): jobs whose `after` jobs have
        not all succeeded, or can never (marked for cancelling), and array tasks past their
        array's limit; each held one with why.
     3. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
@@ -282,6 +283,13 @@ def after_status(
 def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held]:
     """The scheduler's input, and the pending jobs left out of it (held back, with why)."""
     clusters = {c.name: c for c in Cluster.objects.filter(enabled=True)}
+    # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
+    # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
+    # Read before the active jobs: on PostgreSQL each read sees what was committed when it
+    # ran, and a job moves from pending into the active states only by this cycle's own
+    # apply (under its lock). A job requeued between the reads is then in neither (its GPUs
+    # free, it waits for the next cycle), never in both: a GPU counted twice.
+    rows = _pending_rows()
     active = list(
         Job.objects.filter(state__in=Job.ACTIVE)
         .exclude(placement=[])
@@ -297,9 +305,6 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
     # Nodes that take work (a gone node, marked down, must neither keep a job off the ones
     # left nor raise its charge there).
     footprints = Footprints([n for n in node_rows if n.state != Node.State.DOWN])
-    # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
-    # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
-    rows = _pending_rows()
     held = held_back(rows)
     out = {_uuid(i) for i in held.ids()}
     pending_jobs = []
