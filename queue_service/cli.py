@@ -87,14 +87,14 @@ class Api:
         method: str,
         path: str,
         *,
-        query: Mapping[str, str | int] | None = None,
+        query: Mapping[str, str | int | list[str]] | None = None,
         body: bytes | None = None,
         content_type: str | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> Any:
         url = self.base + path
         if query:
-            url += "?" + urllib.parse.urlencode(query)
+            url += "?" + urllib.parse.urlencode(query, doseq=True)  # a list: repeated
         request = urllib.request.Request(url, data=body, method=method)  # noqa: S310 (http(s) only: __init__)
         request.add_header("Authorization", f"Bearer {self.token}")
         request.add_header("Accept", "application/json")
@@ -217,6 +217,28 @@ def notify_events(value: str) -> list[str] | str:
 def comma_list(value: str) -> str:
     """A comma-separated filter as the API reads it: "running, pending" is running,pending."""
     return ",".join(part.strip() for part in value.split(",") if part.strip())
+
+
+class AnyOf(argparse.Action):
+    """A list filter given again selects jobs of any of its values, as the API's repeated
+    parameter does (`--state pending --state suspended` is pending,suspended), not of the
+    last one only. An empty value adds nothing: alone it is no filter, as the API's."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        before = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, ",".join(v for v in (before, values) if v) or None)
+
+
+class AnyName(argparse.Action):
+    """--name given again: names containing any of the texts, each sent as the API's
+    repeated `name` (a comma in a name is text)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        before = getattr(namespace, self.dest, None) or []
+        setattr(namespace, self.dest, [*before, values] if values else before or None)
+
+
+ANY_OF = "A filter given again adds its values: --team a --team b is --team a,b."
 
 
 def count(value: str) -> int:
@@ -571,14 +593,18 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
 FILTERS = ("state", "team", "name", "kind", "priority", "cluster", "array")
 
 
-def _filters(args: argparse.Namespace) -> dict[str, str | int]:
-    query: dict[str, str | int] = {n: getattr(args, n) for n in FILTERS if getattr(args, n, None)}
+def _filters(args: argparse.Namespace) -> dict[str, str | int | list[str]]:
+    query: dict[str, str | int | list[str]] = {
+        n: getattr(args, n) for n in FILTERS if getattr(args, n, None)
+    }
     if args.mine:
         query["user"] = "me"
     return query
 
 
-def list_jobs(api: Api, query: Mapping[str, str | int], want: int | None) -> tuple[list[Any], bool]:
+def list_jobs(
+    api: Api, query: Mapping[str, str | int | list[str]], want: int | None
+) -> tuple[list[Any], bool]:
     """Up to `want` jobs (all: None) that match, newest first, and whether more match. The
     API's pages hold at most 500: its cursor is followed until enough are read."""
     query = dict(query)
@@ -845,45 +871,30 @@ UPDATE_WAITING = "pending,suspended"
 
 
 def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    """Change jobs' priority class or time limit while they wait, or their arrays' limit of
-    tasks at once (as `scontrol update`): one PATCH per job, each reported."""
+    """Change jobs' priority class or time limit while they wait, what they email about, or
+    their arrays' limit of tasks at once (as `scontrol update`), each job reported. The %N
+    goes once to every array a selected job is in: with the first of its jobs' changes that
+    the job's state allows, else alone, by its first job selected (before that job's own
+    changes, which the server refuses: a refused PATCH is not followed by the %N)."""
     changes: dict[str, Any] = {}
     if args.new_priority is not None:
         changes["priority"] = args.new_priority
     if args.time_limit is not None:
         changes["time_limit"] = None if args.time_limit.lower() == "default" else args.time_limit
-    states = UPDATE_WAITING if changes else ACTS_ON["cancel"]
-    # An array named by --array may have no task waiting, and its %N may change at any time:
-    # its started tasks are selected too, to carry that alone.
-    started_carry_limit = bool(
-        changes and args.array and args.max_running is not None and not args.state
-    )
-    if started_carry_limit:
-        states = ACTS_ON["cancel"]
+    while_waiting = bool(changes)
+    # By filters without --state, the changes go only to jobs whose state allows them; the
+    # %N may change at any time, so with it the started jobs are selected too, to carry it.
+    changing = UPDATE_WAITING if changes else ACTS_ON["cancel"]
+    states = ACTS_ON["cancel"] if args.max_running is not None else changing
     if args.notify is not None:  # until a job ends
         changes["notify"] = args.notify
     failed = 0
     answers: list[Any] = []
-    limited: set[str] = set()  # arrays whose %N has been sent, with one of their tasks
-    for job in selected(api, args, states):
-        body = dict(changes)
-        if started_carry_limit and job["state"] not in UPDATE_WAITING.split(","):
-            body = {}
-        if args.max_running is not None:
-            if "array" not in job:  # named by id: which array it is in decides what to send
-                try:
-                    job = api.call("GET", f"jobs/{job['id']}/")
-                except CliError as exc:
-                    failed += 1
-                    print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
-                    continue
-            array = job.get("array")
-            if array is None and not changes and args.ids:
-                body["array"] = args.max_running  # the server says it is not in an array
-            elif array is not None and array["id"] not in limited:
-                body["array"] = args.max_running
-        if not body:
-            continue  # only its array's %N, sent with another task (or by filters, in none)
+    tried = 0
+
+    def patch(job: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+        nonlocal failed, tried
+        tried += 1
         try:
             answer = api.call(
                 "PATCH",
@@ -894,15 +905,71 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
         except CliError as exc:
             failed += 1
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
-            continue
-        if "array" in body and job.get("array"):
-            limited.add(job["array"]["id"])  # once done: a refused PATCH leaves it to the next task
+            return False
         answers.append(answer)
         if not args.json:
             print(f"{answer['id']}  {job_name(answer)}  {updated(answer, body)}", file=out)
+        return True
+
+    def body_of(job: Mapping[str, Any]) -> dict[str, Any]:
+        named = args.ids or args.state  # sent what was asked: the server says what it refuses
+        return dict(changes) if named or job["state"] in changing.split(",") else {}
+
+    def allowed(job: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+        """Whether the job's state allows these changes (the server's 409 otherwise)."""
+        state = job.get("state")
+        if while_waiting and state not in UPDATE_WAITING.split(","):
+            return False
+        return bool(body) and not ("notify" in body and state in ENDED)
+
+    jobs: list[dict[str, Any] | CliError] = [*selected(api, args, states)]
+    if args.max_running is not None and args.ids:
+        jobs = [_job_or_error(api, ident) for ident in args.ids]  # its array and state decide
+    # Arrays with a selected job whose own changes may carry the %N: only those jobs do.
+    carried = {
+        job["array"]["id"]
+        for job in jobs
+        if not isinstance(job, CliError) and job.get("array") and allowed(job, body_of(job))
+    }
+    limited: set[str] = set()  # arrays whose %N has been sent, with one of their tasks
+    for job in jobs:
+        if isinstance(job, CliError):
+            failed += 1
+            print(f"gpuq: {job}", file=sys.stderr)
+            continue
+        body, array = body_of(job), job.get("array")
+        if args.max_running is None:
+            pass
+        elif array is None:
+            if not changes and args.ids:
+                body["array"] = args.max_running  # the server says it is not in an array
+        elif array["id"] in limited:
+            pass
+        elif array["id"] in carried:
+            if allowed(job, body):
+                body["array"] = args.max_running
+        elif patch(job, {"array": args.max_running}):
+            limited.add(array["id"])
+        else:
+            continue  # refused (not yours, or gone): so would its changes be
+        if not body:
+            continue  # only its array's %N, sent with another task (or by filters, in none)
+        # Once done: a refused PATCH leaves it to the array's next task.
+        if patch(job, body) and "array" in body and array is not None:
+            limited.add(array["id"])
+    if jobs and not tried and not failed:  # selected only to carry a %N, and in no array
+        print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
     if args.json:
         _dump(answers, out)
     return 1 if failed else 0
+
+
+def _job_or_error(api: Api, ident: str) -> dict[str, Any] | CliError:
+    try:
+        job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
+    except CliError as exc:
+        return CliError(f"{ident}: {exc}")
+    return job
 
 
 def updated(job: Mapping[str, Any], sent: Mapping[str, Any]) -> str:
@@ -1046,15 +1113,22 @@ def parser() -> argparse.ArgumentParser:
     submitting(p)
 
     p = command("ls", cmd_ls, "your jobs and your teams', newest first")
-    p.add_argument("--state", type=comma_list, help="comma-separated, e.g. pending,running")
-    p.add_argument("--team", type=comma_list)
-    p.add_argument("--kind", choices=["training", "agent"])
-    p.add_argument("--priority", type=comma_list)
-    p.add_argument("--cluster", type=comma_list)
-    p.add_argument("--name", help="names containing this text")
+    p.epilog = ANY_OF
+    p.add_argument(
+        "--state", type=comma_list, action=AnyOf, help="comma-separated, e.g. pending,running"
+    )
+    p.add_argument("--team", type=comma_list, action=AnyOf)
+    p.add_argument("--kind", choices=["training", "agent"], action=AnyOf)
+    p.add_argument("--priority", type=comma_list, action=AnyOf)
+    p.add_argument("--cluster", type=comma_list, action=AnyOf)
+    p.add_argument("--name", action=AnyName, help="names containing this text")
     p.add_argument("--mine", action="store_true", help="only jobs you submitted")
     p.add_argument(
-        "--array", type=array_id, metavar="ID", help="only this job array's tasks (its id)"
+        "--array",
+        type=array_id,
+        action=AnyOf,
+        metavar="ID",
+        help="only this job array's tasks (its id)",
     )
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--limit", type=count, default=50, help="the N newest (default 50)")
@@ -1066,8 +1140,9 @@ def parser() -> argparse.ArgumentParser:
         "pending jobs in scheduling order, and why each waits"
         " (an array's tasks held back by its limit: one line, as sweep[3-11])",
     )
-    p.add_argument("--team", type=comma_list)
-    p.add_argument("--cluster", type=comma_list)
+    p.add_argument("--team", type=comma_list, action=AnyOf)
+    p.add_argument("--cluster", type=comma_list, action=AnyOf)
+    p.epilog = ANY_OF
 
     p = command("show", cmd_show, "one job: state, why it waits, placement, events")
     p.add_argument("id", type=job_id)
@@ -1090,19 +1165,28 @@ def parser() -> argparse.ArgumentParser:
 
     def selecting(p: argparse.ArgumentParser, verb: str, states: str) -> None:
         p.add_argument("ids", nargs="*", type=job_id, metavar="ID")
+        p.epilog = ANY_OF
         p.add_argument(
-            "--state", type=comma_list, help=f"with no IDs: comma-separated (default {states})"
+            "--state",
+            type=comma_list,
+            action=AnyOf,
+            help=f"with no IDs: comma-separated (default {states})",
         )
-        p.add_argument("--name", help="with no IDs: jobs whose names contain this text")
-        p.add_argument("--team", type=comma_list)
-        p.add_argument("--kind", choices=["training", "agent"])
+        p.add_argument(
+            "--name",
+            action=AnyName,
+            help="with no IDs: jobs whose names contain this text",
+        )
+        p.add_argument("--team", type=comma_list, action=AnyOf)
+        p.add_argument("--kind", choices=["training", "agent"], action=AnyOf)
         if verb != "update":  # there, --priority is the new one
-            p.add_argument("--priority", type=comma_list)
-        p.add_argument("--cluster", type=comma_list)
+            p.add_argument("--priority", type=comma_list, action=AnyOf)
+        p.add_argument("--cluster", type=comma_list, action=AnyOf)
         p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
         p.add_argument(
             "--array",
             type=array_id,
+            action=AnyOf,
             metavar="ID",
             help="with no IDs: this job array's tasks (its id), as `scancel ARRAY_ID`",
         )
@@ -1124,7 +1208,8 @@ def parser() -> argparse.ArgumentParser:
     selecting(
         p,
         "update",
-        f"{UPDATE_WAITING}; with only --max-running, or it and --array, all but ended ones",
+        f"all but ended ones; with --priority or --time-limit, {UPDATE_WAITING}, or all but"
+        " ended ones if --max-running too, the others then sent only their array's %%N",
     )
     p.add_argument(
         "--priority", dest="new_priority", metavar="CLASS", help="the new priority class, e.g. high"
@@ -1139,7 +1224,7 @@ def parser() -> argparse.ArgumentParser:
         type=array_limit,
         metavar="N|none",
         help="its array's tasks at most N at once (the %%N of 0-15%%4), or none: no limit;"
-        " sent once per array",
+        " sent once to each array a selected job is in, whatever the job's state",
     )
     p.add_argument(
         "--notify",
