@@ -156,6 +156,16 @@ _REACHING = re.compile(
 )
 
 
+# The Kubernetes API server's 403 when its authorizer refuses gpuq (responsewriters.Forbidden:
+# `User "<account>" cannot <verb> resource "<r>" in API group "<g>" in the namespace "<ns>"`,
+# or `at the cluster scope`, or `cannot <verb> path "<p>"`, then `: <the authorizer's reason>`,
+# which may name gpuq's roles). What was refused is shown, not who gpuq is there.
+_K8S_DENIAL = re.compile(
+    r'\bUser "(?:[^"\\]|\\.)*" cannot (?P<what>\S+ (?:resource "[^"]*" in API group "[^"]*"'
+    r' (?:in the namespace "[^"]*"|at the cluster scope)|path "[^"]*"))',
+)
+
+
 def _summary(text: str) -> str | None:
     for pattern, sentence in _SYNC_ERRORS:
         found = re.search(pattern, text, re.IGNORECASE)
@@ -167,8 +177,12 @@ def _summary(text: str) -> str | None:
 def reaching_error_summary(text: str) -> str | None:
     """The summary (as a failed sync's: no host, account or path) of an error in how gpuq
     reaches a cluster, to be shown in place of its own words in a job's reason and events,
-    which every member of the job's team reads; None for any other error (the cluster's
+    which every member of the job's team reads (an API server's refusal of gpuq's account:
+    the words before it and what was refused); None for any other error (the cluster's
     answer about the job, shown as it is)."""
+    denied = _K8S_DENIAL.search(text)
+    if denied:
+        return f"{text[: denied.start()]}gpuq's account cannot {denied['what']}"
     if not _REACHING.search(text):
         return None
     return _summary(text) or "cannot reach the cluster"

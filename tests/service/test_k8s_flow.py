@@ -81,3 +81,18 @@ def test_a_dispatch_retried_after_a_lost_answer_adopts_the_workload_the_first_ma
         with sim.store.lock:
             batch = sim.store.objects.get(sim.store.types.get(("batch", "v1", "jobs")), {})
         assert not batch  # no Indexed Job beside it
+
+
+def test_a_job_whose_pod_its_time_limit_stopped_ends_timeout(running_on_k8s: Any) -> None:
+    """The time limit is the pods' activeDeadlineSeconds: the kubelet fails the pod
+    (DeadlineExceeded), the Job fails as for any pod failure, and the job is `timeout`."""
+    with running_on_k8s(workload="indexed") as (job, sim):
+        pod = sim.pods(job.external_id)[0]
+        assert pod["spec"]["activeDeadlineSeconds"] == job.spec["time_limit"]
+
+        sim.deadline(job.external_id)
+        run_once()
+
+        job.refresh_from_db()
+        assert job.state == S.TIMEOUT, job.reason
+        assert "time limit reached" in job.reason["message"]

@@ -37,6 +37,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE = "nvidia.com/mig-"
 VOLCANO_API = "batch.volcano.sh/v1alpha1"
 CONTAINER = "main"
+# torchrun's node rank in an Indexed Job's pods: a name the job's env cannot take (GPUQ_ is
+# reserved), so that a RANK of the user's, which wins, cannot give every pod the same rank.
+NODE_RANK_ENV = "GPUQ_NODE_RANK"
 # Pod names add "-worker-<i>" (Volcano) or "-<i>-<5 chars>" (Indexed Job) and must stay <= 63.
 NAME_MAX = 47
 KINDS = {"vcjob": (VOLCANO_API, "Job"), "job": ("batch/v1", "Job")}
@@ -159,10 +162,10 @@ def _is_gang(job: DispatchRequest) -> bool:
     return job.kind == "training" and job.nodes > 1
 
 
-def container_command(job: DispatchRequest) -> list[str]:
+def container_command(job: DispatchRequest, node_rank: str = "RANK") -> list[str]:
     """The container's command. A multi-node training job given as argv runs under torchrun,
     one launcher per pod, as on Slurm (a `.py` script directly, any other program with
-    --no_python; a shell string is run as is). `$(RANK)`, `$(MASTER_ADDR)` and
+    --no_python; a shell string is run as is). `$(<node_rank>)`, `$(MASTER_ADDR)` and
     `$(MASTER_PORT)` are expanded by the kubelet from the pod's environment (Volcano's
     pytorch plugin, or the Indexed Job wiring)."""
     argv = [escape_expansion(a) for a in user_argv(job.command)]
@@ -172,14 +175,16 @@ def container_command(job: DispatchRequest) -> list[str]:
         "torchrun",
         f"--nnodes={job.nodes}",
         f"--nproc_per_node={max(job.gpus_per_node, 1)}",
-        "--node_rank=$(RANK)",
+        f"--node_rank=$({node_rank})",
         "--master_addr=$(MASTER_ADDR)",
         "--master_port=$(MASTER_PORT)",
     ]
     return [*launcher, *([] if argv[0].endswith(".py") else ["--no_python"]), *argv]
 
 
-def _env(job: DispatchRequest, extra: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _env(job: DispatchRequest, wiring: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gpuq's variables, the job's own, then the gang's wiring less the names the job's env
+    gives: its own values win, as on Slurm, and each name comes once."""
     values = job_env(job)
     values.update(job.env)
     if job.nccl_debug:
@@ -188,9 +193,8 @@ def _env(job: DispatchRequest, extra: list[dict[str, Any]]) -> list[dict[str, An
         # The device plugin hands such a container nothing, and the NVIDIA runtime would
         # then expose what the image says (`all` in CUDA images): the node's every GPU.
         values["NVIDIA_VISIBLE_DEVICES"] = "void"
-    wired = {e["name"] for e in extra}
-    env = [{"name": k, "value": escape_expansion(v)} for k, v in values.items() if k not in wired]
-    return env + extra
+    env = [{"name": k, "value": escape_expansion(v)} for k, v in values.items()]
+    return env + [e for e in wiring if e["name"] not in job.env]
 
 
 def _resources(job: DispatchRequest, settings: K8sSettings) -> dict[str, Any]:
@@ -298,6 +302,7 @@ def _pod_spec(
     job: DispatchRequest,
     settings: K8sSettings,
     extra_env: list[dict[str, Any]],
+    node_rank: str = "RANK",
     **fields: Any,
 ) -> dict[str, Any]:
     image = job.image or settings.image_default
@@ -306,7 +311,7 @@ def _pod_spec(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
-        "command": container_command(job),
+        "command": container_command(job, node_rank),
         "env": _env(job, extra_env),
     }
     resources = _resources(job, settings)
@@ -344,6 +349,10 @@ def _batch_job(
     metadata = _metadata(job, ref.name, ref.namespace)
     extra_env: list[dict[str, Any]] = []
     pod_fields: dict[str, Any] = {}
+    if job.time_limit_s:
+        # On the pods, not the Job: a Job's deadline runs from the Job's start, so the time
+        # its pods wait for a node would count; a pod's runs from when its kubelet took it.
+        pod_fields["activeDeadlineSeconds"] = _deadline(job.time_limit_s)
     spec: dict[str, Any] = {
         "completions": job.nodes if indexed else 1,
         "parallelism": job.nodes if indexed else 1,
@@ -363,25 +372,24 @@ def _batch_job(
     if indexed:
         spec["completionMode"] = "Indexed"
         pod_fields["subdomain"] = ref.name
+        index = f"metadata.annotations['{COMPLETION_INDEX}']"
         extra_env = [
             {"name": "MASTER_ADDR", "value": f"{ref.name}-0.{ref.name}"},
             {"name": "MASTER_PORT", "value": str(settings.master_port)},
             {"name": "WORLD_SIZE", "value": str(job.nodes)},
-            {
-                "name": "RANK",
-                "valueFrom": {
-                    "fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}
-                },
-            },
+            *(
+                {"name": name, "valueFrom": {"fieldRef": {"fieldPath": index}}}
+                for name in ("RANK", NODE_RANK_ENV)
+            ),
         ]
-    if job.time_limit_s:
-        spec["activeDeadlineSeconds"] = _deadline(job.time_limit_s)
     if settings.kueue_queue:
         metadata["labels"][KUEUE_LABEL] = settings.kueue_queue
         spec["suspend"] = True
     spec["template"] = {
         "metadata": {"labels": _labels(job, "master" if not indexed else None)},
-        "spec": _pod_spec(job, settings, extra_env, **pod_fields),
+        "spec": _pod_spec(
+            job, settings, extra_env, NODE_RANK_ENV if indexed else "RANK", **pod_fields
+        ),
     }
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": spec}
 

@@ -161,8 +161,17 @@ def _name(pod: Obj) -> str:
     return str(_get(pod, "metadata", "name") or "")
 
 
-def _deadline(pods: Sequence[Obj]) -> bool:
-    return any(_get(p, "status", "reason") == "DeadlineExceeded" for p in pods)
+def _deadline(pods: Sequence[Obj]) -> Obj | None:
+    """A pod its kubelet ended at its activeDeadlineSeconds (gpuq's time limit), if any."""
+    return next(
+        (p for p in sorted(pods, key=_name) if _get(p, "status", "reason") == "DeadlineExceeded"),
+        None,
+    )
+
+
+def _timed_out(pod: Obj) -> str:
+    message = _get(pod, "status", "message") or "DeadlineExceeded"
+    return f"time limit reached in pod {_name(pod)}: {message}"
 
 
 def _pending(pods: Sequence[Obj], now: float, grace: float) -> tuple[str, str, bool] | None:
@@ -489,8 +498,13 @@ def _failed_job(eid: str, cond: Obj, pods: Sequence[Obj]) -> JobStatus:
         if disrupted is not None:
             state, reason, native = disrupted
             return JobStatus(eid, state, reason=reason, native_state=native)
-    if why == "DeadlineExceeded":
+    if why == "DeadlineExceeded":  # a Job's own deadline (gpuq's before it put them on pods)
         return JobStatus(eid, RemoteState.TIMEOUT, reason=message or why, native_state=why)
+    # The pods carry the time limit: the Job fails as for any pod's failure (backoffLimit 0).
+    if (late := _deadline(pods)) is not None:
+        return JobStatus(
+            eid, RemoteState.TIMEOUT, reason=_timed_out(late), native_state="DeadlineExceeded"
+        )
     if why == "PodFailurePolicy" and "DisruptionTarget" in message:
         # The disrupted pod is gone: deletions come from preemption, drains or the taint
         # manager; only kubelet evictions leave the pod behind (handled above).
@@ -598,8 +612,8 @@ def volcano_job_status(
 def _failed_vcjob(
     eid: str, phase: str, message: str, retries: int, pods: Sequence[Obj]
 ) -> JobStatus:
-    if _deadline(pods):
-        return JobStatus(eid, RemoteState.TIMEOUT, reason="time limit reached", native_state=phase)
+    if (late := _deadline(pods)) is not None:
+        return JobStatus(eid, RemoteState.TIMEOUT, reason=_timed_out(late), native_state=phase)
     code, reason, _ = _failure(pods)
     disrupted = next((d[1] for p in pods if (d := _disruption(p))), "")
     cause = disrupted or reason or message or phase

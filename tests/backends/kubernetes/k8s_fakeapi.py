@@ -31,7 +31,10 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
 - size limits: 413 for a request body over 3 MiB, 500 "etcdserver: request is too large"
   for an object over etcd's 1.5 MiB;
 - faults: a Status error (429 with Retry-After, 500...), a dropped connection before or
-  after the write happened, a slow answer, another writer's change just before a request.
+  after the write happened, a slow answer, another writer's change just before a request;
+- authorization denials (`deny`): the 403 Forbidden the API server writes when its
+  authorizer refuses a request (responsewriters.Forbidden: the verb, resource, API group
+  and namespace, and the account the token stands for, `user`).
 
 It has no controllers: the helpers in k8s_sim play kube-scheduler, the Job controller,
 Volcano, the kubelet and the MIG manager, writing the status shapes they write."""
@@ -132,6 +135,30 @@ class Fault:
             and (self.method is None or self.method == method)
             and (self.path_contains is None or self.path_contains in path)
         )
+
+
+@dataclass(frozen=True)
+class Denial:
+    """A request the authorizer refuses: `verb` (or "*") on `resource` (a plural, with
+    "/<subresource>" for one) of API `group`, in `namespace` (None: in any, or at the
+    cluster scope). `reason` is the authorizer's own words, appended as it appends them."""
+
+    verb: str
+    resource: str
+    group: str = ""
+    namespace: str | None = None
+    reason: str = ""
+
+
+def request_verb(method: str, name: str | None, q: dict[str, str]) -> str:
+    """The authorizer's verb for a request (RequestInfoFactory)."""
+    if method == "GET":
+        if name is not None:
+            return "get"
+        return "watch" if q.get("watch") in ("true", "1") else "list"
+    if method == "DELETE":
+        return "delete" if name is not None else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, method.lower())
 
 
 class ApiError(Exception):
@@ -705,6 +732,9 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.requests: list[Request] = []
         self.token = token
+        # Who the token authenticates as: the name a 403 from the authorizer quotes.
+        self.user = "system:serviceaccount:gpuq:gpuq-dispatcher"
+        self.denials: list[Denial] = []
         self.watch_timeout_s = 30.0
         self.log_bytes_sent = 0  # the bodies of pod log answers, as sent
         self.log_answer_max = 0  # the largest of them
@@ -761,6 +791,53 @@ class FakeApiServer:
                 for r in self.requests
                 if (method is None or r.method == method) and contains in r.path
             ]
+
+    def deny(self, denial: Denial) -> Denial:
+        with self.store.lock:
+            self.denials.append(denial)
+        return denial
+
+    def authorize(
+        self,
+        method: str,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str | None,
+        sub: str | None,
+        q: dict[str, str],
+    ) -> None:
+        """403 Forbidden for a denied request, in the API server's words
+        (responsewriters.Forbidden's forbiddenMessage, then errors.NewForbidden)."""
+        verb = request_verb(method, name, q)
+        resource = f"{rtype.plural}/{sub}" if sub else rtype.plural
+        if rtype.plural == "namespaces" and name is not None:
+            namespace = name  # RequestInfo: a namespace is its own namespace
+        with self.store.lock:
+            denial = next(
+                (
+                    d
+                    for d in self.denials
+                    if d.verb in (verb, "*")
+                    and d.resource == resource
+                    and d.group == rtype.group
+                    and d.namespace in (None, namespace)
+                ),
+                None,
+            )
+        if denial is None:
+            return
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        message = (
+            f'User "{self.user}" cannot {verb} resource "{resource}" in API group '
+            f'"{rtype.group}" {where}'
+        )
+        if denial.reason:
+            message += f": {denial.reason}"
+        named = f' "{name}"' if name else ""
+        details = {"group": rtype.group, "kind": rtype.plural, **({"name": name} if name else {})}
+        raise ApiError(
+            403, "Forbidden", f"{rtype.qualified}{named} is forbidden: {message}", details
+        )
 
     def take_fault(self, method: str, path: str) -> Fault | None:
         with self.store.lock:
@@ -1299,6 +1376,7 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             self, method: str, path: str, q: dict[str, str], body: Any, *, drop_after: bool
         ) -> None:
             rtype, namespace, name, sub = api.route(path)
+            api.authorize(method, rtype, namespace, name, sub, q)
             fv = q.get("fieldValidation", "Warn")
             dry = q.get("dryRun") == "All"
             warnings: list[str] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import re
 from datetime import datetime
@@ -120,6 +121,12 @@ def _tolerates(toleration: dict[str, Any], taint: dict[str, Any]) -> bool:
     if operator == "Exists":
         return True
     return operator == "Equal" and toleration.get("value", "") == taint.get("value", "")
+
+
+def _ts(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
 def _field(pod: dict[str, Any], path: str) -> str:
@@ -240,6 +247,15 @@ class Sim:
             namespace=pod["metadata"]["namespace"],
             **values,
         )
+        # The kubelet sets a pod's startTime once, when it accepts the pod (before pulling its
+        # image); the pod's activeDeadlineSeconds runs from it.
+        with self.store.lock:
+            current = self.store.objects[self._t(("", "v1", "pods"))].get(
+                (pod["metadata"]["namespace"], pod["metadata"]["name"])
+            )
+        started = ((current or {}).get("status") or {}).get("startTime")
+        if started and "startTime" in status:
+            status["startTime"] = started
         self._set_status(
             self._t(("", "v1", "pods")),
             pod["metadata"]["namespace"],
@@ -691,20 +707,54 @@ class Sim:
         )
 
     def deadline(self, eid: str) -> None:
-        t, _ = self.workload(eid)
-        if t.group == "batch.volcano.sh":  # pods carry activeDeadlineSeconds; the kubelet ends them
+        """The workload's time limit running out, whatever the clock says (expire_deadlines)."""
+        self.expire_deadlines(eid, now=math.inf)
+
+    def expire_deadlines(self, eid: str, now: float | None = None) -> bool:
+        """The deadlines of the workload passed at `now` (the store's clock), enforced where
+        the objects declare them: a Job's spec.activeDeadlineSeconds by the Job controller,
+        from the Job's status.startTime (its pods deleted, the Job Failed DeadlineExceeded);
+        a pod's by its kubelet, from the pod's status.startTime, which the kubelet sets when
+        it accepts the pod, before pulling its image (a pod not bound yet has none): the pod
+        Failed DeadlineExceeded, which its controller then treats as any pod failure.
+        Returns whether one had passed."""
+        at = self.store.clock() if now is None else now
+        t, obj = self.workload(eid)
+        status = obj.get("status") or {}
+        ended = {"Failed", "Complete"} & {c.get("type") for c in status.get("conditions") or []}
+        limit, started = obj["spec"].get("activeDeadlineSeconds"), _ts(status.get("startTime"))
+        if (
+            t.group == "batch"
+            and limit
+            and started is not None
+            and not ended
+            and at - started >= limit
+        ):
             for pod in self.pods(eid):
-                self._pod_status(pod, "pod_deadline_exceeded")
-            self._end(eid, self.pods(eid)[0], "job_failed_backoff", n=1)
-            return
-        # The Job controller deletes the active pods and marks the Job failed.
+                with self.store.lock:
+                    pt = self._t(("", "v1", "pods"))
+                    self.store.remove(
+                        pt,
+                        self.store.get(pt, pod["metadata"]["namespace"], pod["metadata"]["name"]),
+                    )
+            self._workload_status(eid, "job_failed_deadline", None, n=1)
+            return True
+        expired = []
         for pod in self.pods(eid):
-            with self.store.lock:
-                pt = self._t(("", "v1", "pods"))
-                self.store.remove(
-                    pt, self.store.get(pt, pod["metadata"]["namespace"], pod["metadata"]["name"])
-                )
-        self._workload_status(eid, "job_failed_deadline", None, n=1)
+            limit = pod["spec"].get("activeDeadlineSeconds")
+            started = _ts((pod.get("status") or {}).get("startTime"))
+            phase = (pod.get("status") or {}).get("phase")
+            if (
+                limit
+                and started is not None
+                and phase not in ("Succeeded", "Failed")
+                and at - started >= limit
+            ):
+                self._pod_status(pod, "pod_deadline_exceeded")
+                expired.append(pod)
+        if expired:
+            self._end(eid, expired[0], "job_failed_backoff", n=1)
+        return bool(expired)
 
     def _end(
         self, eid: str, pod: dict[str, Any], job_shape: str, *, n: int, evicted: bool = False
@@ -772,6 +822,14 @@ class Sim:
         if shape is None:
             return
         status = fill(SHAPES[shape], time=now_rfc3339(self.store.clock()), **values)
+        if (
+            t.group == "batch"
+            and "startTime" in status
+            and (obj.get("status") or {}).get("startTime")
+        ):
+            # The Job controller sets startTime once (again only on a resume after a
+            # suspension, which clears it); the Job's activeDeadlineSeconds runs from it.
+            status["startTime"] = obj["status"]["startTime"]
         if (
             t.group == "batch.volcano.sh"
             and "retryCount" not in status

@@ -19,6 +19,7 @@ from k8s_sim import container_argv, expand
 from queue_service.backends.base import ArrayTask, BackendError
 from queue_service.backends.kubernetes.config import parse_settings
 from queue_service.backends.kubernetes.manifests import (
+    COMPLETION_INDEX,
     ManifestError,
     ObjectRef,
     build,
@@ -178,6 +179,34 @@ def test_indexed_training_wires_master_addr_and_rank_from_the_completion_index()
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
 
 
+def test_the_users_own_rendezvous_variables_win_over_the_indexed_jobs_wiring() -> None:
+    """As on Slurm, where the user's env is applied after gpuq's: a MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE or RANK the job's env gives is what every pod sees, each name
+    once, and torchrun meets at the user's address and port. Its node rank still comes from
+    the pod's completion index (as on Slurm from SLURM_NODEID), never from a RANK the user
+    set, which would give every pod the same rank."""
+    own = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500", "WORLD_SIZE": "16", "RANK": "5"}
+    plan = build(request(nodes=4, env=own), cfg(workload="indexed"))
+    template = plan.objects[0]["spec"]["template"]["spec"]
+    names = [e["name"] for e in template["containers"][0]["env"]]
+    assert sorted(names) == sorted(set(names))
+    for index in range(4):
+        pod = {
+            "metadata": {"name": "p", "annotations": {COMPLETION_INDEX: str(index)}},
+            "spec": template,
+        }
+        argv, env = container_argv(pod)
+        assert {k: env[k] for k in own} == own
+        assert argv[:6] == [
+            "torchrun",
+            "--nnodes=4",
+            "--nproc_per_node=8",
+            f"--node_rank={index}",
+            "--master_addr=10.1.2.3",
+            "--master_port=29500",
+        ]
+
+
 @pytest.mark.parametrize("port", [0, 65536, 70000, -1, 23456.5, "23456", True])
 def test_a_master_port_no_service_can_carry_is_refused_with_the_settings(port: Any) -> None:
     """It becomes the headless Service's port and Volcano's pytorch `--port`, which the API
@@ -208,14 +237,28 @@ def test_a_time_limit_past_int32_seconds_is_clamped_to_the_longest_deadline_kube
     controller's time.Duration overflows not far beyond. No job reaches 68 years."""
     obj = build(request(nodes=2, time_limit_s=10**10), cfg(workload=workload)).objects[0]
     if workload == "indexed":
-        deadlines = [obj["spec"]["activeDeadlineSeconds"]]
+        pods = [obj["spec"]["template"]["spec"]]
         assert semantic_causes(obj) == []
     else:
         pods = [task["template"]["spec"] for task in obj["spec"]["tasks"]]
-        deadlines = [pod["activeDeadlineSeconds"] for pod in pods]
-        # The pods Volcano makes from these templates pass the API server's rules.
-        assert [pod_spec_causes("spec", pod, in_job=False) for pod in pods] == [[], []]
+    deadlines = [pod["activeDeadlineSeconds"] for pod in pods]
+    # The pods the controllers make from these templates pass the API server's rules.
+    assert [pod_spec_causes("spec", pod, in_job=False) for pod in pods] == [[]] * len(pods)
     assert deadlines and set(deadlines) == {2**31 - 1}
+
+
+@pytest.mark.parametrize(
+    "job",
+    [request(kind="agent", nodes=1), request(nodes=2), request(nodes=1)],
+    ids=["job", "indexed-gang", "one-node-training"],
+)
+def test_a_batch_jobs_time_limit_is_its_pods_deadline_not_the_jobs(job: Any) -> None:
+    """A Job's activeDeadlineSeconds runs from the Job's start, its pods' wait for a node
+    included; a pod's from when its kubelet accepted it (docs/kubernetes.md)."""
+    obj = build(job, cfg(workload="indexed")).objects[0]
+    assert obj["kind"] == "Job"
+    assert "activeDeadlineSeconds" not in obj["spec"]
+    assert obj["spec"]["template"]["spec"]["activeDeadlineSeconds"] == job.time_limit_s
 
 
 def test_kueue_queue_labels_and_suspends_the_job() -> None:
@@ -271,7 +314,7 @@ def test_gpus_requests_equal_limits_and_time_limit_checkpoint_priority_are_carri
     pod = obj["spec"]["template"]["spec"]
     res = pod["containers"][0]["resources"]
     assert res["requests"]["nvidia.com/gpu"] == res["limits"]["nvidia.com/gpu"] == "2"
-    assert obj["spec"]["activeDeadlineSeconds"] == 900
+    assert pod["activeDeadlineSeconds"] == 900
     assert pod["terminationGracePeriodSeconds"] == 90
     assert pod["priorityClassName"] == "gpuq-high"
     assert obj["spec"]["backoffLimit"] == 0

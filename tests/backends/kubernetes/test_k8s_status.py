@@ -107,6 +107,35 @@ BATCH = [
         None,
     ),
     (
+        # The pod's own activeDeadlineSeconds (gpuq's time limit): the kubelet ends it, and
+        # the Job fails as for any pod failure (backoffLimit 0), killed with 137.
+        "pod deadline",
+        job("job_failed_backoff"),
+        [pod("pod_deadline_exceeded")],
+        R.TIMEOUT,
+        "time limit reached in pod j-0-abcde: Pod was active on the node longer than",
+        None,
+    ),
+    (
+        "pod deadline, not yet counted by the Job controller",
+        job("job_running"),
+        [pod("pod_deadline_exceeded")],
+        R.TIMEOUT,
+        "time limit reached",
+        None,
+    ),
+    (
+        "pod deadline in a gang, its other pod stopped by the controller",
+        job("job_failed_backoff", 2),
+        [
+            pod("pod_failed_error", "j-0-abcde", exit_code=143, reason="Error"),
+            pod("pod_deadline_exceeded", "j-1-xyz"),
+        ],
+        R.TIMEOUT,
+        "pod j-1-xyz",
+        None,
+    ),
+    (
         "kubelet eviction",
         job("job_failed_pod_failure_policy"),
         [pod("pod_evicted_kubelet")],
