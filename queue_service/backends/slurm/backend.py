@@ -544,12 +544,13 @@ class SlurmBackend:
     def _adopt_or_resubmit(
         self, account: _Account, job: DispatchRequest, job_dir: str, text: bytes
     ) -> SubmitResult:
-        """The job, if Slurm has it: same unique name and this attempt's directory as WorkDir
-        (squeue while Slurm remembers it, then accounting). Otherwise sbatch now."""
+        """The job, if Slurm has it: the account's own, with the same unique name and this
+        attempt's directory as WorkDir (squeue while Slurm remembers it, then accounting).
+        Otherwise sbatch now."""
         name = script.job_name(job.job_id)
         for what, command in (
-            ("squeue", commands.lookup_squeue(name)),
-            ("sacct", commands.lookup_sacct(name)),
+            ("squeue", commands.lookup_squeue(name, account.user)),
+            ("sacct", commands.lookup_sacct(name, account.user)),
         ):
             result = self._exec(account, command)
             if result.rc != 0:

@@ -69,12 +69,28 @@ def sinfo(partition: str | None) -> str:
     return f"sinfo -h -N{where} -O {shlex.quote(SINFO_FORMAT)}"
 
 
-def lookup_squeue(name: str) -> str:
-    return f"squeue -h -a -t all --name={shlex.quote(name)} -O {shlex.quote(WORKDIR_FORMAT)}"
+def _one_user(user: str) -> str:
+    # `--user=` takes a comma-separated list: a name with a comma would widen the lookup.
+    if not user or "," in user:
+        raise BackendError(f"{user!r} is not one user name", permanent=True)
+    return shlex.quote(user)
 
 
-def lookup_sacct(name: str) -> str:
-    return f"sacct -n -P -X --name={shlex.quote(name)} -S {LOOKUP_WINDOW} -o JobIDRaw,WorkDir"
+# The lookups of a submit in doubt ask for the submit account's jobs only: squeue lists every
+# user's, and a job's name and WorkDir are visible to all, so another user's job could carry
+# both (and sacct run by root or an admin lists every user's too).
+def lookup_squeue(name: str, user: str) -> str:
+    return (
+        f"squeue -h -a -t all --user={_one_user(user)} --name={shlex.quote(name)}"
+        f" -O {shlex.quote(WORKDIR_FORMAT)}"
+    )
+
+
+def lookup_sacct(name: str, user: str) -> str:
+    return (
+        f"sacct -n -P -X --user={_one_user(user)} --name={shlex.quote(name)}"
+        f" -S {LOOKUP_WINDOW} -o JobIDRaw,WorkDir"
+    )
 
 
 def terminate(external_id: str) -> str:

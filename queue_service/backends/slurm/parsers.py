@@ -13,6 +13,7 @@ import shlex
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from queue_service.backends.base import (
     BackendError,
@@ -65,32 +66,111 @@ _MIG_PROFILE = re.compile(r"\d+g\.\d+gb(?:\+me)?")
 _FALLBACK_COMPUTE_SLICES = 7
 
 
-def exit_from_sacct(text: str) -> int | None:
-    """sacct's `code:signal`: `3:0` is exit 3, `0:9` is death by signal 9 (128 + 9)."""
+# Linux's signal numbers (Slurm's nodes run Linux), to name what killed a job.
+_SIGNALS = dict(
+    enumerate(
+        (
+            "HUP", "INT", "QUIT", "ILL", "TRAP", "ABRT", "BUS", "FPE", "KILL", "USR1", "SEGV",
+            "USR2", "PIPE", "ALRM", "TERM", "STKFLT", "CHLD", "CONT", "STOP", "TSTP", "TTIN",
+            "TTOU", "URG", "XCPU", "XFSZ", "VTALRM", "PROF", "WINCH", "IO", "PWR", "SYS",
+        ),
+        start=1,
+    )
+)  # fmt: skip
+# Slurm's SIG_OOM (253): what slurmstepd reports for a step the OOM killer struck (by
+# SIGKILL) instead of its status; as a signal (253 & 0x7f), ExitCode `0:125`.
+_SIG_OOM = 125
+
+
+# Signals that kill a job's process in practice (a crash, the OOM killer, a stop): a folded
+# sacct code of one of these is worth the note; exit 1 or 2 read as SIGHUP or SIGINT is not.
+_KILLING = frozenset({4, 6, 7, 8, 9, 11, 15})
+
+
+def signal_name(number: int) -> str:
+    if number in _SIGNALS:
+        return f"SIG{_SIGNALS[number]}"
+    return f"SIGRTMIN+{number - 34}" if 34 <= number <= 64 else f"signal {number}"
+
+
+class Exit(NamedTuple):
+    """A job's end as the shell convention reads it: `code` is 128 + N for a process killed by
+    signal N (`signal`). `folded`: sacct's `N:0`, which is exit N or 128 + N (sacct prints an
+    exit code of 128 or more less 128: exit 137 reads `9:0`, as exit 9 does)."""
+
+    code: int
+    signal: int = 0
+    folded: bool = False
+
+
+def _killed(signal: int) -> Exit:
+    signal = 9 if signal == _SIG_OOM else signal
+    return Exit(128 + signal, signal)
+
+
+def sacct_exit(text: str) -> Exit | None:
+    """sacct's `code:signal`: `3:0` is exit 3 (or 131, folded), `0:9` is death by signal 9
+    (128 + 9)."""
     code, _, signal = text.strip().partition(":")
     if not code.isdigit():
         return None
     if signal.isdigit() and int(signal) and not int(code):
-        return 128 + int(signal)
-    return int(code)
+        return _killed(int(signal))
+    return Exit(int(code), folded=0 < int(code) < 128)
 
 
-def exit_from_wait_status(text: str) -> int | None:
-    """squeue's exit_code is the raw wait status: 768 is exit 3, 9 is death by signal 9."""
+def wait_status_exit(text: str) -> Exit | None:
+    """squeue's exit_code is the raw wait status, exact: 768 is exit 3, 35072 exit 137, 9
+    death by signal 9."""
     if not text.strip().isdigit():
         return None
     status = int(text)
-    return 128 + (status & 0x7F) if status & 0x7F else status >> 8
+    return _killed(status & 0x7F) if status & 0x7F else Exit(status >> 8)
 
 
-def job_status(external_id: str, native: str, reason: str, exit_code: int | None) -> JobStatus:
-    """A JobStatus from Slurm's state (sacct's `CANCELLED by 1001` included) and reason."""
+def exit_from_sacct(text: str) -> int | None:
+    end = sacct_exit(text)
+    return None if end is None else end.code
+
+
+def exit_from_wait_status(text: str) -> int | None:
+    end = wait_status_exit(text)
+    return None if end is None else end.code
+
+
+def describe_exit(end: Exit | None) -> str:
+    """A failed job's end as a Slurm user reads it, naming the signal; "" when Slurm's own
+    reason says as much."""
+    if end is None or not end.code:
+        return ""
+    if end.signal:
+        return f"killed by signal {end.signal} ({signal_name(end.signal)})"
+    if end.folded and end.code in _KILLING:
+        more = end.code + 128
+        return (
+            f"exit code {end.code} or {more}: sacct cannot tell them apart"
+            f" ({more}: a process killed by {signal_name(end.code)})"
+        )
+    if 128 < end.code <= 128 + 64:
+        signal = end.code - 128
+        return f"exit code {end.code}: a process killed by {signal_name(signal)} (128 + {signal})"
+    return ""
+
+
+def job_status(
+    external_id: str, native: str, reason: str, exit_code: int | None, exit_said: str = ""
+) -> JobStatus:
+    """A JobStatus from Slurm's state (sacct's `CANCELLED by 1001` included) and reason.
+    `exit_said` (describe_exit) replaces a failed job's reason: Slurm's is `JobLaunchFailure`
+    for a batch script killed by a signal, `NonZeroExitCode` for exit 137."""
     word, _, rest = native.strip().partition(" ")
     state, default_reason = STATES.get(word, (RemoteState.QUEUED, f"unknown Slurm state {word}"))
     slurm_reason = "" if reason.strip() in ("", "None", "(null)") else reason.strip()
     text = default_reason if word in _OWN_REASON or not slurm_reason else slurm_reason
     if word == "CANCELLED" and rest.startswith("by "):
         text = f"cancelled by uid {rest[3:].strip()}"
+    if word == "FAILED" and exit_said:
+        text = exit_said
     terminal = state in RemoteState.TERMINAL
     started = None
     if word == "CANCELLED":
@@ -134,7 +214,10 @@ def parse_squeue(text: str, attempts: Mapping[str, str] | None = None) -> dict[s
         attempt = (attempts or {}).get(job_id, "")
         if attempt and dir_name(workdir) != attempt:
             continue
-        found[job_id] = job_status(job_id, state, reason, exit_from_wait_status(exit_code))
+        end = wait_status_exit(exit_code)
+        found[job_id] = job_status(
+            job_id, state, reason, None if end is None else end.code, describe_exit(end)
+        )
     return found
 
 
@@ -202,7 +285,10 @@ def parse_sacct(
             if not rows:
                 continue
         _, state, exit_code, _, _, workdir, reason = rows[-1]
-        status = job_status(job_id, state, reason, exit_from_sacct(exit_code))
+        end = sacct_exit(exit_code)
+        status = job_status(
+            job_id, state, reason, None if end is None else end.code, describe_exit(end)
+        )
         workdir = known or dir_name(workdir)
         earlier = [row for row in rows[:-1] if workdir and dir_name(row[5]) == workdir]
         own = [*earlier, rows[-1]]
@@ -559,34 +645,55 @@ def parse_sinfo(
     for name, state, gres_text, used_text, features, partitions, reason in rows.values():
         feature_list = [f for f in features.split(",") if f and f != "(null)"]
         used = _used_indices(used_text)
-        whole, slices, models, index = 0, [], [], 0
+        # Whole GPUs per model (None: untyped) and the GRES type it was listed as, in order.
+        whole: dict[str | None, int] = {}
+        listed: dict[str | None, str | None] = {}
+        slices, index = [], 0
         for g in _gpu_gres(gres_text):
             mapped = to_name.get(g.gres_type, g.gres_type) if g.gres_type else None
             profile = _profile(mapped) if mapped else None
             if profile:
                 slices += [(profile, i in used) for i in range(index, index + g.count)]
             else:
-                whole += g.count
-                if mapped:
-                    models.append(mapped)
+                whole[mapped] = whole.get(mapped, 0) + g.count
+                listed.setdefault(mapped, g.gres_type)
             index += g.count
+        # The scheduler's node has one GPU model: the one it has most GPUs of (the first
+        # listed on a tie). The others are not counted as that model: a job would be placed
+        # on GPUs Slurm does not give it.
+        main = max(whole, key=whole.__getitem__, default=None)
+        counted = whole.get(main, 0)
         feature_models = [
             to_name.get(f, f)
             for f in feature_list
             if (f in to_name or f in gres_map) and not _profile(to_name.get(f, f))
         ]
+        models = [main] if main else []
         gpu_model = next(iter(models + feature_models), "unknown" if (whole or slices) else "")
-        mig_gpus, instances = pack_mig(gpu_model, slices, whole)
+        mig_gpus, instances = pack_mig(gpu_model, slices, counted)
+        notes = ["" if reason.strip() in ("none", "") else reason.strip()]
+        if len(whole) > 1:
+            skipped = ", ".join(
+                f"gpu:{listed[m]}:{n}" + (f" ({m})" if m != listed[m] else "")
+                if m
+                else f"gpu:{n} (untyped)"
+                for m, n in whole.items()
+                if m != main
+            )
+            notes.append(
+                f"gpuq counts only its {counted} {gpu_model} GPUs (one GPU model per node):"
+                f" not {skipped}"
+            )
         nodes.append(
             NodeInfo(
                 name=name,
                 gpu_model=gpu_model,
-                gpus=whole + mig_gpus,
+                gpus=counted + mig_gpus,
                 state=_node_state(state),
                 mig=bool(slices),
                 mig_instances=instances,
                 labels={"slurm.partitions": partitions, "slurm.features": ",".join(feature_list)},
-                reason="" if reason.strip() in ("none", "") else reason.strip(),
+                reason="; ".join(n for n in notes if n),
                 cpus=resources.get(name, (None, None))[0],
                 memory_mb=resources.get(name, (None, None))[1],
             )

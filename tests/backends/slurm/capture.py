@@ -104,8 +104,9 @@ def main() -> None:
         run(f"{last_records} -o {commands.SACCT_FIELDS}").stdout,
     )
     name = script.job_name(gpuq_job.job_id)
-    save("lookup_squeue.txt", run(commands.lookup_squeue(name)).stdout)
-    save("lookup_sacct.txt", run(commands.lookup_sacct(name)).stdout)
+    user = backend.settings.user
+    save("lookup_squeue.txt", run(commands.lookup_squeue(name, user)).stdout)
+    save("lookup_sacct.txt", run(commands.lookup_sacct(name, user)).stdout)
     save("lookup.json", json.dumps(lookup, indent=2) + "\n")
     one_unknown = run(commands.squeue(["999999"]))
     save("squeue_unknown_id.stderr.txt", one_unknown.stderr)

@@ -23,7 +23,8 @@ def data(name: str) -> str:
 # case -> (gpuq state, reason, exit code)
 LIVE = {
     "exit3": (RemoteState.FAILED, "NonZeroExitCode", 3),
-    "sigkill": (RemoteState.FAILED, "JobLaunchFailure", 137),
+    # Slurm's reason is JobLaunchFailure: the job launched, and its script was killed.
+    "sigkill": (RemoteState.FAILED, "killed by signal 9 (SIGKILL)", 137),
     "completed": (RemoteState.SUCCEEDED, "", 0),
     "cancelled": (RemoteState.CANCELLED, "", 143),
     "resources": (RemoteState.QUEUED, "Resources", None),
@@ -39,8 +40,10 @@ FINAL_SQUEUE = {
 }
 FINAL_SACCT = {
     "timeout": (RemoteState.TIMEOUT, "time limit reached", 0),
+    # sacct prints exit 131 as `3:0` too, but SIGQUIT is no usual killer: no note
+    # (test_slurm_exit_codes_of_killed_jobs.py).
     "exit3": (RemoteState.FAILED, "", 3),
-    "sigkill": (RemoteState.FAILED, "", 137),
+    "sigkill": (RemoteState.FAILED, "killed by signal 9 (SIGKILL)", 137),
     "completed": (RemoteState.SUCCEEDED, "", 0),
     "cancelled": (RemoteState.CANCELLED, "cancelled by uid 1001", 0),
     "node_fail": (RemoteState.NODE_FAILURE, "a node of the job failed", 0),
