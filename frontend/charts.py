@@ -47,24 +47,34 @@ def _svg(
 # --- quota bar -------------------------------------------------------------------------------
 
 BAR_W, BAR_H = 300.0, 18.0
+BORROW_TOLERANCE = 1e-9  # as reports.BORROW_TOLERANCE, the scheduler's (scheduler/quota.py)
 
 
-def quota_bar(used: float, nominal: float, borrowing_limit: float | None) -> SafeString:
+def quota_bar(
+    used: float, nominal: float, borrowing_limit: float | None, *, quota: bool = True
+) -> SafeString:
     """Used GPUs against the nominal quota, with the part over nominal (borrowed from other
-    teams' idle quota) drawn apart, on a scale that reaches nominal + borrowing limit."""
+    teams' idle quota) drawn apart, on a scale that reaches nominal + borrowing limit.
+    `quota` False: GPUs held on a model no quota covers (reports.QuotaUsage), all borrowed."""
     ceiling = nominal + (borrowing_limit if borrowing_limit is not None else nominal)
     scale = max(ceiling, used, 1.0)
 
     def x(v: float) -> float:
         return BAR_W * min(v, scale) / scale
 
-    within, over = min(used, nominal), max(0.0, used - nominal)
+    # Within the scheduler's tolerance of nominal is not borrowing: 35 slices of 1/7 add up
+    # to a hair over a nominal of 5.
+    over = used - nominal if used - nominal > BORROW_TOLERANCE else 0.0
+    within = min(used, nominal)
     limit = "unlimited" if borrowing_limit is None else f"up to {_num(borrowing_limit)}"
-    label = (
-        f"{_num(used)} of {_num(nominal)} nominal GPUs in use"
-        + (f", {_num(over)} borrowed" if over else "")
-        + f"; borrowing {limit}"
-    )
+    if not quota:
+        label = f"{_num(used)} GPUs in use with no quota for their model, all borrowed"
+    else:
+        label = (
+            f"{_num(used)} of {_num(nominal)} nominal GPUs in use"
+            + (f", {_num(over)} borrowed" if over else "")
+            + f"; borrowing {limit}"
+        )
     body = [
         f'<rect class="bar-track" x="0" y="0" width="{_num(BAR_W)}" height="{_num(BAR_H)}"/>',
         f'<rect class="bar-nominal" x="0" y="0" width="{_num(x(nominal))}" '

@@ -105,7 +105,7 @@ def team_colour(team: str | None) -> str:
 
 @register.simple_tag
 def quota_bar(row: Any) -> SafeString:
-    return charts.quota_bar(row.used, row.nominal, row.borrowing_limit)
+    return charts.quota_bar(row.used, row.nominal, row.borrowing_limit, quota=row.quota)
 
 
 @register.filter

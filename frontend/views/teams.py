@@ -103,6 +103,8 @@ def _render(
     report = usage_report(team, first, last, timezone.now())
     members = list(team.memberships.select_related("user").order_by("user__username"))
     quotas = quota_usage([team])
+    # Rows of GPUs held on a model no quota covers have no quota to edit: one may be added.
+    quoted = {q.gpu_model for q in quotas if q.quota}
     typed = quota_typed or {}
     model = typed.get("gpu_model")
     return render(
@@ -124,11 +126,15 @@ def _render(
                 (q, {**_quota_boxes(q), **(typed if model == q.gpu_model else {})}) for q in quotas
             ],
             # A refused new quota: its form open again, as typed.
-            "quota_adding": typed if typed and model not in {q.gpu_model for q in quotas} else {},
+            "quota_adding": typed if typed and model not in quoted else {},
             # The adding form offers models without a quota only: it must not replace one.
             "gpu_models": sorted(
-                {Quota.ANY_MODEL, *Node.objects.values_list("gpu_model", flat=True)}
-                - {q.gpu_model for q in quotas}
+                {
+                    Quota.ANY_MODEL,
+                    *Node.objects.values_list("gpu_model", flat=True),
+                    *(q.gpu_model for q in quotas if not q.quota),
+                }
+                - quoted
             ),
             "report": report,
             "chart": charts.usage_chart(report.days, report.users, report.gpu_hours),

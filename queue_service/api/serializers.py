@@ -407,11 +407,17 @@ class DayHoursSerializer(serializers.Serializer):
 
 
 class QuotaUsageSerializer(serializers.Serializer):
-    gpu_model = serializers.CharField()
+    gpu_model = serializers.CharField(
+        help_text="a quota's model; or a model no quota (nor a * quota) covers where the"
+        " team's jobs hold GPUs (its quota deleted meanwhile): nominal 0, borrowing limit 0,"
+        " all of it borrowed"
+    )
     used_gpus = serializers.FloatField(help_text="held by the team's admitted and running jobs")
     nominal_gpus = serializers.FloatField()
     borrowing_limit_gpus = serializers.FloatField(allow_null=True)
-    borrowed_gpus = serializers.FloatField(help_text="used beyond nominal")
+    borrowed_gpus = serializers.FloatField(
+        help_text="used beyond nominal (within the scheduler's 1e-9 of it is none)"
+    )
 
 
 class TeamUsageSerializer(serializers.Serializer):

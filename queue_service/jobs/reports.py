@@ -32,6 +32,8 @@ EARLIEST = date(2000, 1, 1)
 # GPU-hours as the API, the CSV and `gpuq usage` give them: a 1g slice of an A100 (1/7 of a
 # GPU) for an hour is 0.1429.
 HOURS_DECIMALS = 4
+# GPUs in use as the API gives them (a 1g slice: 0.1429).
+QUOTA_DECIMALS = 4
 
 
 def split_by_day(start: datetime, end: datetime) -> list[tuple[date, float]]:
@@ -59,11 +61,13 @@ class UsageReport:
 
 def usage_report(team: Team, first: date, last: date, now: datetime) -> UsageReport:
     """GPU-hours per user per UTC day of [first, last] for one team, from its jobs' runs (a job
-    requeued after a preemption has one per attempt; a run still going counts up to `now`)."""
+    requeued after a preemption has one per attempt; a run still going counts up to `now`).
+    A run charged no GPUs (a job of none, asking no CPUs nor memory) is no usage: its user
+    is not listed for it."""
     lo = datetime.combine(first, time(), UTC)
     hi = datetime.combine(last + timedelta(days=1), time(), UTC)
     runs = (
-        JobRun.objects.filter(team=team, started_at__lt=hi)
+        JobRun.objects.filter(team=team, started_at__lt=hi, gpus__gt=0)
         .filter(Q(ended_at__isnull=True) | Q(ended_at__gt=lo))
         .values_list("user__username", "gpus", "started_at", "ended_at")
     )
@@ -127,10 +131,10 @@ def team_usage(team: Team, first: date, last: date, now: datetime) -> dict[str, 
         "quotas": [
             {
                 "gpu_model": q.gpu_model,
-                "used_gpus": q.used,
+                "used_gpus": round(q.used, QUOTA_DECIMALS),
                 "nominal_gpus": q.nominal,
                 "borrowing_limit_gpus": q.borrowing_limit,
-                "borrowed_gpus": q.borrowed,
+                "borrowed_gpus": round(q.borrowed, QUOTA_DECIMALS),
             }
             for q in quota_usage([team])
         ],
@@ -140,25 +144,36 @@ def team_usage(team: Team, first: date, last: date, now: datetime) -> dict[str, 
 # --- quota usage -------------------------------------------------------------------------------
 
 
+# Within this of nominal a team is not borrowing: the scheduler's own tolerance
+# (scheduler/quota.py). 35 1g slices summed one by one are a hair over a nominal of 5.
+BORROW_TOLERANCE = 1e-9
+
+
 @dataclass(frozen=True)
 class QuotaUsage:
     team: str
     gpu_model: str
-    used: float
+    used: float  # unrounded, as the scheduler sums it: round only to show it
     nominal: float
     borrowing_limit: float | None  # None = unlimited
     lending_limit: float | None
     max_running_jobs: int | None
+    # False: no quota (nor "*" quota) of the team covers this model, yet its jobs hold GPUs
+    # of it (the quota was deleted while they ran): nominal 0, all of it borrowed.
+    quota: bool = True
 
     @property
     def borrowed(self) -> float:
-        return max(0.0, self.used - self.nominal)
+        over = self.used - self.nominal
+        return over if over > BORROW_TOLERANCE else 0.0
 
 
 def quota_usage(teams: Sequence[Team]) -> list[QuotaUsage]:
     """Per quota of these teams: GPUs held by the team's active jobs of that model against its
     nominal quota and borrowing limit. A "*" quota holds the models the team has no quota of
-    their own for, as the scheduler charges them (scheduler/quota.py, Ledger.key)."""
+    their own for, as the scheduler charges them (scheduler/quota.py, Ledger.key). GPUs held
+    on a model no quota covers get a row of their own (`quota` False), nominal 0 and
+    borrowing limit 0: the scheduler counts them all borrowed, reclaimable (Ledger.unquoted)."""
     held: dict[tuple[int, str], float] = defaultdict(float)
     for team_id, model, gpus in (
         Job.objects.filter(team__in=teams, state__in=Job.ACTIVE)
@@ -187,13 +202,30 @@ def quota_usage(teams: Sequence[Team]) -> list[QuotaUsage]:
             QuotaUsage(
                 team=q.team.slug,
                 gpu_model=q.gpu_model,
-                used=round(used, 4),
+                used=used,
                 nominal=q.nominal_gpus,
                 borrowing_limit=q.borrowing_limit_gpus,
                 lending_limit=q.lending_limit_gpus,
                 max_running_jobs=q.max_running_jobs,
             )
         )
+    slugs = {t.pk: t.slug for t in teams}
+    for (team_id, model), gpus in held.items():
+        covered = (team_id, model) in own or (team_id, Quota.ANY_MODEL) in own
+        if not covered and gpus > BORROW_TOLERANCE:
+            out.append(
+                QuotaUsage(
+                    team=slugs[team_id],
+                    gpu_model=model,
+                    used=gpus,
+                    nominal=0.0,
+                    borrowing_limit=0.0,
+                    lending_limit=None,
+                    max_running_jobs=None,
+                    quota=False,
+                )
+            )
+    out.sort(key=lambda u: (u.team, u.gpu_model))
     return out
 
 

@@ -12,7 +12,8 @@ class Team(models.Model):
     slug = models.SlugField(max_length=64, unique=True)
     name = models.CharField(max_length=128)
     weight = models.FloatField(default=1.0, validators=[MinValueValidator(0.01)])
-    # Ceilings the site sets; a team admin's quotas must stay within them.
+    # Ceilings the site sets on sums over a team's quotas (nominal GPUs; borrowing limits):
+    # a team admin's quotas must stay within them.
     max_nominal_gpus = models.FloatField(default=64, validators=[MinValueValidator(0)])
     max_borrowing_gpus = models.FloatField(default=64, validators=[MinValueValidator(0)])
     created_at = models.DateTimeField(auto_now_add=True)

@@ -3,6 +3,7 @@ team within the limits site staff set on it; staff may act on any team."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -168,12 +169,27 @@ def _check_quota(
                 f"the team's nominal quotas may add up to {team.max_nominal_gpus:g} GPUs "
                 f"(other models already take {nominal_elsewhere:g})"
             ]
+        # Summed as the nominal quotas are: checked per quota, N quotas could borrow N times
+        # the team's ceiling. A limit staff left empty (none) elsewhere leaves no room.
         borrowing = values.get("borrowing_limit_gpus")
         was = old.borrowing_limit_gpus if old else 0
-        ceiling = f"at most {team.max_borrowing_gpus:g} GPUs for this team (set by the site)"
+        limits = team.quotas.exclude(gpu_model=gpu_model).values_list(
+            "borrowing_limit_gpus", flat=True
+        )
+        elsewhere = sum(math.inf if limit is None else limit for limit in limits)
+        room = max(0.0, team.max_borrowing_gpus - elsewhere)
+        taken = "no limit" if math.isinf(elsewhere) else f"{elsewhere:g}"
+        ceiling = (
+            f"at most {room:g} GPUs"
+            + (f" ({taken} taken by its other quotas)" if elsewhere else "")
+            + f": the borrowing limits of its quotas may add up to {team.max_borrowing_gpus:g}"
+            " GPUs for this team (set by the site)"
+        )
         if borrowing is None:  # omitted, or null: no limit, which only site staff may set
             errors["borrowing_limit_gpus"] = [f"a team admin must give a limit: {ceiling}"]
-        elif borrowing > team.max_borrowing_gpus and (was is not None and borrowing > was):
+        elif elsewhere + borrowing > team.max_borrowing_gpus + 1e-9 and (
+            was is not None and borrowing > was
+        ):
             errors["borrowing_limit_gpus"] = [ceiling]
     if errors:
         raise ValidationError(errors)

@@ -164,6 +164,37 @@ def test_a_team_admin_cannot_borrow_without_the_sites_limit(
     assert text.endswith("GPUs for this team (set by the site)")
 
 
+def test_a_team_admins_borrowing_limits_add_up_to_the_sites_ceiling_for_the_team(
+    client_for: Any, teams: Any
+) -> None:
+    """The site lets vision borrow up to 10 GPUs; its SIM-A100 quota may borrow 8. A second
+    quota may borrow 2 more, not another 10 (each quota was checked alone: N quotas could
+    borrow N times the ceiling). Past a lowered ceiling, lowering a limit is still taken."""
+    vision = teams["vision"]
+    vision.max_borrowing_gpus = 10
+    vision.save()
+    dana = client_for("dana")
+
+    def put(model: str, borrowing: float) -> Any:
+        body = {"nominal_gpus": 0, "borrowing_limit_gpus": borrowing}
+        return dana.put(f"/api/v1/teams/vision/quotas/{model}/", body, format="json")
+
+    refused = put("SIM-H100", 8)
+    assert refused.status_code == 400
+    (text,) = refused.json()["borrowing_limit_gpus"]
+    assert text.startswith("at most 2 GPUs (8 taken by its other quotas)"), text
+    assert put("SIM-H100", 2).status_code == 200
+    assert put("*", 1).status_code == 400
+    vision.max_borrowing_gpus = 6  # the site lowers it: the team is 4 over
+    vision.save()
+    assert put("SIM-H100", 1).status_code == 200
+    assert put("SIM-H100", 2).status_code == 400
+    limits = dict(
+        Quota.objects.filter(team=vision).values_list("gpu_model", "borrowing_limit_gpus")
+    )
+    assert limits == {"SIM-A100": 8, "SIM-H100": 1}
+
+
 def test_a_quota_put_replaces_the_quota_and_a_limit_left_out_is_no_limit(
     client_for: Any, teams: Any
 ) -> None:

@@ -96,3 +96,32 @@ def test_gpuq_usage_prints_the_apis_figures_in_full(
     assert text.splitlines()[0].endswith(f": {total} GPU-hours"), text
     alice = next(line for line in text.splitlines() if line.startswith("alice"))
     assert alice.split()[1] == total, text
+
+
+def test_a_user_whose_jobs_held_no_gpus_is_in_no_format_of_the_usage_report(
+    people: Any, client_for: Any, local_cluster: Any
+) -> None:
+    """Bob runs a job of no GPUs (charged none: it asks no CPUs nor memory); Alice a GPU for
+    an hour. Bob has no usage: the API's users and days, the CSV and the admin page's legend
+    name Alice only (the API listed Bob with 0.0 GPU-hours in `users` alone)."""
+    from tests.service.test_job_flow import run_until
+
+    cpu = submit_job(people["bob"], spec(name="cpu", gpus_per_node=0, command=["true"])).job
+    cpu = run_until(cpu, lambda j: j.state == S.SUCCEEDED)
+    assert JobRun.objects.get(job=cpu).gpus == 0
+    today = timezone.now().date()
+    gpu = submit_job(people["alice"], spec(name="gpu")).job
+    Job.objects.filter(pk=gpu.pk).update(state=S.SUCCEEDED)
+    ran(gpu, on(today - DAY, 9), on(today - DAY, 10), gpus=1)
+
+    body = client_for("dana").get("/api/v1/teams/vision/usage/").json()
+    browser = Client()
+    browser.force_login(people["dana"])
+    rows = list(
+        csv.DictReader(io.StringIO(browser.get("/teams/vision/usage.csv").content.decode()))
+    )
+    legend = browser.get("/teams/vision/").content.decode().split('class="legend users"')[1]
+
+    assert [u["user"] for u in body["users"]] == ["alice"], body["users"]
+    assert {d["user"] for d in body["days"]} == {r["user"] for r in rows} == {"alice"}
+    assert "bob" not in legend.split("</ul>")[0]

@@ -160,3 +160,20 @@ def test_mig_slices_sit_at_their_memory_slice_positions() -> None:
 def test_team_colours_are_stable_and_differ_between_teams() -> None:
     assert team_colour("vision") == team_colour("vision")
     assert len({team_colour(t) for t in ("vision", "language", "speech", "robotics")}) == 4
+
+
+def test_a_quota_bar_draws_no_borrowing_within_the_schedulers_tolerance_of_nominal() -> None:
+    used = 0.0
+    for _ in range(35):  # 35 1g slices summed one by one, as jobs' GPUs are: a hair over 5
+        used += 1 / 7
+    assert used > 5
+    svg = quota_bar(used, 5, 0)
+    assert rects(svg, "bar-borrowed") == []
+    assert parse(svg).get("aria-label") == "5 of 5 nominal GPUs in use; borrowing up to 0"
+
+
+def test_a_quota_bar_of_gpus_held_on_a_model_no_quota_covers_says_so() -> None:
+    svg = quota_bar(4, 0, 0, quota=False)
+    assert width(svg, "bar-borrowed") == BAR_W
+    label = parse(svg).get("aria-label")
+    assert label == "4 GPUs in use with no quota for their model, all borrowed"

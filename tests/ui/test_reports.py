@@ -13,6 +13,7 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs.models import Job, JobRun
 from queue_service.jobs.reports import (
+    QuotaUsage,
     UsageReport,
     cluster_totals,
     mig_choices,
@@ -102,6 +103,17 @@ def test_quota_usage_sums_the_active_jobs_of_the_team_per_model(people: Any, tea
     # As the scheduler charges them: a model with a quota of its own is not also under "*".
     assert rows[("vision", "*")].used == 2
     assert rows[("language", "SIM-A100")].used == 0
+
+
+def test_quota_usage_within_the_schedulers_tolerance_of_nominal_is_not_borrowed() -> None:
+    used = 0.0
+    for _ in range(35):  # 35 1g slices summed one by one: a hair over a nominal of 5
+        used += 1 / 7
+    row = QuotaUsage("vision", "A100-SXM4-80GB", used, 5.0, 0.0, None, None)
+    assert used > 5 and row.borrowed == 0.0
+    assert QuotaUsage("vision", "A100-SXM4-80GB", 5 + 1 / 7, 5.0, 1.0, None, None).borrowed == (
+        pytest.approx(1 / 7)
+    )
 
 
 @pytest.fixture
