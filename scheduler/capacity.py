@@ -3,7 +3,8 @@
 One FreeIndex is built per cycle from the nodes and the running jobs, then mutated as the
 cycle starts jobs and holds GPUs for reservations. Each group keeps one bucket per free
 count, so best fit ("the node with the fewest free GPUs that still fits") is a scan of at
-most gpus-per-node buckets instead of all nodes.
+most gpus-per-node buckets instead of all nodes. A MIG node is there too, with no whole GPU
+(its slices are mig.py's): a job of no GPU may run on it, taking neither GPU nor slice.
 """
 
 from __future__ import annotations
@@ -31,11 +32,13 @@ class NodeState:
 
 
 class Group:
-    """The up, whole-GPU nodes of one (model, pool, cluster)."""
+    """The up nodes of one (model, pool, cluster)."""
 
-    def __init__(self, key: GroupKey, width: int) -> None:
+    def __init__(self, key: GroupKey, width: int, whole: bool = True) -> None:
         self.key = key
         self.width = width  # the largest node's GPU count
+        # It has a whole-GPU node; else only MIG nodes, which serve only jobs of no GPU.
+        self.whole = whole
         self.sizes: dict[int, int] = {}  # node size -> how many nodes have it
         # buckets[k] = nodes with exactly k free GPUs (dict as an insertion-ordered set).
         self.buckets: list[dict[str, None]] = [{} for _ in range(width + 1)]
@@ -53,13 +56,17 @@ class FreeIndex:
         self.nodes: dict[str, NodeState] = {}
         self.groups: dict[GroupKey, Group] = {}
         width: dict[GroupKey, int] = {}
-        ups = sorted((n for n in nodes if n.state == "up" and not n.mig), key=_name)
+        whole: set[GroupKey] = set()
+        ups = sorted((n for n in nodes if n.state == "up"), key=_name)
         for n in ups:
             key = (n.gpu_model, n.pool or "", n.cluster or "")
-            width[key] = max(width.get(key, 0), n.gpus)
-            self.nodes[n.name] = NodeState(n.name, key, n.gpus, list(range(n.gpus)), [])
+            size = 0 if n.mig else n.gpus
+            if not n.mig:
+                whole.add(key)
+            width[key] = max(width.get(key, 0), size)
+            self.nodes[n.name] = NodeState(n.name, key, size, list(range(size)), [])
         for key in sorted(width):
-            self.groups[key] = Group(key, width[key])
+            self.groups[key] = Group(key, width[key], key in whole)
         used: dict[str, set[int]] = {}
         for job in running:
             for alloc in job.placement.allocs:
@@ -77,18 +84,25 @@ class FreeIndex:
             group.sizes[st.total] = group.sizes.get(st.total, 0) + 1
             group.buckets[len(st.free)][st.name] = None
 
-    def models(self) -> list[str]:
-        return sorted({k[0] for k in self.groups})
+    def models(self, no_gpu: bool = False) -> list[str]:
+        """The models of whole-GPU nodes; `no_gpu`: of MIG nodes too (for jobs of no GPU)."""
+        return sorted({k[0] for k, g in self.groups.items() if no_gpu or g.whole})
 
     def groups_for(
-        self, model: str | None, pool: str | None, cluster: str | None = None
+        self,
+        model: str | None,
+        pool: str | None,
+        cluster: str | None = None,
+        no_gpu: bool = False,
     ) -> list[Group]:
+        """The groups of whole-GPU nodes (`no_gpu`: and of MIG nodes only) that match."""
         return [
             g
             for k, g in self.groups.items()
             if (model is None or k[0] == model)
             and (pool is None or k[1] == pool)
             and (cluster is None or k[2] == cluster)
+            and (no_gpu or g.whole)
         ]
 
     def _move(self, st: NodeState, before: int) -> None:

@@ -245,6 +245,8 @@ class _Cycle:
         # Step 1: capacity.
         self.index = FreeIndex(snapshot.nodes, snapshot.running)
         self.models = self.index.models()
+        # A job of no GPU may also run on a MIG node (it takes no slice).
+        self.no_gpu_models = self.index.models(no_gpu=True)
         self.mig_models = sorted({n.gpu_model for n in snapshot.nodes if n.mig and n.state == "up"})
         self.mig_index: mig.MigIndex | None = None
         # GPUs per model that exist (a model only on drained nodes is not unsatisfiable), and
@@ -289,7 +291,7 @@ class _Cycle:
         ] = {}
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
         self.not_worth: reasons.PreemptionNote | None = None
-        self.groups_cache: dict[tuple[str | None, str | None, str | None], list[Group]] = {}
+        self.groups_cache: dict[tuple[str | None, str | None, str | None, bool], list[Group]] = {}
         self._candidates: dict[str, list[Candidate]] | None = None
         self._own: dict[str, list[Candidate]] | None = None
         # The candidates again, by what may make them victims (within_reach).
@@ -350,12 +352,19 @@ class _Cycle:
         return self.policy.preemptible_classes_preempt or not self.preemptible(r)
 
     def groups(self, model: str | None, r: JobRequest) -> list[Group]:
-        """The capacity groups a job may use: of that model, its pool and its cluster."""
-        key = (model, r.pool, r.cluster)
+        """The capacity groups a job may use: of that model, its pool and its cluster (MIG
+        nodes' too for a job of no GPU)."""
+        key = (model, r.pool, r.cluster, not r.gpus_per_node)
         found = self.groups_cache.get(key)
         if found is None:
-            found = self.groups_cache[key] = self.index.groups_for(model, r.pool, r.cluster)
+            found = self.groups_cache[key] = self.index.groups_for(*key)
         return found
+
+    def models_for(self, r: JobRequest) -> list[str]:
+        """The GPU models a job of whole GPUs (or none) may run on."""
+        if r.gpu_model:
+            return [r.gpu_model]
+        return self.models if r.gpus_per_node else self.no_gpu_models
 
     def best_nodes_now(self, groups: Sequence[Group], g: int) -> int:
         return max((grp.count_at_least(g) for grp in groups), default=0)
@@ -862,7 +871,7 @@ class _Cycle:
         """Start r, of kind number k, or say why not (placing it on hold or preempting for it
         on the way). `on_nodes`: where an earlier cycle preempted for it
         (PendingJob.preempting_on), tried first."""
-        models = [r.gpu_model] if r.gpu_model else self.models
+        models = self.models_for(r)
         if r.gpu_model and r.gpu_model not in self.capacity:
             return _Failure(reasons.unsatisfiable(r, 0), capacity=False)
         if self.never and self.never[k]:
@@ -1014,7 +1023,7 @@ class _Cycle:
         gpus = float(r.nodes * r.gpus_per_node)
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         preemptible = self.preemptible(r)
-        for m in [r.gpu_model] if r.gpu_model else self.models:
+        for m in self.models_for(r):
             verdict = self.ledger.check(r.team, m, gpus, preemptible, ends)
             if verdict.ok:
                 return reason  # not expected; the verdict the kind reached stands

@@ -62,6 +62,14 @@ class _Object(dict[str, Any]):
 
     line = 1
     value_lines: dict[str, int]
+    # A key given twice: the key and where its second value starts (a text index).
+    duplicate: tuple[str, int] | None = None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, path: str, line: int) -> None:
+        super().__init__(path, line)
+        self.path, self.line = path, line
 
 
 class _Array(list[Any]):
@@ -84,6 +92,7 @@ def _load_located(text: str) -> Any:
 
     decoder = json.JSONDecoder()
     base_object, base_array = decoder.parse_object, decoder.parse_array  # type: ignore[attr-defined]
+    twice: list[_Object] = []
 
     def parse_object(
         s_and_end: tuple[str, int],
@@ -103,6 +112,14 @@ def _load_located(text: str) -> Any:
         obj = _Object(pairs)
         obj.line = line_at(s_and_end[1] - 1)
         obj.value_lines = {k: line_at(i) for (k, _), i in zip(pairs, starts, strict=True)}
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            for (k, _), i in zip(pairs, starts, strict=True):
+                if k in seen:
+                    obj.duplicate = (k, i)
+                    break
+                seen.add(k)
+            twice.append(obj)
         return obj, end
 
     def parse_array(
@@ -124,7 +141,32 @@ def _load_located(text: str) -> Any:
     decoder.parse_object = parse_object  # type: ignore[attr-defined]
     decoder.parse_array = parse_array  # type: ignore[attr-defined]
     decoder.scan_once = py_make_scanner(decoder)  # type: ignore[attr-defined]
-    return decoder.decode(text)
+    data = decoder.decode(text)
+    if twice:
+        # json keeps the last of a key given twice; the other is silently lost (a CSV
+        # column named twice is refused alike). The first one in the text is named.
+        path, at = _first_duplicate(data)
+        raise _DuplicateKey(path, line_at(at))
+    return data
+
+
+def _first_duplicate(data: Any) -> tuple[str, int]:
+    """The path of the key given twice whose second value comes first in the text, and
+    where that value starts."""
+    found: tuple[int, str] | None = None
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, _Object):
+            if value.duplicate is not None:
+                key, at = value.duplicate
+                if found is None or at < found[0]:
+                    found = (at, f"{path}.{key}" if path else key)
+            stack.extend((v, f"{path}.{k}" if path else k) for k, v in value.items())
+        elif isinstance(value, _Array):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+    assert found is not None
+    return found[1], found[0]
 
 
 def _integral(value: Any) -> int | None:
@@ -185,6 +227,8 @@ def parse_cluster(text: str, source: str) -> Cluster:
         data = _load_located(text)
     except json.JSONDecodeError as e:
         raise InputError(f"{source}: line {e.lineno}, field -: invalid JSON ({e.msg})") from e
+    except _DuplicateKey as e:
+        raise InputError(f"{source}: line {e.line}, field {e.path}: key given twice") from None
     except (ValueError, RecursionError) as e:  # an integer too long to convert, deep nesting
         raise InputError(f"{source}: line 1, field -: invalid JSON ({e})") from None
     r = _JsonReader(source)
@@ -263,10 +307,11 @@ def parse_cluster(text: str, source: str) -> Cluster:
                     limits.append(r.number(q, key, qpath))
             raw_max_jobs = q.get("max_running_jobs")
             max_jobs = None if raw_max_jobs is None else _integral(raw_max_jobs)
-            if raw_max_jobs is not None and max_jobs is None:
+            # The service's PositiveIntegerField: below 0, no job of the team would ever start.
+            if raw_max_jobs is not None and (max_jobs is None or max_jobs < 0):
                 raise r.fail(
                     f"{qpath}.max_running_jobs",
-                    "expected an integer",
+                    f"expected an integer >= 0, got {raw_max_jobs!r}",
                     _line(q, "max_running_jobs"),
                 )
             quotas.append(Quota(model, nominal, limits[0], limits[1], max_jobs))
@@ -394,9 +439,11 @@ def parse_jobs(text: str, source: str, classes: tuple[PriorityClass, ...]) -> li
     # newline="": the csv module then finds every line end, a bare CR (Excel for Mac) too.
     reader = csv.DictReader(io.StringIO(text, newline=""))
     try:
-        header = reader.fieldnames or []
+        header = [name.strip() for name in reader.fieldnames or []]
     except csv.Error as e:
         raise InputError(f"{source}: line 1, field -: invalid CSV ({e})") from None
+    # Stripped as the values are: `a, gpus_per_node` names the column, not an unknown one.
+    reader.fieldnames = header
     for col in _REQUIRED:
         if col not in header:
             raise InputError(f"{source}: line 1, field {col}: required column is missing")

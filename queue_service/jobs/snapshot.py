@@ -516,7 +516,8 @@ class Footprints:
     apart, else by charging past their GPUs while a node that can hold it still fits it. A
     job no such node can hold gets a reason instead (`unsatisfiable`: it is never
     dispatched). MIG jobs are charged their slice; only whether a node can hold them is
-    checked. Jobs asking no CPUs and no memory are unchanged (footprint = GPUs)."""
+    checked, as for a job of no GPUs that only MIG nodes could take. Jobs asking no CPUs and
+    no memory are unchanged (footprint = GPUs)."""
 
     def __init__(self, nodes: Collection[Node]) -> None:
         self.shapes = tuple(
@@ -571,14 +572,21 @@ class Footprints:
         cpus: int | None,
         memory_mb: int | None,
     ) -> dict[str, Any] | st.Reason:
-        eligible = [
-            n
-            for n in self.shapes
-            if n.mig == mig
-            and (cluster is None or n.cluster == cluster)
-            and (model is None or n.gpu_model == model)
-            and (pool is None or n.pool == pool)
-        ]
+        def matching(mig: bool) -> list[NodeShape]:
+            return [
+                n
+                for n in self.shapes
+                if n.mig == mig
+                and (cluster is None or n.cluster == cluster)
+                and (model is None or n.gpu_model == model)
+                and (pool is None or n.pool == pool)
+            ]
+
+        eligible = matching(mig)
+        if not eligible and not gpus and not mig:
+            # Then it can only run on a MIG node, taking no slice: checked there as a slice
+            # job is, not charged.
+            mig, eligible = True, matching(True)
         on = [(n, footprint_on(gpus, cpus, memory_mb, n)) for n in eligible]
         holding = [(n, f) for n, f in on if f is not None]
         if not eligible:

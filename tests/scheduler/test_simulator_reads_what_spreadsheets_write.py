@@ -6,6 +6,10 @@ a count written as a whole float.
 - "Unknown columns are ignored": a column the simulator reads may appear once (which value
   would the job take?), but two unknown columns of one name, or the empty-named columns a
   spreadsheet writes for cells once used right of the data, hold nothing it reads.
+- Header names are read as the values are, with the spaces around them stripped: a space
+  after a comma, as CSV is typed by hand, does not make `gpus_per_node` an unknown column
+  (which would be ignored: the job would run on the default GPU), and a name given twice
+  once padded is a column named twice.
 - `nodes` and `gpus_per_node` are counts: pandas writes an integer column with empty cells
   as floats (`2.0`), which is the count 2; `2.5` is no count and exits 2.
 """
@@ -70,6 +74,21 @@ def test_a_column_the_simulator_reads_named_twice_exits_2(tmp_path: Path, column
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1, out.stderr
     assert f"jobs.csv: line 1, field {column}: column named twice" in out.stderr, out.stderr
+
+
+def test_a_header_name_padded_with_spaces_names_its_column(tmp_path: Path) -> None:
+    jobs = "job_id,team,submit_s,duration_s, gpus_per_node\nj1, a, 0, 10, 2\n"
+    out, _, jobs_out, _ = cli(tmp_path, ONE_NODE, jobs, "fifo")
+    assert out.returncode == 0, out.stderr
+    assert jobs_out["fifo"]["j1"]["placement"] == "n1:0,1", jobs_out["fifo"]["j1"]
+
+
+def test_a_column_named_twice_once_padded_with_spaces_exits_2(tmp_path: Path) -> None:
+    jobs = "job_id,team,submit_s,duration_s,gpus_per_node, gpus_per_node \nj1,a,0,10,1,2\n"
+    out, *_ = cli(tmp_path, ONE_NODE, jobs, "fifo")
+    assert out.returncode == 2, out.stdout
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert "jobs.csv: line 1, field gpus_per_node: column named twice" in out.stderr
 
 
 @pytest.mark.parametrize(

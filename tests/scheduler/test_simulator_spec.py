@@ -355,6 +355,26 @@ def test_a_job_larger_than_the_cluster_never_starts_and_the_run_ends(tmp_path: P
         assert [r["job_id"] for r in runs[p]] == ["small"]
 
 
+@pytest.mark.parametrize("policy", ["gpuq", "fifo", "backfill"])
+def test_a_cpu_only_job_runs_on_a_mig_node(tmp_path: Path, policy: str) -> None:
+    """pins spec §JOBS.csv "`gpus_per_node` ... 0 allowed for CPU-only jobs" on a cluster
+    whose only node is MIG-enabled (`mig` says how its GPUs are shared, nothing more): the
+    job takes neither a GPU nor a slice, so a slice job runs beside it."""
+    cluster = cluster_json([node("m1", 1, A100, mig=True)], [team("a", 1)])
+    jobs = (
+        "job_id,team,submit_s,duration_s,gpus_per_node,mig_profile\n"
+        "cpu,a,0,100,0,\nslice,a,0,100,,7g.80gb\n"
+    )
+    out, reports, jobs_out, _ = cli(tmp_path, cluster, jobs, policy)
+    assert out.returncode == 0, out.stderr
+    assert jobs_out[policy]["cpu"]["state"] == "completed", jobs_out[policy]["cpu"]
+    assert jobs_out[policy]["cpu"]["placement"] == "m1:", jobs_out[policy]["cpu"]
+    assert jobs_out[policy]["slice"]["state"] == "completed", jobs_out[policy]["slice"]
+    assert float(jobs_out[policy]["cpu"]["start_s"]) == 0.0
+    assert float(jobs_out[policy]["slice"]["start_s"]) == 0.0
+    assert reports[policy]["never_started"] == 0
+
+
 def test_backfill_is_easy_judged_by_time_limits_and_fifo_is_strict(tmp_path: Path) -> None:
     """pins spec §Command: "`fifo` ... jobs start in submit order, and nothing passes a job
     that does not fit. `backfill` is FIFO plus EASY backfill (a later job may start only if

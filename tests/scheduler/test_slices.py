@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
-from scheduler.types import MigInstance
+from scheduler.types import MigInstance, NodeAlloc
 
-from .builders import A100, NOW, decide, job, mig_node, nodes, running, snap, started, team, waits
+from .builders import (
+    A100,
+    H100,
+    NOW,
+    decide,
+    job,
+    mig_node,
+    nodes,
+    running,
+    snap,
+    started,
+    team,
+    waits,
+)
 
 
 def inst(profile: str, start: int, size: int, job_id: str | None = None) -> MigInstance:
@@ -52,6 +65,31 @@ def test_unknown_mig_profile_is_an_invalid_request() -> None:
 def test_whole_gpu_jobs_do_not_use_mig_nodes() -> None:
     d = decide(snap([mig_node("m1", gpus=8)], [team("a", 8)], [job("x")]))
     assert not d.starts
+
+
+def test_a_job_of_no_gpus_runs_on_a_mig_node_taking_no_slice() -> None:
+    """A job of no GPUs uses neither a GPU nor a slice: a MIG node can take it (before, it
+    waited for ever, "only 0 nodes of that kind are up"), and the node's free instance is
+    still there for a slice job of the same cycle."""
+    node = mig_node("m1", [[inst("7g.80gb", 0, 8)]])
+    d = decide(snap([node], [team("a", 1)], [job("cpu", gpus=0), job("agent", mig="7g.80gb")]))
+    assert started(d)["cpu"].placement.allocs == (NodeAlloc("m1", (), None),)
+    assert started(d)["agent"].placement.allocs[0].mig is not None
+
+
+def test_a_job_of_no_gpus_pinned_to_a_model_only_mig_nodes_have_runs_there() -> None:
+    cluster = [*nodes(1, model=H100, prefix="h"), mig_node("m1", model=A100)]
+    d = decide(snap(cluster, [team("a", 1)], [job("cpu", gpus=0, model=A100)]))
+    assert started(d)["cpu"].placement.node_names == ("m1",)
+
+
+def test_a_gpu_job_for_any_model_is_refused_for_quota_not_sent_to_a_mig_only_model() -> None:
+    """Only jobs of no GPUs see MIG nodes as whole-GPU capacity: a 1-GPU job for any model,
+    whose team's quota covers only the model of the MIG nodes, is told about its quota for
+    the model it could run on, not that no node can hold it."""
+    cluster = [*nodes(1, model=H100, prefix="h"), mig_node("m1", model=A100)]
+    d = decide(snap(cluster, [team("a", 1, model=A100)], [job("x")]))
+    assert waits(d)["x"].reason.code == "no_quota", waits(d)["x"].reason
 
 
 def test_mig_model_constraint_is_respected() -> None:
