@@ -432,14 +432,20 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
     master = task("master", 1)
     master["policies"] = [{"event": "TaskCompleted", "action": "CompleteJob"}]
     tasks = [master] + ([task("worker", job.nodes - 1)] if job.nodes > 1 else [])
+    # Volcano's events do not tell causes apart. PodEvicted is a pod deleted (preemption, a
+    # drain, the taint manager): restarted in place only for a job whose retries list either
+    # cause and have some left. PodFailed is a pod that ended Failed (the user's exit code,
+    # the time limit, a kubelet's eviction or refusal, PodGC's mark): never restarted in
+    # place, as a batch Job (backoffLimit 0). TerminateJob keeps the failed pod, whose end
+    # status.py reads (exit code, timeout, node failure), and the service retries by cause.
+    in_place = job.retries_max > 0 and bool(set(job.retry_on) & {"node_failure", "preemption"})
     spec: dict[str, Any] = {
         "schedulerName": "volcano",
         "queue": dns_label(settings.volcano_queue.replace("{team}", job.team)),
         "minAvailable": job.nodes,
         # Volcano counts the failed run that ends the job as a retry (RetryCount >= maxRetry
-        # fails it), and its webhook turns 0 into 3: N restarts in place need N + 1. A job
-        # that lists no retry cause is never retried, in place or by the service.
-        "maxRetry": (max(job.retries_max, 0) if job.retry_on else 0) + 1,
+        # fails it), and its webhook turns 0 into 3: N restarts in place need N + 1.
+        "maxRetry": (job.retries_max if in_place else 0) + 1,
         "ttlSecondsAfterFinished": settings.ttl_after_finished_s,
         "plugins": {
             "pytorch": ["--master=master", "--worker=worker", f"--port={settings.master_port}"],
@@ -447,8 +453,8 @@ def _volcano_job(job: DispatchRequest, settings: K8sSettings, ref: ObjectRef) ->
             "env": [],
         },
         "policies": [
-            {"event": "PodEvicted", "action": "RestartJob"},
-            {"event": "PodFailed", "action": "RestartJob"},
+            {"event": "PodEvicted", "action": "RestartJob" if in_place else "TerminateJob"},
+            {"event": "PodFailed", "action": "TerminateJob"},
         ],
         "tasks": tasks,
     }

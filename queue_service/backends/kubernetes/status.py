@@ -10,8 +10,11 @@ Judgement calls (docs/kubernetes.md explains them):
   QUEUED with the reason for `image_pull_grace_s` after the pod was created, then FAILED
   (InvalidImageName at once);
 - Unschedulable -> QUEUED with the scheduler's message;
-- a Volcano Job has already retried in place (maxRetry), so its Failed phase is FAILED, once
-  the pods Volcano deletes at the last retry are gone (RUNNING "stopping" until then);
+- a Volcano Job Failed has used up its restarts in place (maxRetry, on PodEvicted): FAILED,
+  once the pods Volcano deletes at the last retry are gone (RUNNING "stopping" until then);
+  one Terminated by its PodFailed (or unretried PodEvicted) policy ends by the cause its pods
+  show, as a batch Job: TIMEOUT, a disruption's NODE_FAILURE or PREEMPTED (the service's retry
+  policy then applies), FAILED with the exit code; a pod deleted leaves none: NODE_FAILURE;
 - a workload that finished keeps its end when deleted afterwards (the TTL controller; gpuq's
   finalizer holds it until reported); one being deleted or aborted is RUNNING while any of its
   pods still runs or waits (their GPUs are not free yet; QUEUED if none of them ever started),
@@ -564,13 +567,19 @@ def volcano_job_status(
             JobStatus(eid, RemoteState.SUCCEEDED, exit_code=0, native_state=phase),
             ended_first=ended_first,
         )
-    if phase in ("Failed", "Terminated"):
+    if phase in ("Failed", "Terminating", "Terminated"):
         # At the last retry Volcano deletes the gang's running pods and marks the job Failed
-        # at once (state/restarting.go): their GPUs are busy until they are gone.
+        # at once (state/restarting.go); TerminateJob deletes them and waits in Terminating
+        # (state/terminating.go): their GPUs are busy until they are gone.
         if (failing := _stopping(eid, pods, phase, nodes)) is not None:
             return dataclasses.replace(failing, ended_first=ended_first)
+        # Terminating with only pods no kubelet confirms left stays so: deleted, as for a
+        # lost node (_node_lost).
+        stuck = phase == "Terminating" and any(_lost(p, nodes) is not None for p in pods)
         return Observation(
-            _failed_vcjob(eid, phase, message, retries, pods), ended_first=ended_first
+            _failed_vcjob(eid, phase, message, retries, pods, nodes),
+            stop=stuck,
+            ended_first=ended_first,
         )
     if suspended:
         said = f"suspended on the cluster (Volcano {phase}{': ' + message if message else ''})"
@@ -592,7 +601,7 @@ def volcano_job_status(
     # only once no pod is terminating).
     if (lost := _node_lost(eid, pods, nodes)) is not None:
         return lost
-    if phase in VOLCANO_ACTIVE or phase == "Terminating":
+    if phase in VOLCANO_ACTIVE:
         state = RemoteState.RUNNING
         return Observation(JobStatus(eid, state, reason=message, native_state=phase))
     if phase == "Restarting" or retries:
@@ -610,17 +619,33 @@ def volcano_job_status(
 
 
 def _failed_vcjob(
-    eid: str, phase: str, message: str, retries: int, pods: Sequence[Obj]
+    eid: str, phase: str, message: str, retries: int, pods: Sequence[Obj], nodes: _Nodes
 ) -> JobStatus:
-    if (late := _deadline(pods)) is not None:
-        return JobStatus(eid, RemoteState.TIMEOUT, reason=_timed_out(late), native_state=phase)
-    code, reason, _ = _failure(pods)
-    disrupted = next((d[1] for p in pods if (d := _disruption(p))), "")
-    cause = disrupted or reason or message or phase
-    code = None if disrupted else code
     # The failure that used up maxRetry was counted too (RetryCount++, then Failed).
     restarts = max(retries - 1, 0) if phase == "Failed" else retries
     suffix = f" (after {restarts} in-place restarts)" if restarts else ""
+    if (late := _deadline(pods)) is not None:
+        return JobStatus(
+            eid, RemoteState.TIMEOUT, reason=_timed_out(late) + suffix, native_state=phase
+        )
+    code, reason, _ = _failure(pods)
+    disruption = next((d for p in sorted(pods, key=_name) if (d := _disruption(p))), None)
+    if disruption is not None and phase != "Failed":
+        # Ended by TerminateJob: the cause is the service's to retry or not, as on a batch
+        # Job. A Failed job has had its retries, in place.
+        state, why, native = disruption
+        return JobStatus(eid, state, reason=why + suffix, native_state=native)
+    if disruption is None and code is None and phase != "Failed":
+        if (lost := _node_lost(eid, pods, nodes)) is not None:
+            return dataclasses.replace(lost.status, reason=lost.status.reason + suffix)
+        # TerminateJob keeps a Failed pod, so none left means a pod was deleted: PodGC's after
+        # it marked it Failed (its node deleted) when the job is retried in place, else any
+        # deletion (PodEvicted; a preemption too): a node failure names it best.
+        said = f"Volcano {phase}{': ' + message if message else ''}"
+        why = f"a pod of the gang was deleted (node lost, drained or preempted; {said})"
+        return JobStatus(eid, RemoteState.NODE_FAILURE, reason=why + suffix, native_state=phase)
+    cause = (disruption[1] if disruption else "") or reason or message or phase
+    code = None if disruption else code
     return JobStatus(
         eid, RemoteState.FAILED, exit_code=code, reason=cause + suffix, native_state=phase
     )

@@ -140,6 +140,29 @@ def _field(pod: dict[str, Any], path: str) -> str:
     return ""
 
 
+def volcano_action(obj: dict[str, Any], event: str, pod: dict[str, Any]) -> str:
+    """Volcano's applyPolicies (job_controller_util.go) for a pod's event: the policies of
+    the pod's task, then the job's; the first whose event (or events) names it or `*`, or
+    whose exitCode is the pod's main container's (PodFailed only); SyncJob when none does."""
+    task = (pod["metadata"].get("annotations") or {}).get("volcano.sh/task-spec")
+    code = None
+    if event == "PodFailed":
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        terminated = (statuses[0].get("state") or {}).get("terminated") if statuses else None
+        code = (terminated or {}).get("exitCode")
+    policies = [
+        *next((t.get("policies") or [] for t in obj["spec"]["tasks"] if t["name"] == task), []),
+        *(obj["spec"].get("policies") or []),
+    ]
+    for policy in policies:
+        events = [*([policy["event"]] if policy.get("event") else []), *policy.get("events", [])]
+        if event in events or "*" in events:
+            return str(policy["action"])
+        if policy.get("exitCode") is not None and policy["exitCode"] == code:
+            return str(policy["action"])
+    return "SyncJob"
+
+
 class Sim:
     def __init__(self, api: FakeApiServer, seed: int = 7) -> None:
         self.api = api
@@ -458,8 +481,9 @@ class Sim:
 
     def pod_lost(self, eid: str, pod: dict[str, Any]) -> None:
         """The workload's controller after PodGC failed and deleted one of its pods: a batch
-        Job fails by its podFailurePolicy (DisruptionTarget -> FailJob); Volcano counts the
-        deletion as PodEvicted and restarts the gang in place (RestartJob)."""
+        Job fails by its podFailurePolicy (DisruptionTarget -> FailJob); Volcano sees the
+        pod turn Failed first (PodFailed: PodGC marks it, then deletes it) and acts by the
+        job's policy for that event; the deletion after it is an older version's."""
         self._end(eid, pod, "job_failed_pod_failure_policy", n=1, evicted=True)
 
     def kubelet_confirms_stops(self) -> None:
@@ -604,34 +628,45 @@ class Sim:
 
     def volcano_sees_deletions(self, eid: str) -> None:
         """Volcano's job controller after one of the gang's pods got a deletionTimestamp: it
-        takes that for a deleted pod (updatePod -> deletePod: PodEvicted), and the policy
-        PodEvicted -> RestartJob kills the gang: RetryCount+1, phase Restarting (Failed at
+        takes that for a deleted pod (updatePod -> deletePod: PodEvicted) and acts by the
+        job's policy. RestartJob kills the gang: RetryCount+1, phase Restarting (Failed at
         maxRetry), every other pod deleted with its own grace (killJob skips the ones already
         terminating). Restarting leaves that phase only once no pod is terminating
         (state/restarting.go; gpuq's gangs need all their pods, minAvailable = replicas), so a
-        pod stuck terminating holds it there. The job's retryCount counts the restart."""
+        pod stuck terminating holds it there. The job's retryCount counts the restart.
+        TerminateJob deletes the pods not ended alike, and Terminating waits the same way
+        (state/terminating.go) before Terminated."""
         t, obj = self.workload(eid)
         assert t.group == "batch.volcano.sh"
         pods = self.pods(eid)
-        if not any(p["metadata"].get("deletionTimestamp") for p in pods):
+        deleted = [p for p in pods if p["metadata"].get("deletionTimestamp")]
+        if not deleted:
             return
-        retries = int((obj.get("status") or {}).get("retryCount", 0)) + 1
+        action = volcano_action(obj, "PodEvicted", deleted[0])
+        if action not in ("RestartJob", "TerminateJob"):
+            return
+        restart = action == "RestartJob"
+        retries = int((obj.get("status") or {}).get("retryCount", 0)) + restart
         total = sum(task["replicas"] for task in obj["spec"]["tasks"])
         pt = self._t(("", "v1", "pods"))
         for p in pods:
-            if not p["metadata"].get("deletionTimestamp"):
+            ended = (p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+            if not p["metadata"].get("deletionTimestamp") and (restart or not ended):
                 with self.store.lock:
                     self.store.delete(
                         pt, p["metadata"]["namespace"], p["metadata"]["name"], None, None
                     )
-        failed = retries >= (obj["spec"].get("maxRetry") or 3)
-        self._workload_status(
-            eid,
-            None,
-            "vcjob_failed" if failed else "vcjob_restarting",
-            n=total,
-            retries=retries,
-        )
+        if restart:
+            failed = retries >= (obj["spec"].get("maxRetry") or 3)
+            shape = "vcjob_failed" if failed else "vcjob_restarting"
+        else:
+            alive = any(
+                p["metadata"].get("deletionTimestamp")
+                or (p.get("status") or {}).get("phase") in ("Pending", "Running")
+                for p in self.pods(eid)
+            )
+            shape = "vcjob_terminating" if alive else "vcjob_terminated"
+        self._workload_status(eid, None, shape, n=total, retries=retries)
         terminating = sum(1 for p in self.pods(eid) if p["metadata"].get("deletionTimestamp"))
         if terminating:
             _, obj = self.workload(eid)
@@ -653,7 +688,7 @@ class Sim:
     def fail(self, eid: str, *, exit_code: int = 1, reason: str = "Error", index: int = 0) -> None:
         pods = self.pods(eid)
         self._pod_status(pods[index], "pod_failed_error", exit_code=exit_code, reason=reason)
-        self._end(eid, pods[index], "job_failed_backoff", n=1)
+        self._end(eid, self.pods(eid)[index], "job_failed_backoff", n=1)
 
     def failing_by_itself(self, eid: str, *, now: float, exit_code: int = 3) -> None:
         """A 2-pod batch Job failing on its own, before its controller has caught up (Kubernetes
@@ -704,6 +739,9 @@ class Sim:
             "job_failed_pod_failure_policy" if policy else "job_failed_backoff",
             n=1,
             evicted=True,
+            # The scheduler deletes the pod it preempts (Volcano's PodEvicted); the kubelet's
+            # eviction leaves it Failed (PodFailed).
+            event="PodEvicted" if cause == "preemption" else "PodFailed",
         )
 
     def deadline(self, eid: str) -> None:
@@ -753,21 +791,49 @@ class Sim:
                 self._pod_status(pod, "pod_deadline_exceeded")
                 expired.append(pod)
         if expired:
-            self._end(eid, expired[0], "job_failed_backoff", n=1)
+            failed = {p["metadata"]["name"]: p for p in self.pods(eid)}
+            self._end(eid, failed[expired[0]["metadata"]["name"]], "job_failed_backoff", n=1)
         return bool(expired)
 
     def _end(
-        self, eid: str, pod: dict[str, Any], job_shape: str, *, n: int, evicted: bool = False
+        self,
+        eid: str,
+        pod: dict[str, Any],
+        job_shape: str,
+        *,
+        n: int,
+        evicted: bool = False,
+        event: str = "PodFailed",
     ) -> None:
         """After a pod failure: a batch Job with backoffLimit 0 fails and its other pods are
-        deleted; a Volcano Job restarts in place (PodFailed/PodEvicted -> RestartJob). As
-        Volcano's controller: RestartJob counts the failure (state/running.go, pending.go:
-        RetryCount++), then Restarting fails the job once RetryCount >= maxRetry (0 is 3)
-        (state/restarting.go), else the gang is created again: maxRetry - 1 restarts."""
+        deleted; a Volcano Job acts by its policy for the event (volcano_action: PodFailed,
+        a pod turned Failed; PodEvicted, one deleted). As Volcano's controller: RestartJob
+        counts the failure (state/running.go, pending.go: RetryCount++), then Restarting
+        fails the job once RetryCount >= maxRetry (0 is 3) (state/restarting.go), else the
+        gang is created again: maxRetry - 1 restarts. TerminateJob deletes the pods that
+        have not ended, keeps the Failed and Succeeded ones (PodRetainPhaseSoft), and the
+        job is Terminated once none is left alive (state/terminating.go). With no policy
+        (SyncJob) the job runs on until every pod has ended."""
         t, obj = self.workload(eid)
         if t.group == "batch.volcano.sh":
+            action = volcano_action(obj, event, pod)
             retries = int((obj.get("status") or {}).get("retryCount", 0)) + 1
             total = sum(task["replicas"] for task in obj["spec"]["tasks"])
+            if action == "TerminateJob":
+                for p in self.pods(eid):
+                    if p["status"].get("phase") not in ("Failed", "Succeeded"):
+                        with self.store.lock:
+                            pt = self._t(("", "v1", "pods"))
+                            self.store.remove(
+                                pt,
+                                self.store.get(
+                                    pt, p["metadata"]["namespace"], p["metadata"]["name"]
+                                ),
+                            )
+                self._workload_status(eid, None, "vcjob_terminated", n=total)
+                return
+            if action != "RestartJob":
+                return
             if retries < (obj["spec"].get("maxRetry") or 3):
                 self._workload_status(eid, None, "vcjob_restarting", n=total, retries=retries)
                 for p in self.pods(eid):  # Volcano kills the whole gang and recreates it

@@ -81,20 +81,36 @@ def test_an_evicted_batch_job_is_reported_for_requeue(
     assert b.poll([eid])[eid].state == state
 
 
-def test_volcano_restarts_an_evicted_gang_in_place_up_to_max_retry(
+def test_volcano_restarts_a_gang_whose_pod_was_deleted_in_place_up_to_max_retry(
     api: FakeApiServer, sim: Sim, clock: FakeClock
 ) -> None:
+    """A preemption deletes the pod (Volcano's PodEvicted -> RestartJob: the job's retries
+    list preemption)."""
     b = backend_for(api, clock, "volcano")
     eid = b.submit(request(nodes=2, retries_max=1)).external_id
     sim.run(eid)
-    sim.evict(eid)
+    sim.evict(eid, cause="preemption")
     restarting = b.poll([eid])[eid]
     assert restarting.state == R.QUEUED and "retry 1" in restarting.reason
     sim.run(eid)
     assert b.poll([eid])[eid].state == R.RUNNING
-    sim.evict(eid)
+    sim.evict(eid, cause="preemption")
     final = b.poll([eid])[eid]
     assert final.state == R.FAILED and "after 1 in-place restarts" in final.reason
+
+
+def test_a_volcano_gang_whose_pod_its_kubelet_evicted_is_reported_for_requeue(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """The kubelet's eviction leaves the pod Failed (Volcano's PodFailed -> TerminateJob):
+    the job ends a node failure, for the service to retry as a new attempt."""
+    b = backend_for(api, clock, "volcano")
+    eid = b.submit(request(nodes=2, retries_max=1)).external_id
+    sim.run(eid)
+    sim.evict(eid, index=1)
+    status = b.poll([eid])[eid]
+    assert status.state == R.NODE_FAILURE and "evicted" in status.reason, status
+    assert sim.workload(eid)[1]["status"]["state"]["phase"] == "Terminated"
 
 
 def test_a_time_limit_is_reported_as_timeout(

@@ -136,7 +136,7 @@ def test_a_volcano_gang_restarted_in_place_whose_image_never_pulls_fails_after_t
     b = make_backend(api, clock, workload="volcano", image_pull_grace_s=300)
     eid = b.submit(request(nodes=2, retries_max=3)).external_id
     sim.run(eid)
-    sim.fail(eid, exit_code=1)  # PodFailed -> RestartJob: retryCount 1, gang recreated
+    sim.evict(eid, cause="preemption")  # PodEvicted -> RestartJob: retryCount 1, recreated
     sim.image_pull_backoff(eid)
     assert b.poll([eid])[eid].state == R.QUEUED
     clock.now += 3600

@@ -50,15 +50,14 @@ def test_a_gang_running_on_a_deleted_node_is_a_node_failure_before_pod_gc_acts(
     assert _node_calls(api, before) == ["GET /api/v1/nodes/h100-02"]
 
 
-def test_a_volcano_gang_restarted_after_pod_gc_does_not_wait_for_its_deleted_node_for_ever(
+def test_a_volcano_gang_restarted_in_place_does_not_wait_for_its_deleted_node_for_ever(
     api: FakeApiServer, sim: Sim, clock: FakeClock
 ) -> None:
     b = make_backend(api, clock, workload="volcano")
     eid = b.submit(request(nodes=2)).external_id
     sim.run(eid)
+    sim.evict(eid, index=1, cause="preemption")  # PodEvicted -> RestartJob: gang recreated
     sim.delete_node("h100-02")
-    (lost,) = sim.pod_gc()
-    sim.pod_lost(eid, lost)  # Volcano: PodEvicted -> RestartJob, the gang created again
     sim.unschedulable(eid, "pod_pending_node_gone")  # pinned to h100-01 and h100-02
     b.nodes()
 
