@@ -194,7 +194,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        a team's first tier-0 job that waits for nodes holds its share of the team's
        nominal against the team's later jobs, which may pass only if the nominal has room
        for both by its earliest start or their time limit ends before it: FIFO within a
-       team, as EASY backfill judges it), then placement (capacity.py): a single-node job
+       team, as EASY backfill judges it; a slice job that waits for an instance likewise,
+       until one frees by the limits, and one whose GPU is laid out for it counts on its
+       quota at once), then placement (capacity.py): a single-node job
        goes where it does not keep a node busy longer than the jobs already there (by time
        limits), else best fit, so nodes empty whole for gangs; a gang starts
        all-or-nothing on n best-fit nodes of one group. A group of equivalent jobs
@@ -217,7 +219,11 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
        A GPU being emptied so is held for the job: no other job takes its free instances
        until it is idle; one instance freed for it on a GPU others keep using is held
-       alike. No slice is preempted while an idle GPU could be re-laid out for the job.
+       alike. No slice is preempted for an instance while an idle GPU could be re-laid out
+       for the job. A job that may preempt for priority but is over its team's quota
+       displaces its own team's lower classes on that quota, enough to fit it within the
+       nominal; a slice job only where it then has an instance (one free or an idle GPU,
+       held for it; or one its victims free).
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
        (for a slice job, from the limits of the jobs holding instances it may use; for a
@@ -482,7 +488,10 @@ class _Cycle:
                     if rank < self.first_tier and policy.quotas and not r.mig_profile:
                         self.hold_quota(r, kind_demand[k], None)
                 elif fail.mig:
-                    waits.append(Wait(r.id, fail.reason, len(waits) + 1, self.mig_estimate(r)))
+                    estimate = self.mig_estimate(r)
+                    if rank < self.first_tier and policy.quotas:
+                        self.hold_slice_quota(r, kind_demand[k], estimate)
+                    waits.append(Wait(r.id, fail.reason, len(waits) + 1, estimate))
                 elif fail.reason.code == "quota_exhausted":
                     if seen[k] != len(self.starts):
                         seen[k] = len(self.starts)
@@ -506,6 +515,8 @@ class _Cycle:
                     elif result.code == "mig_unavailable":
                         failed[k] = _Failure(result, capacity=False, mig=True)
                         estimate = self.mig_estimate(r)
+                        if rank < self.first_tier and policy.quotas:
+                            self.hold_slice_quota(r, gpus, estimate)
                     elif result.code != "mig_relayout":  # that one is about this job's GPU only
                         # Quota lent until a time may still admit a shorter job of this kind.
                         until = None
@@ -812,6 +823,14 @@ class _Cycle:
             return
         self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
 
+    def hold_slice_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
+        """hold_quota for a slice job that fits its team's nominal but waits for an instance:
+        until one it may use comes free (`until`, by the limits of the jobs holding them)."""
+        k = self.quota_key_of(r)
+        if not gpus or k is None or k in self.holds or until is None or until <= self.now:
+            return
+        self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
+
     def held_back(
         self, r: JobRequest, model: str, gpus: float, ends: float | None
     ) -> tuple[Reason, float] | None:
@@ -884,7 +903,8 @@ class _Cycle:
         refusal: Reason | None = None
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         for m in models:
-            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends)
+            idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
+            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends, idle=idle)
             if verdict.ok:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
@@ -1024,12 +1044,30 @@ class _Cycle:
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         preemptible = self.preemptible(r)
         for m in self.models_for(r):
-            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends)
+            idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
+            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends, idle=idle)
             if verdict.ok:
                 return reason  # not expected; the verdict the kind reached stands
             if verdict.reason is not None:
                 return verdict.reason
         return reason
+
+    def idle_gpus(self, model: str, r: JobRequest) -> float:
+        """The idle whole GPUs (free, or held for a job ahead) of `model` that r may use:
+        what its quota refusal says may be lent to it at most (the model's quota also
+        counts its MIG GPUs, and those of other pools and clusters)."""
+        groups = self.groups(model, r)
+        idle = sum(k * len(bucket) for grp in groups for k, bucket in enumerate(grp.buckets))
+        # Held GPUs are on the nodes of reservations and of this cycle's preemptions only.
+        keys = {grp.key for grp in groups}
+        nodes = self.index.nodes
+        held = {name for res in self.reservations for name in res.nodes}
+        held.update(name for _, on in self.preempting for name in on)
+        for name in held:
+            st = nodes.get(name)
+            if st is not None and st.group in keys:
+                idle += len(st.held)
+        return float(idle)
 
     def horizon(self) -> dict[str, float]:
         """When each node's running jobs, and those started this cycle, end by their limits
@@ -1515,44 +1553,56 @@ class _Cycle:
         (those `held` for it and the victims' it needs) come back only when r ends, by its
         limit from when the last victim has left; counted free at the victims' limits, they
         would be promised to a job behind while r runs on them."""
-        now, grace = self.now, self.policy.preemption_grace_s
-        events, fluids, up = self.events(), self.fluid_state(), self.index.nodes
+        events, fluids = self.events(), self.fluid_state()
         need = {name: r.gpus_per_node - len(gpus) for name, gpus in held.items()}
         taken = {name: list(gpus) for name, gpus in held.items()}
-        start = now
+        start = self.now
         for c, _ in found.victims:
-            job = c.job
-            old = end_time(job, now, grace)
-            leaves = now + grace if old is None else min(old, now + grace)
-            start = max(start, leaves)
-            allocs = job.placement.allocs
-            if old is not None:
-                for a in allocs:
-                    i = bisect_left(events, (old, a.node), key=_at_node)
-                    while i < len(events) and events[i] != (old, a.node, a.gpus):
-                        i += 1
-                    if i < len(events):
-                        del events[i]
-            for key, count in _per_group(up, allocs):
-                heap = fluids[key].heap
-                if old is not None:
-                    # Cancels its release at `old` where it is, still in the heap or already
-                    # counted free by an estimate (then `old` is past the fluid's clock).
-                    heapq.heappush(heap, (old, -count))
-                heapq.heappush(heap, (leaves, count))
-            for a in allocs:
-                more = need.get(a.node, 0)
-                if more > 0:
-                    taken[a.node].extend(a.gpus[:more])
-                    need[a.node] = more - len(a.gpus[:more])
-                if a.gpus[more:]:
-                    insort(events, (leaves, a.node, a.gpus[more:]), key=_at_node)
+            start = max(start, self.victim_leaves(c.job, need, taken))
         self.victims_gone_at = start
         limit = r.time_limit_s
         fluids[found.group.key].take(r.nodes * r.gpus_per_node, limit, at=start)
         if limit is not None:
             for name, gpus in taken.items():
                 insort(events, (start + limit, name, tuple(sorted(gpus))), key=_at_node)
+
+    def victim_leaves(
+        self,
+        job: RunningJob,
+        need: dict[str, int],
+        taken: dict[str, list[int]],
+    ) -> float:
+        """A victim's GPUs come back when it leaves (by the grace period, sooner by its
+        limit), not at its limit: moved so in the release events and fluids, for
+        reservations and estimates, except those `need`ed on a node, which go to `taken`
+        (its preemptor's). When it leaves."""
+        now, grace = self.now, self.policy.preemption_grace_s
+        events, fluids, up = self.events(), self.fluid_state(), self.index.nodes
+        old = end_time(job, now, grace)
+        leaves = now + grace if old is None else min(old, now + grace)
+        allocs = job.placement.allocs
+        if old is not None:
+            for a in allocs:
+                i = bisect_left(events, (old, a.node), key=_at_node)
+                while i < len(events) and events[i] != (old, a.node, a.gpus):
+                    i += 1
+                if i < len(events):
+                    del events[i]
+        for key, count in _per_group(up, allocs):
+            heap = fluids[key].heap
+            if old is not None:
+                # Cancels its release at `old` where it is, still in the heap or already
+                # counted free by an estimate (then `old` is past the fluid's clock).
+                heapq.heappush(heap, (old, -count))
+            heapq.heappush(heap, (leaves, count))
+        for a in allocs:
+            more = need.get(a.node, 0)
+            if more > 0:
+                taken[a.node].extend(a.gpus[:more])
+                need[a.node] = more - len(a.gpus[:more])
+            if a.gpus[more:]:
+                insort(events, (leaves, a.node, a.gpus[more:]), key=_at_node)
+        return leaves
 
     def record_victims(
         self, r: JobRequest, model: str, victims: Sequence[tuple[Candidate, str]]
@@ -1611,6 +1661,7 @@ class _Cycle:
         models = [r.gpu_model] if r.gpu_model else self.mig_models
         if not any(self.mig_serves(r, m) for m in models):
             return reasons.mig_unoffered(r)  # as a whole-GPU job no node can hold
+        over: list[str] = []  # the models whose quota refused it
         for m in models:
             if not self.mig_serves(r, m):
                 continue  # its quota for a model that never offers the profile is beside the point
@@ -1618,6 +1669,7 @@ class _Cycle:
             verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
             if not verdict.ok:
                 refusal = refusal or verdict.reason
+                over.append(m)
                 continue
             held = self.held_back(r, m, share, ends) if self.holds else None
             if held is not None:
@@ -1643,10 +1695,21 @@ class _Cycle:
                         heapq.heappush(self._mig_ends.setdefault(kind, []), ends)
                 return None
         if not admitted and refusal is not None:
-            return refusal
+            waiting = self.preempt_slice_for_quota(r, gpus, over) if over else None
+            note, self.not_worth = self.not_worth, None
+            if waiting is not None:
+                return waiting
+            return refusal if note is None else reasons.with_note(refusal, note)
         if self.mig_index.relayout_for(r.id) is not None:
             target = self.mig_index.planned_for(r.id)
             assert target is not None
+            # It starts once the layout is applied: its quota is its own from now on, as a
+            # preemptor's (else a later job takes it, and the GPU was laid out for nothing).
+            m = self.index.nodes[target[0]].group[0]
+            if m in admitted:
+                share = _fraction(m, profile, self.mig_tables) or gpus
+                self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
+                self.quota_taken(r, m, share, ends)
             if self.mig_index.held_for(*target, r.id):
                 # Emptied for it: still its own until the relayout is applied and it starts.
                 self.preempting.append((r.id, (target[0],)))
@@ -1661,6 +1724,173 @@ class _Cycle:
         )
         reason = reasons.mig_unavailable(r, shortage)
         return reason if note is None else reasons.with_note(reason, note)
+
+    def preempt_slice_for_quota(
+        self, r: JobRequest, gpus: float, models: Sequence[str]
+    ) -> Reason | None:
+        """A slice job over its team's quota displaces its own team's lower classes on that
+        quota as a whole-GPU job does (_preempt_for_quota): enough of them to fit the quota,
+        to run within its nominal. Only where it then has an instance: one free for it (or
+        an idle GPU to lay out), held for it while they leave; else one that some of them
+        free (preempt_for_mig's sets: a job holding an instance it may use, or all of a
+        GPU's holders), counted towards the quota they free."""
+        policy = self.policy
+        if not policy.preemption or not policy.quotas or not self.s.running:
+            return None
+        if not self.preempts_for_priority(r):
+            return None  # displacing its own team's lower classes is a priority preemption
+        assert self.mig_index is not None
+        index, profile, now = self.mig_index, r.mig_profile or "", self.now
+        value, preemptible = self.value(r), self.preemptible(r)
+        holders = self.mig_holders()
+        own_all = self.own_candidates().get(r.team, [])
+        for m in models:
+            if self.searches >= policy.max_preemption_searches:
+                return None
+            key = self.ledger.key(r.team, m)
+            acc = self.ledger.account(r.team, m)
+            if key is None or acc is None:
+                continue
+            share = _fraction(m, profile, self.mig_tables) or gpus
+            if not preemptible and share > self.ledger.fixed_room(r.team, m) + 1e-9:
+                continue  # only non-preemptible jobs hold that quota: none can be displaced
+            shortfall = acc.used + share - self.ledger.headroom(r.team, m)
+            if shortfall <= 1e-9:
+                continue  # refused for its count of jobs, or held for an earlier job
+            # Its team's jobs on this quota it may displace, whole-GPU and slices, with the
+            # GPUs each holds of it: those leaving first, then the lowest class.
+            whole, _ = self.displaceable(r.team, value, key, own_all)
+            own = [(c, float(c.size)) for c in whole]
+            own += [
+                (c, g)
+                for c, g in holders.values()
+                if c.team == r.team
+                and c.id not in self.claimed
+                and self.ledger.key(c.team, c.job.gpu_model) == key
+                and (
+                    c.leaving
+                    or (
+                        c.value < value
+                        and now - c.start >= policy.min_runtime_s
+                        and c.job.preemptions < self.max_preemptions
+                    )
+                )
+            ]
+            own.sort(key=lambda cg: (not cg[0].leaving, cg[0].value, -cg[0].start, cg[0].id))
+            if sum(g for _, g in own) < shortfall - 1e-9:
+                continue
+            if acc.used - sum(g for _, g in own) + share > acc.quota.nominal + 1e-9:
+                continue  # it would still borrow: the lost work buys no guarantee
+            self.searches += 1
+            size = {c.id: g for c, g in own}
+            # Where it will run, and who must leave for it to have an instance there.
+            ways: list[tuple[tuple[str, int, int | None], list[tuple[Candidate, str]], bool]]
+            room = index.room_for(
+                profile, m, r.pool, r.cluster, r.id, relayout=policy.mig_repartition
+            )
+            if room is not None:
+                ways = [(room, [], False)]
+            else:
+                eligible = partial(self.own_slice_victim, {c.id for c, _ in own})
+                ways = []
+                for _, ids, gpu, emptied in index.victim_sets(
+                    profile,
+                    m,
+                    r.pool,
+                    r.cluster,
+                    eligible,
+                    relayout=policy.mig_repartition,
+                    job_id=r.id,
+                    shared=eligible,
+                ):
+                    freeing = [
+                        (holders[i][0], "leaving" if holders[i][0].leaving else "priority")
+                        for i in ids
+                    ]
+                    ways.append(((*gpu, None), freeing, emptied))
+            best: tuple[tuple[object, ...], int] | None = None
+            plans: list[tuple[list[tuple[Candidate, str]], float]] = []
+            for n, (_, freeing, _) in enumerate(ways):
+                victims = list(freeing)
+                chosen = {c.id for c, _ in victims}
+                freed = sum(size.get(c.id, 0.0) for c, _ in victims)
+                extra = []
+                for c, g in own:
+                    if freed >= shortfall - 1e-9:
+                        break
+                    if c.id not in chosen:
+                        extra.append((c, "leaving" if c.leaving else "priority"))
+                        freed += g
+                if freed < shortfall - 1e-9:
+                    plans.append(([], 0.0))
+                    continue
+                # Taken lowest class first, an early one may prove unneeded: spare it.
+                for i in range(len(extra) - 1, -1, -1):
+                    c, kind = extra[i]
+                    if kind != "leaving" and freed - size[c.id] >= shortfall - 1e-9:
+                        freed -= size[c.id]
+                        del extra[i]
+                victims += extra
+                plans.append((victims, freed))
+                new = [c for c, kind in victims if kind != "leaving"]
+                rank = (
+                    len(new),
+                    max((c.value for c in new), default=0),
+                    sum(size[c.id] * max(1.0, now - c.start) for c in new),
+                    tuple(sorted(c.id for c, _ in victims)),
+                )
+                if best is None or rank < best[0]:
+                    best = (rank, n)
+            if best is None:
+                continue
+            (node, gpu_index, start), freeing, emptied = ways[best[1]]
+            victims, freed = plans[best[1]]
+            lost = sum(size[c.id] * (now - c.start) for c, kind in victims if kind == "priority")
+
+            ready_at = partial(self.slice_ready_at, r, m, share, room is None)
+            if not self.worth_losing(lost, share, ready_at):
+                continue
+            self.ledger.commit(r.team, m, share, preemptible)
+            self.record_victims(r, m, victims)
+            gone = now
+            for c, _ in victims:
+                if c.size:
+                    gone = max(gone, self.victim_leaves(c.job, {}, {}))
+                else:
+                    old = end_time(c.job, now, policy.preemption_grace_s)
+                    grace = now + policy.preemption_grace_s
+                    gone = max(gone, grace if old is None else min(old, grace))
+            self.victims_gone_at = gone
+            if not freeing:
+                index.hold_room(node, gpu_index, start, r.id, profile)
+            elif emptied:
+                index.reserve(node, gpu_index, r.id, profile)
+            else:
+                (victim,) = freeing
+                index.hold_freed(node, gpu_index, victim[0].id, r.id)
+            self.preempting.append((r.id, (node,)))
+            return reasons.preempting_for_quota_slice(
+                len(victims), freed, profile, gone - now, (node,)
+            )
+        return None
+
+    def own_slice_victim(self, own: set[str], job_id: str) -> bool:
+        """May a running slice job free an instance for a job displacing its team's lower
+        classes: one of those (`own`), or one already leaving?"""
+        found = self.mig_holders().get(job_id)
+        return job_id not in self.claimed and (
+            job_id in own or (found is not None and found[0].leaving)
+        )
+
+    def slice_ready_at(
+        self, r: JobRequest, model: str, share: float, for_instance: bool
+    ) -> float | None:
+        """When a slice job refused quota could start without preempting: once its team's
+        jobs on that quota end (by their limits) and, `for_instance`, an instance it may use
+        comes free."""
+        quota = self.ledger.nominal_free_at(r.team, model, share)
+        instance = self.mig_free_at(r) if for_instance else self.now
+        return None if quota is None or instance is None else max(quota, instance)
 
     def mig_holders(self) -> dict[str, tuple[Candidate, float]]:
         """Running jobs holding a MIG slice that may leave (already leaving or preemptible),

@@ -582,6 +582,77 @@ class MigIndex:
             if inst.job_id == victim:
                 self._freed_for[(node, gpu, inst.start)] = job_id
 
+    def room_for(
+        self,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        cluster: str | None,
+        job_id: str,
+        *,
+        relayout: bool = True,
+    ) -> tuple[str, int, int | None] | None:
+        """Where job_id could have an instance of `profile` without stopping a job, once
+        its quota lets it start: one already its own (freed, held or planned for it), a
+        free one take() could give it, or (with `relayout`) an idle GPU to lay out for it.
+        (node, GPU, the instance's start; None for the GPU as a whole.) Changes nothing."""
+        for (node, index, start), holder in self._freed_for.items():
+            gpu = self._by_key.get((node, index))
+            if holder == job_id and gpu is not None and gpu.accepts(gpu_model, pool, cluster):
+                return node, index, start
+        for order, held in self._reserved.items():
+            if held and job_id in held and self._by_key[order].accepts(gpu_model, pool, cluster):
+                return order[0], order[1], None
+        planned = self._planned_for.get(job_id)
+        if planned in self._relaid and self._by_key[planned].accepts(gpu_model, pool, cluster):
+            return planned[0], planned[1], None  # (an instance planned for it is free: below)
+        claims = self._claims
+        best = min(
+            (
+                (gpu, inst)
+                for gpu, inst in self._free(profile, gpu_model, pool, None, cluster)
+                if gpu.order not in self._relaid
+                and not self.reserved_for_other(gpu, job_id)
+                and not self._shared_until_idle(gpu)
+                and not self.freed_for_other(gpu, inst, job_id)
+            ),
+            # As take() chooses: one plan() meant for another job last, a GPU in use before
+            # an idle one, then the fullest.
+            key=lambda c: (
+                claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
+                c[0].idle,
+                c[0].free_compute(),
+                c[0].order,
+                -c[1].start,
+            ),
+            default=None,
+        )
+        if best is not None:
+            return best[0].node, best[0].index, best[1].start
+        if relayout:
+            planned_gpus = set(self._planned_for.values())
+            for gpu in self._gpus:
+                if (
+                    gpu.idle
+                    and not gpu.fixed
+                    and gpu.order not in self._relaid
+                    and gpu.order not in planned_gpus
+                    and gpu.order not in self._reserved
+                    and gpu.accepts(gpu_model, pool, cluster)
+                    and _spec(gpu.table, profile) is not None
+                ):
+                    return gpu.node, gpu.index, None
+        return None
+
+    def hold_room(
+        self, node: str, gpu: int, start: int | None, job_id: str, profile: str = ""
+    ) -> None:
+        """Hold what room_for found for job_id: that instance, or the GPU as a whole."""
+        if start is None:
+            self.reserve(node, gpu, job_id, profile)
+        else:
+            self._freed_for[(node, gpu, start)] = job_id
+
     def freed_for_other(self, gpu: _Gpu, inst: _Instance, job_id: str | None) -> bool:
         """Is this instance being freed (or free) for another job than job_id?"""
         holder = self._freed_for.get((gpu.node, gpu.index, inst.start))

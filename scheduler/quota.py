@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -92,6 +92,35 @@ class Verdict:
 
 OK_NOMINAL = Verdict(True)
 OK_BORROWED = Verdict(True, borrowed=True)
+
+
+def never_fits(team: str, q: Quota, gpus: float, preemptible: bool) -> Reason:
+    """Why a job larger than its team's quota could ever hold waits: until the quota is
+    raised, however long it waits."""
+    if preemptible:
+        holds = (
+            f"the quota holds at most {gpus_text(q.nominal + (q.borrowing_limit or 0.0))}"
+            f" (nominal {gpus_text(q.nominal)}, borrowing limit"
+            f" {gpus_text(q.borrowing_limit or 0.0)})"
+        )
+    else:
+        holds = (
+            "classes that cannot be preempted run only within nominal quota,"
+            f" {gpus_text(q.nominal)}"
+        )
+    return Reason(
+        "quota_exhausted",
+        f"it can never run under team {team}'s {q.gpu_model} quota as it is: it needs"
+        f" {gpus_text(gpus)} GPUs and {holds}; it waits until the quota is raised",
+        (
+            ("team", team),
+            ("gpu_model", q.gpu_model),
+            ("nominal", q.nominal),
+            ("borrowing_limit", q.borrowing_limit),
+            ("requested", round(gpus, 4)),
+            ("never_fits", True),
+        ),
+    )
 
 
 class Ledger:
@@ -458,9 +487,19 @@ class Ledger:
             self.given[m] -= back
 
     def check(
-        self, team: str, model: str, gpus: float, preemptible: bool, ends: float | None = None
+        self,
+        team: str,
+        model: str,
+        gpus: float,
+        preemptible: bool,
+        ends: float | None = None,
+        *,
+        idle: Callable[[], float] | None = None,
     ) -> Verdict:
-        """May the team start `gpus` more on this quota now, for a job ending at `ends`?"""
+        """May the team start `gpus` more on this quota now, for a job ending at `ends`?
+        `idle`: how many idle GPUs such a job could use, when not all of the model's (a
+        whole-GPU job's: not MIG GPUs, nor other pools'), asked only for a refusal, which
+        says no more can be lent to it."""
         if not self.enabled:
             return OK_NOMINAL
         acc = self.account(team, model)
@@ -474,6 +513,12 @@ class Ledger:
                 ),
             )
         q = acc.quota
+        limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
+        # Larger than the quota could ever hold (a nominal lowered since it was submitted, or
+        # never large enough): no wait helps, and "needs N more" would say one does.
+        most = q.nominal + limit if preemptible else q.nominal
+        if gpus > most + 1e-9:
+            return Verdict(False, reason=never_fits(team, q, gpus, preemptible))
         if q.max_running_jobs is not None and acc.running_jobs >= q.max_running_jobs:
             return Verdict(
                 False,
@@ -507,12 +552,13 @@ class Ledger:
             return OK_NOMINAL
         # By the job's model: a "*" quota borrows another team's idle quota for that model too.
         lendable = self.lendable(model, ends, team)
-        limit = math.inf if q.borrowing_limit is None else q.borrowing_limit
         new_borrow = after - q.nominal
         over_limit = new_borrow > limit + 1e-9
         if not over_limit and new_borrow - acc.borrowed <= lendable + 1e-9:
             return OK_BORROWED
         # Refused: the numbers, and the sentence, only now (a deep queue asks often).
+        cap = math.inf if idle is None else idle()
+        shown = min(lendable, cap)
         details: tuple[tuple[str, Any], ...] = (
             ("team", team),
             ("gpu_model", q.gpu_model),
@@ -520,7 +566,7 @@ class Ledger:
             ("nominal", q.nominal),
             ("borrowing_limit", q.borrowing_limit),
             ("requested", round(gpus, 4)),
-            ("lendable", round(lendable, 4)),
+            ("lendable", round(shown, 4)),
         )
         usage = (
             f"team {team} uses {gpus_text(acc.used)} of {gpus_text(q.nominal)} {q.gpu_model} GPUs"
@@ -535,7 +581,7 @@ class Ledger:
                 ),
             )
         # Quota lent until a time that this job would outlast: say so, it is visible idle.
-        shorter = self.lendable(model, -math.inf, team) - lendable
+        shorter = min(self.lendable(model, -math.inf, team), cap) - shown
         more = ""
         if shorter > 1e-9:
             more = f"; {gpus_text(shorter)} more are lent only to jobs that end sooner"
@@ -545,7 +591,7 @@ class Ledger:
             reason=Reason(
                 "quota_exhausted",
                 f"{usage}; borrowing limit {acc.limit_text()}, but only "
-                f"{gpus_text(lendable)} idle GPUs of other teams can be lent "
+                f"{gpus_text(shown)} idle GPUs of other teams can be lent "
                 f"(needs {gpus_text(gpus)}){more}",
                 details,
             ),

@@ -236,6 +236,27 @@ def preempting_slice(
     )
 
 
+def preempting_for_quota_slice(
+    victims: int, gpus: float, profile: str, left_s: float, on_nodes: tuple[str, ...]
+) -> Reason:
+    """A slice job displacing its own team's lower classes to fit its quota (`gpus`: what
+    they free of it), the instance it will run on held for it on `on_nodes`'s node."""
+    left = math.ceil(max(0.0, left_s))
+    return Reason(
+        "preempting",
+        f"{victims} job(s) of its team's lower classes are being preempted to free"
+        f" {gpus_text(gpus)} GPU(s) of its quota for a {profile} MIG instance; they have"
+        f" {left} s left to checkpoint",
+        (
+            ("victims", victims),
+            ("gpus", round(gpus, 4)),
+            ("mig_profile", profile),
+            ("grace_s", left),
+            ("on_nodes", on_nodes),
+        ),
+    )
+
+
 def mig_relayout(r: JobRequest, node: str, gpu: int, on_nodes: tuple[str, ...] = ()) -> Reason:
     """`on_nodes`: the GPU's node when it was emptied for this job (handed back as for
     preempting(), so it stays the job's until it starts there)."""

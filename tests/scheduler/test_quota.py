@@ -88,6 +88,37 @@ def test_non_preemptible_class_never_borrows() -> None:
     assert "cannot be preempted" in reason.message
 
 
+@pytest.mark.parametrize(
+    ("priority", "borrow", "holds"),
+    [
+        ("normal", 0.0, "the quota holds at most 2 (nominal 2, borrowing limit 0)"),
+        ("normal", 1.0, "the quota holds at most 3 (nominal 2, borrowing limit 1)"),
+        ("high", None, "classes that cannot be preempted run only within nominal quota, 2"),
+    ],
+    ids=["no-borrowing", "borrowing-too-little", "not-preemptible"],
+)
+def test_a_job_larger_than_its_quota_could_ever_hold_is_told_it_can_never_run_under_it(
+    priority: str, borrow: float | None, holds: str
+) -> None:
+    # The same whether the quota was this small at submit or lowered since (a resumed or
+    # requeued job meets it then): no wait helps, so "(needs 4 more)" would mislead. One of
+    # the team's jobs runs, and the other team's idle quota is there to borrow.
+    s = snap(
+        nodes(1),
+        [team("a", 2, borrow=borrow), team("b", 6)],
+        [job("big", gpus=4, priority=priority)],
+        [running("r", {"n1": [0]}, team="a")],
+    )
+    wait = waits(decide(s))["big"]
+    assert wait.reason.code == "quota_exhausted"
+    assert wait.reason.message == (
+        f"it can never run under team a's * quota as it is: it needs 4 GPUs and {holds};"
+        " it waits until the quota is raised"
+    ), wait.reason.message
+    assert dict(wait.reason.details)["never_fits"] is True
+    assert wait.estimated_start is None
+
+
 def test_team_without_quota_never_starts_and_says_so() -> None:
     d = decide(snap(nodes(1), [team("a", 8)], [job("x", team="nobody")]))
     assert not d.starts

@@ -11,22 +11,23 @@ from .builders import NOW, decide, job, nodes, running, snap, started, team, wai
 
 
 def test_a_later_job_of_a_refused_kind_reports_its_teams_usage_at_its_turn() -> None:
-    # Team a: nominal 4, borrowing limit 3 (at most 7 GPUs). In FIFO order: big1 (8 GPUs,
-    # over the limit), mid (6 GPUs, starts on borrowed quota), big2 (8 GPUs, like big1).
-    # At big2's turn team a uses 6 GPUs (mid started), so its reason must say "uses 6 of 4"
-    # (a 7-GPU job in big2's place does say so). It said "uses 0 of 4": big1's reason.
+    # Team a: nominal 4, borrowing limit 3 (at most 7 GPUs), 2 of them in use. In FIFO order:
+    # big1 (6 GPUs, over the limit now), mid (3 GPUs, starts on borrowed quota), big2 (6
+    # GPUs, like big1). At big2's turn team a uses 5 GPUs (mid started), so its reason must
+    # say "uses 5 of 4" (a 5-GPU job in big2's place does say so). It said "uses 2 of 4":
+    # big1's reason.
     teams = [team("a", 4, borrow=3), team("b", 4)]
     pending = [
-        job("big1", gpus=8, submit=NOW - 300),
-        job("mid", gpus=6, submit=NOW - 200),
-        job("big2", gpus=8, submit=NOW - 100),
+        job("big1", gpus=6, submit=NOW - 300),
+        job("mid", gpus=3, submit=NOW - 200),
+        job("big2", gpus=6, submit=NOW - 100),
     ]
-    d = decide(snap(nodes(2, 8), teams, pending))
+    d = decide(snap(nodes(2, 8), teams, pending, [running("r0", {"n2": [0, 1]}, team="a")]))
     assert "mid" in started(d)
     reason = waits(d)["big2"].reason
     assert reason.code == "quota_exhausted"
-    assert dict(reason.details)["used"] == 6, reason.message
-    assert "uses 6 of 4" in reason.message, reason.message
+    assert dict(reason.details)["used"] == 5, reason.message
+    assert "uses 5 of 4" in reason.message, reason.message
 
 
 def test_a_later_gang_of_a_failed_kind_reports_the_nodes_free_at_its_turn() -> None:
