@@ -12,4 +12,7 @@ COPY manage.py ./
 RUN pip install --no-cache-dir .
 USER gpuq
 EXPOSE 8000
-CMD ["gunicorn", "queue_service.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# Threaded workers, as docker-compose.yml's web: a long log download outlives a sync worker's
+# 30 s timeout.
+CMD ["gunicorn", "queue_service.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", \
+     "--worker-class", "gthread", "--threads", "8"]

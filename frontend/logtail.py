@@ -1,33 +1,27 @@
-"""Log chunks read at byte offsets, shown as text: a chunk may end inside a UTF-8 character, so
-the incomplete tail is left for the next read instead of being shown as a replacement mark."""
+"""Log chunks read at byte offsets, shown as text (queue_service.jobs.logtext: a chunk may end
+inside a UTF-8 character, so the incomplete tail is left for the next read)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from queue_service.jobs.logtext import Piece, decode_chunk
+
+__all__ = ["CHUNK", "TAIL", "Piece", "decode_chunk", "line_start"]
 
 CHUNK = 256 * 1024  # per poll; a long log is caught up on in reads of this size
 
-
-@dataclass(frozen=True)
-class Piece:
-    text: str
-    next_offset: int  # where the next read starts: after the last complete character
+# A finished job's log longer than this is shown from about this far before its end: the page
+# keeps only its last ~1 MB of text anyway (gpuq.js), and the download has all of it.
+TAIL = 1 << 20
 
 
-def decode_chunk(data: bytes, offset: int, *, final: bool) -> Piece:
-    """Decode `data` read at `offset`. Unless this is the final chunk, up to 3 trailing bytes
-    of an unfinished character are not consumed. Invalid bytes show as U+FFFD."""
-    keep = len(data) if final else _complete_prefix(data)
-    return Piece(data[:keep].decode("utf-8", errors="replace"), offset + keep)
-
-
-def _complete_prefix(data: bytes) -> int:
-    """Length of `data` without a trailing, possibly unfinished UTF-8 sequence."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:  # ASCII: everything up to here is complete
-            return len(data)
-        if byte >= 0xC0:  # a lead byte: is its sequence complete?
-            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if back >= need else len(data) - back
-    return len(data)  # only continuation bytes: invalid anyway, show them
+def line_start(data: bytes) -> int:
+    """Where the first whole line of `data`, read from inside a log, begins: after its first
+    newline (within the first 64 KiB), else after the continuation bytes of a character
+    cut at its start."""
+    newline = data.find(b"\n", 0, 65536)
+    if newline >= 0:
+        return newline + 1
+    cut = 0
+    while cut < min(3, len(data)) and 0x80 <= data[cut] < 0xC0:
+        cut += 1
+    return cut

@@ -494,17 +494,18 @@ def follow_streams(
 ) -> dict[str, Any]:
     """Each stream to its sink as it comes, until the job has ended and they are read out;
     the job as it ended. The end is the job's state, not the logs' eof: a backend sees its
-    process end before gpuq's next sync records it, an attempt's log ends where a suspend
-    or a requeue stopped it, and a lost job's never does. A new attempt writes new logs:
-    they are read from the start (known by the attempt each chunk says it was read from;
-    from an older server, whose chunks do not say, by the job read before them)."""
+    process end before gpuq's next sync records it, and a lost job's log never ends. A new
+    attempt (a requeue, a resume) writes a new log: the attempt being read is read to its
+    end (`attempt_eof`: what it wrote last, often why it stopped), then the next from its
+    start. The attempt each chunk was read from says which log an offset counts in (from
+    an older server, whose chunks do not say, the job read before them)."""
     offsets = dict.fromkeys(sinks, 0)
-    attempts: dict[str, Any] = dict.fromkeys(sinks)  # the log each offset counts in
+    logs: dict[str, Any] = dict.fromkeys(sinks)  # the log each offset counts in
     state = None
     patiently = Patience(interval_s)
 
-    def read_at(stream: str, offset: int) -> dict[str, Any]:
-        query: dict[str, str | int] = {"offset": offset, "limit": LOG_CHUNK, "stream": stream}
+    def read_at(stream: str, offset: int, attempt: int | None) -> dict[str, Any]:
+        query = _log_query(offset, stream, attempt)
         return patiently(functools.partial(api.call, "GET", f"jobs/{ident}/logs/", query=query))
 
     while True:
@@ -514,37 +515,59 @@ def follow_streams(
         state = job["state"]
         read = False
         for stream, sink in sinks.items():
-            chunk, attempts[stream] = _chunk_of_one_attempt(
+            chunk, logs[stream] = _chunk_of_one_attempt(
                 functools.partial(read_at, stream),
                 offsets[stream],
-                attempts[stream],
+                logs[stream],
                 job["attempts"],
             )
             data = base64.b64decode(chunk["data_base64"])
             _write(data, sink)
             offsets[stream] = chunk["next_offset"]
             read = read or bool(data)
+            if _attempt_read_out(chunk, logs[stream], job["attempts"], ident, stream):
+                logs[stream], offsets[stream], read = (logs[stream][0] + 1, ""), 0, True
         if job["state"] in ENDED and not read:
             return job
         if not read:
             time.sleep(interval_s)
 
 
+def _log_query(offset: int, stream: str, attempt: int | None) -> dict[str, str | int]:
+    query: dict[str, str | int] = {"offset": offset, "limit": LOG_CHUNK, "stream": stream}
+    if attempt is not None:
+        query["attempt"] = attempt
+    return query
+
+
+def _attempt_read_out(
+    chunk: Mapping[str, Any], log: tuple[Any, str], attempts: Any, ident: str, stream: str
+) -> bool:
+    """Whether the attempt `log` names is read to its end and the job has a later one (to
+    be read next); a log its cluster no longer keeps is said to be gone."""
+    if not (chunk.get("attempt_eof") and isinstance(log[0], int) and log[0] < attempts):
+        return False
+    if chunk.get("gone"):
+        print(f"gpuq: attempt {log[0]}'s {stream} is gone from its cluster", file=sys.stderr)
+    return True
+
+
 def _chunk_of_one_attempt(
-    read_at: Callable[[int], dict[str, Any]], offset: int, attempt: Any, unsaid: Any
+    read_at: Callable[[int, int | None], dict[str, Any]], offset: int, log: Any, unsaid: Any
 ) -> tuple[dict[str, Any], Any]:
-    """The chunk at `offset`, counted in the log `attempt` names ((attempt, log_id), or None
-    before the first read), and the log it was read from. A chunk of another log (a
-    requeue, or a restart in place since the offset was counted) is read again from that
-    log's start: at the old offset it would skip the new log's first bytes, or repeat them
-    once the change was seen. A chunk that does not say its attempt (an older server) is
-    taken to be of attempt `unsaid`."""
+    """The chunk at `offset`, counted in the log `log` names ((attempt, log_id), or None
+    before the first read: then the latest attempt's), and the log it was read from. A
+    chunk of another log (from a server that reads only the latest attempt, since a requeue;
+    or a restart in place since the offset was counted) is read again from that log's
+    start: at the old offset it would skip the new log's first bytes, or repeat them once
+    the change was seen. A chunk that does not say its attempt (an older server) is taken
+    to be of attempt `unsaid`."""
     while True:
-        chunk = read_at(offset)
+        chunk = read_at(offset, None if log is None else log[0])
         said = (chunk.get("attempt", unsaid), chunk.get("log_id", ""))
-        if said == attempt or offset == 0:
+        if said == log or offset == 0:
             return chunk, said
-        offset, attempt = 0, said
+        offset, log = 0, said
 
 
 def _write(data: bytes, sink: IO[str]) -> None:
@@ -836,22 +859,37 @@ ACTS_ON = {
 
 def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """cancel, suspend or resume (args.command) each job named, or each job the filters
-    select (as `scancel -u me --name x`); each is reported."""
+    select (as `scancel -u me --name x`); each is reported. A selected job that ended after
+    the list was read is said to have ended, not an error (scancel of an array passes over
+    its finished tasks); one named by its id is the server's to refuse."""
     failed = 0
     answers: list[Any] = []
     for job in selected(api, args, ACTS_ON[args.command]):
+        note = ""
         try:
             answer = api.call("POST", f"jobs/{job['id']}/{args.command}/")
         except CliError as exc:
-            failed += 1
-            print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
-            continue
+            answer = None if args.ids else _ended(api, job["id"])
+            if answer is None:
+                failed += 1
+                print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
+                continue
+            note = " (it had ended already)"
         answers.append(answer)
         if not args.json:
-            print(f"{answer['id']}  {answer['state']}", file=out)
+            print(f"{answer['id']}  {answer['state']}{note}", file=out)
     if args.json:
         _dump(answers, out)
     return 1 if failed else 0
+
+
+def _ended(api: Api, ident: str) -> dict[str, Any] | None:
+    """The job, if it has ended (else, or unread, None)."""
+    try:
+        job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
+    except CliError:
+        return None
+    return job if job.get("state") in ENDED else None
 
 
 def selected(api: Api, args: argparse.Namespace, states: str) -> list[dict[str, Any]]:
@@ -1001,21 +1039,27 @@ def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
 
 
 def log_chunks(api: Api, ident: str, stream: str) -> Iterator[dict[str, Any]]:
-    """The API's answers for the log from offset 0 to the end of what there is; a new
-    attempt that starts meanwhile is read from its own start (as `logs -f` reads it)."""
+    """The API's answers for the log from offset 0 to the end of what there is; if the job
+    moves to a new attempt meanwhile, the attempt being read is read to its end, then the
+    next from its start (as `logs -f` reads them)."""
 
-    def at(offset: int) -> dict[str, Any]:
-        query: dict[str, str | int] = {"offset": offset, "limit": LOG_CHUNK, "stream": stream}
+    def at(offset: int, attempt: int | None) -> dict[str, Any]:
+        query = _log_query(offset, stream, attempt)
         chunk: dict[str, Any] = api.call("GET", f"jobs/{ident}/logs/", query=query)
         return chunk
 
-    offset, attempt = 0, None
+    offset, log = 0, None
     while True:
-        chunk, attempt = _chunk_of_one_attempt(at, offset, attempt, None)
+        chunk, log = _chunk_of_one_attempt(at, offset, log, None)
         yield chunk
+        offset = chunk["next_offset"]
+        if chunk.get("attempt_eof") and not chunk["eof"]:
+            attempts = api.call("GET", f"jobs/{ident}/")["attempts"]
+            if _attempt_read_out(chunk, log, attempts, ident, stream):
+                offset, log = 0, (log[0] + 1, "")
+                continue
         if chunk["eof"] or chunk["next_offset"] == chunk["offset"]:
             return
-        offset = chunk["next_offset"]
 
 
 def write_logs(
@@ -1202,8 +1246,9 @@ def parser() -> argparse.ArgumentParser:
     p = command(
         "update",
         cmd_update,
-        "change waiting jobs' priority or time limit, or their arrays' limit of tasks at once,"
-        " as scontrol update (yours, or your team's as its admin)",
+        "change waiting jobs' priority or time limit, what jobs email about until they end"
+        " (--notify), or their arrays' limit of tasks at once, as scontrol update (yours, or"
+        " your team's as its admin)",
     )
     selecting(
         p,
@@ -1217,7 +1262,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--time-limit",
         metavar="T",
-        help="the new time limit: seconds, 90m, 2h, 1d or HH:MM:SS, or default (the site's)",
+        help="the new time limit: seconds (a bare number), 90m, 2h, 30d, Slurm's MM:SS, HH:MM:SS,"
+        " D-HH[:MM[:SS]] (10:00 is ten minutes, 1-0 a day), or default (the site's)",
     )
     p.add_argument(
         "--max-running",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -19,13 +20,13 @@ from django.views.decorators.http import require_GET, require_POST
 from rest_framework.exceptions import ValidationError
 
 from frontend import forms
-from frontend.logtail import CHUNK, decode_chunk
+from frontend.logtail import CHUNK, TAIL, decode_chunk, line_start
 from queue_service.api.serializers import ArrayLimitSerializer
 from queue_service.backends import BackendError
 from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
-from queue_service.jobs.dispatch import MAX_LOG_OFFSET, read_logs
+from queue_service.jobs.dispatch import MAX_LOG_OFFSET, log_size, read_logs
 from queue_service.jobs.models import Job, JobArray, Notification, PriorityClass
 from queue_service.jobs.reports import array_states, mig_choices
 from queue_service.jobs.spec import (
@@ -74,7 +75,13 @@ def _job_page(
     """The job page; after a refused update, with what was typed and the messages at their
     inputs."""
     stream = _stream(request)
-    context = {**_live_context(request, job, values, errors), "stream": stream, "streams": STREAMS}
+    context = {
+        **_live_context(request, job, values, errors),
+        "stream": stream,
+        "streams": STREAMS,
+        # The last 10 earlier attempts' logs, each a download of its own (`attempt=` any).
+        "earlier_attempts": range(max(1, job.attempts - 10), job.attempts),
+    }
     if job.array_id is not None:
         context.update(_array_context(request, job))
     return render(request, "frontend/job.html", context, status=400 if errors else 200)
@@ -250,7 +257,8 @@ def _time_limit_help() -> str:
 def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     """The next piece of a log from a byte offset into an attempt's output; the response
     carries the poller that asks for the piece after it (at once while catching up, else every
-    few seconds until the end)."""
+    few seconds until the job has ended and its log is read out; more slowly once an attempt's
+    log has ended, for the next attempt's)."""
     job = visible_job(request.user, pk)
     stream = _stream(request)
     offset = _number(request.GET.get("offset"), 0, MAX_LOG_OFFSET) or 0
@@ -260,41 +268,69 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
         "job": job,
         "stream": stream,
         "offset": offset,
-        "attempt": job.attempts if carried is None else carried,
+        "attempt": job.attempts if carried is None else min(carried, job.attempts),
         "eof": False,
     }
-    attempt, start, new_attempt = context["attempt"], offset, False
-    # A requeue or resume runs a new attempt with an output of its own, once the cluster has
-    # named it (until then there is nothing to read, and the place in the last one is kept).
-    if attempt != job.attempts and job.external_id:
-        attempt, start, new_attempt = job.attempts, 0, attempt > 0
+    attempt, start, new_attempt, gone = context["attempt"], offset, False, []
     # Which log of the attempt the offset is into (LogChunk.source, the API's log_id): a
     # container restarted in its pod starts a new one in the same attempt.
     source = request.GET.get("log", "")[:MAX_LOG_SOURCE]
     context["source"] = source
-    restarted = False
+    restarted, size = False, None
     try:
-        chunk = read_logs(job, offset=start, limit=CHUNK, stream=stream)
+        if carried is None and offset == 0 and job.is_terminal:
+            # A finished job's long log is shown from near its end (where its backend can
+            # tell its length without reading it), not caught up on from its first byte.
+            size = log_size(job, stream=stream, attempt=attempt)
+            start = max(0, (size or 0) - TAIL)
+        chunk = read_logs(job, offset=start, limit=CHUNK, stream=stream, attempt=attempt)
+        if start and size is not None:  # from the first whole line
+            cut = line_start(chunk.data)
+            chunk, start = dataclasses.replace(chunk, data=chunk.data[cut:]), start + cut
+        # An attempt read to its end is followed by the next (a requeue or resume runs one
+        # with an output of its own) from its first byte once the cluster has named it
+        # (until then the place is kept): what an attempt wrote last, often why it
+        # stopped, is shown before the next attempt's.
+        while (
+            attempt < job.attempts
+            and not chunk.data
+            and (attempt + 1 < job.attempts or job.external_id or job.is_terminal)
+        ):
+            if chunk.gone:
+                gone.append(attempt)
+            attempt, start, source = attempt + 1, 0, ""
+            new_attempt = new_attempt or attempt > 1
+            chunk = read_logs(job, offset=0, limit=CHUNK, stream=stream, attempt=attempt)
         if source and chunk.source and chunk.source != source and not new_attempt:
             restarted, start = True, 0
-            chunk = read_logs(job, offset=0, limit=CHUNK, stream=stream)
+            chunk = read_logs(job, offset=0, limit=CHUNK, stream=stream, attempt=attempt)
     except BackendError as exc:  # the cluster did not answer: say so, and ask again later
         return render(request, LOG_FRAGMENT, {**context, "error": exc.message})
     piece = decode_chunk(chunk.data, start, final=chunk.eof)
-    # A finished job is at its end, whatever the backend says, once a read gives no whole
-    # character more: what is left (a character cut by a killed write) is all there will be.
-    end = chunk.eof or (job.is_terminal and piece.next_offset == start)
-    if end and not chunk.eof:
+    # An attempt that has ended (the job did, or a later attempt began) is at its end,
+    # whatever the backend says, once a read gives no whole character more: what is left
+    # (a character cut by a killed write) is all there will be.
+    ended = job.is_terminal or attempt < job.attempts
+    attempt_over = chunk.eof or (ended and piece.next_offset == start)
+    if attempt_over and not chunk.eof:
         piece = decode_chunk(chunk.data, start, final=True)
+    # `eof` is the attempt's: one a preemption, a node failure or a suspend ended is followed
+    # by the next attempt's, until the job itself has ended.
+    end = attempt_over and job.is_terminal and attempt >= job.attempts
     context.update(
         text=piece.text,
         offset=piece.next_offset,
         attempt=attempt,
         new_attempt=new_attempt,
+        gone=gone,
+        skipped=start if size is not None else 0,
+        size=size,
         restarted=restarted,
         source=chunk.source or source,
         eof=end,
-        catching_up=len(chunk.data) >= CHUNK,
+        attempt_over=attempt_over,
+        # A later attempt's output is read at once.
+        catching_up=len(chunk.data) >= CHUNK or (attempt_over and attempt < job.attempts),
     )
     return render(request, LOG_FRAGMENT, context)
 
@@ -315,9 +351,12 @@ def _number(text: str | None, low: int, high: int) -> int | None:
 def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | StreamingHttpResponse:
     job = visible_job(request.user, pk)
     stream = _stream(request)
+    # One attempt's log (`attempt=`; by default the latest): each attempt's starts at byte 0.
+    asked = _number(request.GET.get("attempt"), 0, job.attempts)
+    attempt = job.attempts if asked is None else asked
 
     try:
-        first = read_logs(job, offset=0, limit=DOWNLOAD_CHUNK, stream=stream)
+        first = read_logs(job, offset=0, limit=DOWNLOAD_CHUNK, stream=stream, attempt=attempt)
     except BackendError as exc:
         return HttpResponse(
             f"The cluster did not return the log: {exc.message}\n",
@@ -333,7 +372,11 @@ def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | Stre
                 return
             try:
                 chunk = read_logs(
-                    job, offset=chunk.next_offset, limit=DOWNLOAD_CHUNK, stream=stream
+                    job,
+                    offset=chunk.next_offset,
+                    limit=DOWNLOAD_CHUNK,
+                    stream=stream,
+                    attempt=attempt,
                 )
             except BackendError as exc:
                 # The answer has begun (200): the file itself says that it is cut short.
@@ -343,7 +386,8 @@ def job_log_download(request: HttpRequest, pk: uuid.UUID) -> HttpResponse | Stre
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.display_name).strip("-.")[:60] or "job"
     response = StreamingHttpResponse(chunks(), content_type="text/plain; charset=utf-8")
     response["Content-Disposition"] = (
-        f'attachment; filename="{slug}-{str(job.pk)[:8]}-{stream}.log"'
+        f'attachment; filename="{slug}-{str(job.pk)[:8]}'
+        f'{"" if asked is None else f"-attempt{attempt}"}-{stream}.log"'
     )
     return response
 

@@ -185,14 +185,40 @@ class LogsQuerySerializer(serializers.Serializer):
     offset = serializers.IntegerField(min_value=0, max_value=MAX_LOG_OFFSET, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=1_048_576, default=65536)
     stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+    attempt = serializers.IntegerField(
+        min_value=0,
+        max_value=2**31 - 1,
+        required=False,
+        help_text="which of the job's attempts' log (default: its latest); an attempt's log"
+        " stays readable after the job went back to the queue and the next attempt began,"
+        " as long as its cluster keeps it (at most the job's attempts so far)",
+    )
 
 
 class LogChunkSerializer(serializers.Serializer):
     offset = serializers.IntegerField(help_text="where this chunk starts, in bytes")
-    next_offset = serializers.IntegerField(help_text="the offset to ask for next")
-    eof = serializers.BooleanField(help_text="the job ended and nothing follows")
-    text = serializers.CharField(help_text="the bytes as UTF-8, invalid sequences replaced")
-    data_base64 = serializers.CharField(help_text="the bytes themselves")
+    next_offset = serializers.IntegerField(
+        help_text="the offset to ask for next: after the last whole UTF-8 character (a"
+        " character the chunk's end cut comes whole in the next chunk)"
+    )
+    eof = serializers.BooleanField(
+        help_text="the job has ended and its log is read out: nothing follows. An attempt"
+        " a suspend or a requeue ended is not the job's end (see attempt_eof)"
+    )
+    attempt_eof = serializers.BooleanField(
+        help_text="this attempt's log is read out: nothing more will be written to it. The"
+        " job's next attempt (a requeue, a resume), once it has one, has a log of its own"
+        " from offset 0: `attempt=` + 1"
+    )
+    gone = serializers.BooleanField(
+        help_text="the cluster no longer keeps this attempt's log (a stopped attempt's pod"
+        " is deleted with it on Kubernetes): nothing of it can be read"
+    )
+    text = serializers.CharField(
+        help_text="the chunk as UTF-8, invalid sequences replaced: chunks end at whole"
+        " characters, so their texts joined are the log's"
+    )
+    data_base64 = serializers.CharField(help_text="the bytes themselves (those of text)")
     attempt = serializers.IntegerField(
         min_value=0,
         help_text="the job's attempt whose log this is (0: none yet); each attempt's log"

@@ -21,6 +21,7 @@ from queue_service.clusters.models import Cluster
 from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import read_logs
+from queue_service.jobs.logtext import decode_chunk
 from queue_service.jobs.models import Job, PriorityClass
 from queue_service.jobs.reports import team_usage
 from queue_service.jobs.spec import JobSpecSerializer
@@ -246,17 +247,37 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         # A plain dict: a QueryDict makes `?stream=` mean "not given" instead of invalid.
         query = s.LogsQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
-        chunk = read_logs(job, **query.validated_data)
+        asked = query.validated_data
+        if asked.get("attempt") is not None and asked["attempt"] > job.attempts:
+            raise ValidationError({"attempt": [f"the job has had {job.attempts} attempts so far"]})
+        number = job.attempts if asked.get("attempt") is None else asked["attempt"]
+        offset, limit = asked["offset"], asked["limit"]
+        chunk = read_logs(job, offset=offset, limit=limit, stream=asked["stream"], attempt=number)
+        # Up to the last whole character (the next read starts with the one cut), so that
+        # `text` read chunk by chunk is the log's text; `data_base64` holds the same bytes.
+        piece = decode_chunk(chunk.data, offset, final=chunk.eof)
+        # An attempt that has ended (a later one began, or the job ended) is at its end,
+        # whatever the backend says, once a read gives no whole character more: a lost
+        # job's log never says eof, and a character cut by a killed write is all there is.
+        over = number < job.attempts or job.is_terminal
+        attempt_eof = chunk.eof or (over and piece.next_offset == offset)
+        # A limit under 4 bytes can hold no whole character: the bytes as they are.
+        if attempt_eof or (piece.next_offset == offset and len(chunk.data) == limit):
+            piece = decode_chunk(chunk.data, offset, final=True)
+        data = chunk.data[: piece.next_offset - offset]
         return Response(
             {
-                "offset": query.validated_data["offset"],
-                "next_offset": chunk.next_offset,
-                "eof": chunk.eof,
-                "text": chunk.data.decode("utf-8", errors="replace"),
-                "data_base64": base64.b64encode(chunk.data).decode(),
-                # The attempt of the row whose external id the log was read by: a job read
-                # before this one can name an attempt since requeued or restarted.
-                "attempt": job.attempts,
+                "offset": offset,
+                "next_offset": piece.next_offset,
+                # The job's end: an attempt's (a suspend, a requeue) is followed by another's.
+                "eof": attempt_eof and job.is_terminal and number == job.attempts,
+                "attempt_eof": attempt_eof,
+                "gone": chunk.gone,
+                "text": piece.text,
+                "data_base64": base64.b64encode(data).decode(),
+                # The attempt read: by default the row's latest, whose external id the log
+                # was read by (a job read before this one can name an attempt since requeued).
+                "attempt": number,
                 "log_id": chunk.source,
             }
         )

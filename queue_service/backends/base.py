@@ -208,17 +208,26 @@ class JobStatus:
 class LogChunk:
     data: bytes
     next_offset: int
-    eof: bool = False  # the job is finished and nothing more will come
+    eof: bool = False  # the attempt is finished and nothing more will come
     # Which log of the attempt the bytes are of, when it can have several that each start
     # over at offset 0 (a container restarted in its pod, a Volcano gang recreated): the
     # backend's name for it; "" when an attempt has one log.
     source: str = ""
+    # The cluster no longer keeps the log (a stopped attempt's pod deleted with it): nothing
+    # of it can be read.
+    gone: bool = False
 
 
 class Backend(Protocol):
     kind: str
 
-    def nodes(self) -> list[NodeInfo]: ...
+    def nodes(self) -> list[NodeInfo]:
+        """Every node of the cluster that gpuq may place on, each with its state: one that
+        stops answering is listed, down (Slurm's `down*`, a NotReady node). A node left out
+        is no longer part of the cluster (removed from the local settings, slurm.conf or the
+        partition, `kubectl delete node`): the sync drops it from the inventory. A list that
+        could not be read whole raises BackendError, never returns part of it."""
+        ...
 
     def submit(self, job: DispatchRequest) -> SubmitResult: ...
 
@@ -237,6 +246,11 @@ class Backend(Protocol):
     def logs(
         self, external_id: str, offset: int = 0, limit: int = 65536, stream: str = "stdout"
     ) -> LogChunk: ...
+
+    def log_size(self, external_id: str, stream: str = "stdout") -> int | None:
+        """The log's length in bytes when the backend can tell it without reading the log
+        (a file's size: the job page starts a long finished log near its end); else None."""
+        ...
 
     def close(self) -> None:
         """Let go of connections: the registry calls it on a backend it replaces."""

@@ -221,6 +221,8 @@ class LocalBackend:
         if stream not in STREAMS:
             raise BackendError(f"stream must be one of {STREAMS}", permanent=True)
         job_dir = self._dir(external_id)
+        if not job_dir.is_dir():  # made at submit: removed since (an attempt's dir by hand)
+            return LogChunk(b"", offset, eof=True, gone=True)
         path = job_dir / stream
         finished = _verdict(external_id, job_dir) is not None
         if not path.exists():
@@ -232,6 +234,14 @@ class LocalBackend:
             data = f.read(limit)
             at_end = f.read(1) == b""
         return LogChunk(data, offset + len(data), eof=finished and at_end)
+
+    def log_size(self, external_id: str, stream: str = "stdout") -> int | None:
+        if stream not in STREAMS:
+            raise BackendError(f"stream must be one of {STREAMS}", permanent=True)
+        try:
+            return (self._dir(external_id) / stream).stat().st_size
+        except FileNotFoundError:
+            return None
 
 
 def _verdict(external_id: str, job_dir: Path) -> JobStatus | None:

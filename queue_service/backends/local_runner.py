@@ -292,11 +292,10 @@ def supervise(
     try:
         work.mkdir(exist_ok=True)
         for rank in range(len(req["placement"])):
-            suffix = "" if rank == 0 else f".rank{rank}"
-            with (
-                open(job_dir / f"stdout{suffix}", "ab") as out,
-                open(job_dir / f"stderr{suffix}", "ab") as err,
-            ):
+            # Every rank writes the attempt's one stdout and stderr, as srun's tasks write
+            # Slurm's file: appending (O_APPEND), so no rank overwrites another's output,
+            # though their lines may interleave.
+            with open(job_dir / "stdout", "ab") as out, open(job_dir / "stderr", "ab") as err:
                 procs.append(start_rank(argv, rank_env(req, rank, port), out, err, work))
     except OSError as exc:
         signal_job(procs, signal.SIGKILL, subreaper)

@@ -48,6 +48,7 @@ from .services import (
     transition,
     unplaced,
 )
+from .spec import checkpoint_dir_of
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -140,7 +141,14 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         # a cluster that retries in place (Volcano's maxRetry) must not start them afresh.
         retries_max=max(0, int(retries.get("max", 0)) - requeues_so_far(job)),
         retry_on=tuple(retries.get("on", ())),
-        checkpoint_dir=checkpoint.get("dir"),
+        checkpoint_dir=checkpoint_dir_of(
+            checkpoint["dir"],
+            str(job.id),
+            None if job.array_id is None else str(job.array_id),
+            job.array_index,
+        )
+        if checkpoint.get("dir")
+        else None,
         checkpoint_interval_s=checkpoint.get("interval"),
         nccl_debug=bool(spec.get("nccl_debug")),
         attempt=max(job.attempts, 1),
@@ -408,6 +416,7 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
             _stop_late_workload(job, attempt, result.external_id)
         return  # else another submit of this attempt named it (and went on)
     job.external_id = result.external_id
+    _tell_image_unused(job)
     message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
     details = {"submit_began": began.isoformat()}
     job.refresh_from_db(fields=["state", "updated_at"])
@@ -427,6 +436,21 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
     if job.state in (S.CANCELLING, S.SUSPENDING):  # asked to stop while being handed over
         note(job, "dispatched", message, details)
         request_stop(job)
+
+
+def _tell_image_unused(job: Job) -> None:
+    """The local backend has no containers: a job that names an image is told, once, that
+    its command runs on this machine as it is."""
+    image = job.spec.get("image")
+    if not image or job.cluster is None or job.cluster.kind != Cluster.Kind.LOCAL:
+        return
+    if not job.events.filter(code="image_ignored").exists():
+        note(
+            job,
+            "image_ignored",
+            f"cluster {job.cluster.name} runs the command on this machine, without containers:"
+            f" image {image} is not used",
+        )
 
 
 def _stop_late_workload(job: Job, attempt: int, external_id: str) -> None:
@@ -870,8 +894,20 @@ def _store_inventory(cluster: Cluster, inventory: list[NodeInfo]) -> None:
                 ],
             },
         )
-    # A node the backend no longer reports is down, not deleted: running jobs still name it.
-    Node.objects.filter(cluster=cluster).exclude(name__in=seen).update(
+    # A node the backend no longer reports was removed from the cluster (nodes() lists one
+    # that stops answering, down): it leaves the inventory, as it leaves sinfo and kubectl
+    # get nodes. While a job is still placed on it, it stays, down, for the GPU map.
+    gone = Node.objects.filter(cluster=cluster).exclude(name__in=seen)
+    placed = {
+        a.get("node")
+        for placement in Job.objects.filter(cluster=cluster, state__in=Job.ACTIVE).values_list(
+            "placement", flat=True
+        )
+        for a in placement or ()
+        if isinstance(a, dict) and a.get("node")
+    }
+    gone.exclude(name__in=placed).delete()
+    gone.filter(name__in=placed).update(
         state=Node.State.DOWN, reason="no longer reported by the cluster"
     )
 
@@ -902,11 +938,12 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 said = status.reason or status.native_state or remote
                 reason = _reason(CLUSTER_HOLDS, f"the cluster holds it waiting: {said}")
                 if (job.reason, job.remote_state) != (reason, fields["remote_state"]):
-                    hold_run(job, _as_read(job), timezone.now(), reason=reason, **fields)
+                    hold_run(job, _as_read(job), timezone.now(), said=said, reason=reason, **fields)
             elif job.state in Job.STOPPING and not _unseen(job):
                 # Being stopped (its stop refused or not yet taken), it is put back to wait all
                 # the same: its run ends too, and it keeps why it is being stopped.
-                hold_run(job, _as_read(job), timezone.now(), **fields)
+                said = status.reason or status.native_state or remote
+                hold_run(job, _as_read(job), timezone.now(), said=said, **fields)
             return False
         if remote == RemoteState.RUNNING:
             if job.state == S.RUNNING and job.reason.get("code") == CLUSTER_HOLDS:
@@ -1046,13 +1083,10 @@ def _end_or_requeue(
             expect=as_read,
             code=f"requeued_{cause}",
             message=f"{message}; requeued (attempt {job.attempts + 1})",
-            external_id="",
-            placement=[],
-            started_at=None,
-            admitted_at=None,
-            cluster=job.cluster if job.pinned_cluster else None,
             reason=_reason("requeued", f"requeued after {cause.replace('_', ' ')}"),
-            **fields,
+            # Not the polled fields: what the cluster said of the attempt that ended (its
+            # `remote_state`) is not said of the next while it waits.
+            **unplaced(job),
         )
         return True
     target = S.PREEMPTED if cause == "preemption" else S.FAILED
@@ -1190,18 +1224,58 @@ def _redispatch_stale(cluster: Cluster) -> None:
 MAX_LOG_OFFSET = 2**40
 
 
-def read_logs(job: Job, *, offset: int, limit: int, stream: str) -> LogChunk:
+def read_logs(
+    job: Job, *, offset: int, limit: int, stream: str, attempt: int | None = None
+) -> LogChunk:
+    """The log of the job's attempt `attempt` (by default its latest) from `offset`. Its eof
+    is the attempt's: a suspend or a requeue ends an attempt, not the job. An attempt the
+    job no longer names (back in the queue, or followed by another) is read by the id its
+    run kept, so that what it wrote last stays readable."""
     if not 0 <= offset <= MAX_LOG_OFFSET:
         raise ValueError(f"a log offset runs from 0 to {MAX_LOG_OFFSET}")
-    if not job.external_id or job.cluster is None:
-        return LogChunk(b"", offset, eof=job.state in Job.TERMINAL)
+    number = job.attempts if attempt is None else attempt
+    where = _attempt_on_cluster(job, number)
+    if isinstance(where, bool):
+        # Nothing of it to read: none will come once a later attempt began or the job
+        # ended. An attempt that ran yet has no id left (its cluster deleted, or it ran
+        # before runs kept ids) is gone.
+        ended = number < job.attempts or job.state in Job.TERMINAL
+        return LogChunk(b"", offset, eof=ended, gone=ended and where)
+    cluster, external_id = where
     try:
-        backend = backend_for(job.cluster)
-        return backend.logs(job.external_id, offset=offset, limit=limit, stream=stream)
+        return backend_for(cluster).logs(external_id, offset=offset, limit=limit, stream=stream)
     except BackendError as exc:  # shown to whoever reads the logs: no host or account
         raise BackendError(
             shown_error(exc, f"job {job.pk}: reading its logs failed"), permanent=exc.permanent
         ) from None
+
+
+def log_size(job: Job, *, stream: str, attempt: int | None = None) -> int | None:
+    """The length of an attempt's log (by default the latest's) when its backend can tell it
+    without reading it (a file's size), else None."""
+    where = _attempt_on_cluster(job, job.attempts if attempt is None else attempt)
+    if isinstance(where, bool):
+        return None
+    cluster, external_id = where
+    try:
+        return backend_for(cluster).log_size(external_id, stream=stream)
+    except BackendError as exc:
+        raise BackendError(
+            shown_error(exc, f"job {job.pk}: reading its log's size failed"),
+            permanent=exc.permanent,
+        ) from None
+
+
+def _attempt_on_cluster(job: Job, number: int) -> tuple[Cluster, str] | bool:
+    """The cluster and external id of the job's attempt `number`: the job's own for its
+    latest, else the one its run kept. Without one: whether the attempt ran all the same."""
+    if number == job.attempts and job.external_id and job.cluster is not None:
+        return job.cluster, job.external_id
+    runs = list(job.runs.filter(attempt=number).select_related("cluster"))
+    for run in reversed(runs):
+        if run.external_id and run.cluster is not None:
+            return run.cluster, run.external_id
+    return bool(runs)
 
 
 def _try(job: Job, to: str, **kwargs: Any) -> bool:

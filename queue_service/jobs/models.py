@@ -238,6 +238,9 @@ class JobRun(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
     )
     cluster = models.ForeignKey(Cluster, null=True, on_delete=models.SET_NULL, related_name="runs")
+    # The attempt's id on its cluster: the job's own is cleared when it goes back to the queue,
+    # and this one still reads the attempt's log (to its end, or after the next began).
+    external_id = models.CharField(max_length=256, blank=True, default="")
     gpus = models.FloatField()
     gpu_model = models.CharField(max_length=64, blank=True, default="")
     placement = models.JSONField(default=list, blank=True)

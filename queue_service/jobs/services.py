@@ -129,6 +129,7 @@ def _open_run(job: Job, started_at: Any) -> None:
         team_id=job.team_id,
         user_id=job.user_id,
         cluster_id=job.cluster_id,
+        external_id=job.external_id,
         gpus=job.gpus,
         gpu_model=job.gpu_model,
         placement=job.placement,
@@ -136,30 +137,43 @@ def _open_run(job: Job, started_at: Any) -> None:
     )
 
 
-def hold_run(job: Job, as_read: QuerySet[Job], now: datetime, **fields: Any) -> bool:
+def hold_run(job: Job, as_read: QuerySet[Job], now: datetime, *, said: str, **fields: Any) -> bool:
     """The cluster put a running job back to wait while holding it (Kueue's eviction, Slurm's
     requeue): it stays running, `fields` saying so, but its run ends now, so its team is not
-    charged for the wait. Only while the job is still as read (`as_read` hits its row); True
-    if it was."""
+    charged for the wait; the timeline says so once, in the cluster's words (`said`). Only
+    while the job is still as read (`as_read` hits its row); True if it was."""
     with transaction.atomic():
         if as_read.update(**fields) != 1:
             return False
-        JobRun.objects.filter(job=job, ended_at__isnull=True).update(
+        ended = JobRun.objects.filter(job=job, ended_at__isnull=True).update(
             ended_at=now, ended_by=CLUSTER_HOLDS
         )
+        if ended:
+            note(
+                job,
+                CLUSTER_HOLDS,
+                f"the cluster holds it waiting: {said}; its run ends (the wait is not charged)",
+                {"attempt": max(job.attempts, 1)},
+            )
     return True
 
 
 def rerun_held(job: Job, as_read: QuerySet[Job], now: datetime, **fields: Any) -> bool:
     """A job the cluster held waiting runs again: a new run of the same attempt is charged from
-    now. Once (its row locked: two syncs that see it at once open one run); True if this call
-    found it still as read."""
+    now, and the timeline says so. Once (its row locked: two syncs that see it at once open
+    one run); True if this call found it still as read."""
     with transaction.atomic():
         if not list(as_read.select_for_update().values_list("pk")):
             return False
         as_read.update(**fields)
         if not job.runs.filter(ended_at__isnull=True).exists():
             _open_run(job, now)
+            note(
+                job,
+                "cluster_runs_again",
+                "the cluster runs it again: a new run of the same attempt counts from now",
+                {"attempt": max(job.attempts, 1)},
+            )
     return True
 
 
@@ -842,7 +856,6 @@ def resume_job(user: Any, job: Job) -> Job:
             code="resumed",
             message=f"resumed by {user}",
             reason={"code": "new", "message": "waiting for the next scheduling cycle"},
-            exit_code=None,
             **unplaced(job),
         )
     except StaleState:
@@ -853,10 +866,15 @@ def resume_job(user: Any, job: Job) -> Job:
 
 def unplaced(job: Job) -> dict[str, Any]:
     """The fields of a job back in the queue, not yet placed anywhere (it keeps a cluster it
-    was pinned to)."""
+    was pinned to): nothing its last attempt or placement left (what its cluster said of it,
+    its exit code, the GPU model and borrowing it was placed with) is said of the next."""
     return {
         "external_id": "",
+        "remote_state": "",
+        "exit_code": None,
         "placement": [],
+        "gpu_model": "",
+        "borrowed": False,
         "started_at": None,
         "admitted_at": None,
         "queue_position": None,

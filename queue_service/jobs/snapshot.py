@@ -74,6 +74,8 @@ def run_cycle(now: datetime | None = None) -> dict[str, Any]:
         started = time.perf_counter()
         decisions = decide(snap, now)
         decide_ms = (time.perf_counter() - started) * 1000
+        if held.disabled is not None:
+            decisions = held.disabled.explain(decisions, held, snap, now)
         summary = apply_decisions(decisions, clusters, now, held)
         summary["decide_ms"] = round(decide_ms, 3)
         lock.last_cycle_at = now
@@ -111,16 +113,102 @@ def policy() -> st.Policy:
 @dataclasses.dataclass(frozen=True)
 class Held:
     """Pending jobs the scheduler does not see this cycle: their `after` jobs have not all
-    succeeded, or their array already runs as many tasks as it may."""
+    succeeded, their array already runs as many tasks as it may, or their pinned cluster is
+    disabled."""
 
     waiting: dict[str, st.Reason] = dataclasses.field(default_factory=dict)
     never: dict[str, str] = dataclasses.field(default_factory=dict)  # id -> why it never can
     # Jobs the scheduler sees charged more GPUs than they ask (their CPUs or memory): id ->
     # (the GPUs per node charged, why), added to their wait reasons (charged_reason).
     charged: dict[str, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    # The disabled clusters, when some have nodes that take work: for the waits they explain.
+    disabled: Disabled | None = None
 
     def ids(self) -> frozenset[str]:
         return frozenset(self.waiting) | frozenset(self.never)
+
+
+def cluster_disabled(names: Collection[str]) -> st.Reason:
+    listed = sorted(names)
+    which = f"cluster {listed[0]} is" if len(listed) == 1 else f"clusters {', '.join(listed)} are"
+    return st.Reason(
+        "cluster_disabled",
+        f"{which} disabled: no new work starts there",
+        (("clusters", tuple(listed)),),
+    )
+
+
+# A pending job's request before its footprint is fitted to any nodes, its CPUs per GPU and
+# its memory: what Footprints.fit takes.
+RawRequest = tuple[st.JobRequest, Any, Any]
+
+
+class Disabled:
+    """The nodes of disabled clusters (staff's "no new work"), which the snapshot leaves out.
+    A job the enabled nodes cannot hold at all (`unsatisfiable`) that a disabled cluster's
+    could is told that cluster is disabled, not that no node of its kind is up: which could
+    is asked of the scheduler itself, on that cluster's nodes alone, as if nothing ran there
+    (a wait for quota or room is a job they can hold)."""
+
+    def __init__(self, nodes: Collection[Node], holders: Mapping[tuple[str, str], Placed]) -> None:
+        self.nodes: dict[str, list[Node]] = defaultdict(list)
+        for n in nodes:
+            if n.state != Node.State.DOWN:
+                self.nodes[n.cluster.name].append(n)
+        self.holders = holders
+        self.requests: dict[str, RawRequest] = {}  # pending jobs', by id
+
+    def could_hold(
+        self, jobs: Mapping[str, RawRequest], snap: st.Snapshot, now: datetime
+    ) -> dict[str, list[str]]:
+        """Job id -> the disabled clusters whose nodes could hold it."""
+        where: dict[str, list[str]] = defaultdict(list)
+        for cluster, nodes in sorted(self.nodes.items()):
+            footprints = Footprints(nodes)
+            pending = []
+            for raw in jobs.values():
+                fitted = footprints.fit(*raw)
+                if not isinstance(fitted, st.Reason):
+                    pending.append(st.PendingJob(fitted))
+            if not pending:
+                continue
+            trial = dataclasses.replace(
+                snap,
+                nodes=tuple(_node(n, self.holders) for n in nodes),
+                pending=tuple(pending),
+                running=(),
+            )
+            outcome = decide(trial, now)
+            for start in outcome.starts:
+                where[start.job_id].append(cluster)
+            for wait in outcome.waits:
+                if wait.reason.code != "unsatisfiable":
+                    where[wait.job_id].append(cluster)
+        return where
+
+    def explain(
+        self, decisions: st.Decisions, held: Held, snap: st.Snapshot, now: datetime
+    ) -> st.Decisions:
+        """The decisions, and `held`, with the unsatisfiable waits a disabled cluster could
+        serve saying so instead."""
+        unsatisfiable = [w.job_id for w in decisions.waits if w.reason.code == "unsatisfiable"]
+        unsatisfiable += [i for i, r in held.waiting.items() if r.code == "unsatisfiable"]
+        jobs = {i: self.requests[i] for i in unsatisfiable if i in self.requests}
+        if not jobs:
+            return decisions
+        where = self.could_hold(jobs, snap, now)
+        if not where:
+            return decisions
+        reasons = {i: cluster_disabled(names) for i, names in where.items()}
+        for job_id in reasons:
+            held.charged.pop(job_id, None)  # charged for the enabled nodes' CPUs or memory
+            if job_id in held.waiting:
+                held.waiting[job_id] = reasons[job_id]
+        waits = tuple(
+            w._replace(reason=reasons[w.job_id]) if w.job_id in reasons else w
+            for w in decisions.waits
+        )
+        return dataclasses.replace(decisions, waits=waits)
 
 
 # A pending job's row as build_snapshot reads it: the request's fields (_request_of, but
@@ -149,6 +237,7 @@ PENDING_FIELDS = (
 )
 ID, SPEC, ATTEMPTS, ARRAY, INDEX, LIMIT, NAME, AFTER = 0, 4, 8, 9, 10, 11, 12, 13
 REASON_CODE, ON_NODES = 14, 15
+PINNED, CLUSTER = 6, 7
 TEAM = 1  # the team's slug
 
 
@@ -200,10 +289,11 @@ def _over_array_limits(rows: Collection[PendingRow], skip: Collection[str]) -> d
         tasks.sort(key=lambda row: row[INDEX])
         limit, name, count = tasks[0][LIMIT], tasks[0][NAME], started.get(array_id, 0)
         # Those let through are not started yet: they count as ahead of the held ones.
+        ahead = max(count, limit)
         reason = st.Reason(
             "array_limit",
-            f"array {name!r} runs at most {limit} tasks at once: {max(count, limit)} are"
-            " running or ahead of this one",
+            f"array {name!r} runs at most {limit} task{'' if limit == 1 else 's'} at once:"
+            f" {ahead} {'is' if ahead == 1 else 'are'} running or ahead of this one",
             (("array", str(array_id)), ("max_running", limit), ("started", count)),
         )
         for row in tasks[max(limit - count, 0) :]:
@@ -282,7 +372,9 @@ def after_status(
 
 def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held]:
     """The scheduler's input, and the pending jobs left out of it (held back, with why)."""
-    clusters = {c.name: c for c in Cluster.objects.filter(enabled=True)}
+    everything = list(Cluster.objects.all())
+    clusters = {c.name: c for c in everything if c.enabled}
+    disabled_names = {c.name for c in everything if not c.enabled}
     # Rows, not model instances: a deep queue is read every cycle, and building 10,000 jobs
     # with their team, class and cluster took most of a cycle (bench/cycle_bench.py).
     # Read before the active jobs: on PostgreSQL each read sees what was committed when it
@@ -306,17 +398,29 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
     # left nor raise its charge there).
     footprints = Footprints([n for n in node_rows if n.state != Node.State.DOWN])
     held = held_back(rows)
+    if disabled_names:
+        # A job pinned to a disabled cluster waits for that, whatever else it would wait for.
+        for row in rows:
+            if row[PINNED] and row[CLUSTER] in disabled_names and str(row[ID]) not in held.ids():
+                held.waiting[str(row[ID])] = cluster_disabled((row[CLUSTER],))
+        off = Node.objects.filter(cluster__enabled=False).select_related("cluster")
+        disabled = Disabled(list(off), holders)
+        if disabled.nodes:
+            held = dataclasses.replace(held, disabled=disabled)
     out = {_uuid(i) for i in held.ids()}
     pending_jobs = []
     for row in rows:
         if row[ID] in out:
             continue
         spec = json.loads(row[SPEC])
-        fitted = footprints.fit(
+        raw = (
             _request_of(*row[:SPEC], spec, *row[SPEC + 1 : ATTEMPTS]),
             spec.get("cpus_per_gpu"),
             spec.get("memory"),
         )
+        if held.disabled is not None:
+            held.disabled.requests[raw[0].id] = raw
+        fitted = footprints.fit(*raw)
         if isinstance(fitted, st.Reason):  # no node it could use has its CPUs or memory
             held.waiting[str(row[ID])] = fitted
             continue
@@ -1255,7 +1359,7 @@ def preview_job(
                 "position": None,
                 "estimated_start": None,
             }
-    snap, _, _ = build_snapshot(now)
+    snap, _, held = build_snapshot(now)
     nodes = Node.objects.filter(cluster__enabled=True).select_related("cluster")
     request = st.JobRequest(
         id=PREVIEW_ID,
@@ -1270,13 +1374,19 @@ def preview_job(
         kind=spec.get("kind", "training"),
         cluster=pinned_cluster,
     )
-    fitted = Footprints(list(nodes.exclude(state=Node.State.DOWN))).fit(
-        request, spec.get("cpus_per_gpu"), spec.get("memory")
-    )
+    raw = (request, spec.get("cpus_per_gpu"), spec.get("memory"))
+
+    def unless_disabled(reason: st.Reason) -> st.Reason:
+        if reason.code != "unsatisfiable" or held.disabled is None:
+            return reason
+        where = held.disabled.could_hold({PREVIEW_ID: raw}, snap, now)
+        return cluster_disabled(where[PREVIEW_ID]) if where else reason
+
+    fitted = Footprints(list(nodes.exclude(state=Node.State.DOWN))).fit(*raw)
     if isinstance(fitted, st.Reason):
         return {
             "starts_now": False,
-            "reason": _reason_json(fitted),
+            "reason": _reason_json(unless_disabled(fitted)),
             "position": None,
             "estimated_start": None,
         }
@@ -1293,9 +1403,12 @@ def preview_job(
     if wait is None:
         return {"starts_now": False, "reason": None, "position": None, "estimated_start": None}
     est = wait.estimated_start
+    reason = unless_disabled(wait.reason)
     return {
         "starts_now": False,
-        "reason": _reason_json(charged_reason(wait.reason, note) if note else wait.reason),
+        "reason": _reason_json(
+            charged_reason(reason, note) if note and reason is wait.reason else reason
+        ),
         "position": wait.position,
         "estimated_start": datetime.fromtimestamp(est, tz=now.tzinfo) if est is not None else None,
     }

@@ -31,8 +31,16 @@ UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 RETRY_CAUSES = ("node_failure", "preemption")
-DURATION = re.compile(
-    r"^(?:(?P<days>\d+)-)?(?P<h>\d{1,3}):(?P<m>\d{2})(?::(?P<s>\d{2}))?\Z"  # [D-]HH:MM[:SS]
+# Slurm's --time, in the forms that have a `:` or a `-` (time_str2secs; no field's range
+# is checked): MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. Its bare MM is not among them: a
+# number is seconds here, as text too (YAML's `60` and `"60"` must not differ sixty times).
+SLURM_TIME = re.compile(
+    r"^(?:(?P<days>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
+    r"|(?P<a>\d+):(?P<b>\d+)(?::(?P<c>\d+))?)\Z"
+)
+DURATION_FORMS = (
+    "seconds as a number, 90m, 2h, 30d, or as Slurm's --time MM:SS, HH:MM:SS, D-HH,"
+    " D-HH:MM or D-HH:MM:SS"
 )
 DURATION_UNIT = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>s|m|min|h|d)?\Z")
 MEMORY = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<u>[KMGT]i?B?|[kmgt])?\Z")
@@ -69,31 +77,32 @@ def _whole(amount: float, most: float, too_large: str, *, least: float = 0.0) ->
 
 
 def parse_duration(value: Any) -> int:
-    """Seconds from 3600, "90m", "2h", "1d", "01:30:00" or "2-00:00:00" (Slurm's form)."""
+    """Seconds from 3600 (or "3600"), "90m", "2h", "1d", or Slurm's --time forms: "10:00"
+    (ten minutes), "01:30:00", "1-0" (a day), "2-06:30", "2-00:00:00"."""
     if isinstance(value, bool):
-        raise ValueError("expected a duration")
+        raise ValueError(f"expected a duration: {DURATION_FORMS}")
     if isinstance(value, int | float):
         seconds = value
     elif isinstance(value, str):
         text = value.strip().lower()
-        if m := DURATION.match(text):
+        if m := SLURM_TIME.match(text):
+            fields = [m[k] or "0" for k in ("days", "dh", "dm", "ds", "a", "b", "c")]
             # Before int(), which refuses over 4,300 digits with a message of its own.
-            if len((m["days"] or "").lstrip("0")) > len(str(MAX_DURATION_S // 86400)):
+            if any(len(f.lstrip("0")) > len(str(MAX_DURATION_S)) for f in fields):
                 raise ValueError("at most 100 years")
-            seconds = (
-                int(m["days"] or 0) * 86400
-                + int(m["h"]) * 3600
-                + int(m["m"]) * 60
-                + int(m["s"] or 0)
-            )
+            days, dh, dm, ds, a, b, c = map(int, fields)
+            if m["days"] is not None:
+                seconds = days * 86400 + dh * 3600 + dm * 60 + ds
+            elif m["c"] is not None:
+                seconds = a * 3600 + b * 60 + c  # HH:MM:SS
+            else:
+                seconds = a * 60 + b  # MM:SS
         elif m := DURATION_UNIT.match(text):
             seconds = float(m["n"]) * UNIT_S[m["u"]]
         else:
-            raise ValueError(
-                f"{value[:40]!r} is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)"
-            )
+            raise ValueError(f"{value[:40]!r} is not a duration (use {DURATION_FORMS})")
     else:
-        raise ValueError("expected a duration")
+        raise ValueError(f"expected a duration: {DURATION_FORMS}")
     return _whole(seconds, MAX_DURATION_S, "at most 100 years")
 
 
@@ -127,7 +136,8 @@ def parse_memory_mb(value: Any) -> int:
 @extend_schema_field(
     {
         "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "2h"}],
-        "description": "seconds, or 90m / 2h / 1d / HH:MM:SS / D-HH:MM:SS",
+        "description": "seconds (a number, or a number as text), 90m / 2h / 30d, or as"
+        " Slurm's --time: MM:SS / HH:MM:SS / D-HH / D-HH:MM / D-HH:MM:SS",
     }
 )
 class DurationField(serializers.Field):
@@ -278,13 +288,35 @@ class RetriesSerializer(_KnownKeysOnly):
     )
 
 
+# Slurm's filename patterns (sbatch --output's) a checkpoint dir may hold: %j the job, %A
+# its array, %a its task's index, %% a %. Any other % is kept as written.
+CHECKPOINT_PATTERN = re.compile(r"%(.)", re.S)
+ARRAY_PATTERNS = frozenset("aA")
+
+
+def checkpoint_dir_of(template: str, job_id: str, array_id: str | None, index: int | None) -> str:
+    """A spec's checkpoint dir for one job, its patterns filled in (the same on every attempt,
+    so a requeue or resume finds what the last one saved; apart per task of an array)."""
+    values = {"j": job_id, "A": array_id or "", "a": "" if index is None else str(index)}
+    values["%"] = "%"
+    return CHECKPOINT_PATTERN.sub(lambda m: values.get(m[1], m[0]), template)
+
+
 class CheckpointSerializer(_KnownKeysOnly):
-    dir = serializers.CharField(max_length=1024)
+    dir = serializers.CharField(
+        max_length=1024,
+        help_text="an absolute path on storage every attempt reaches; %j is the job's id, and"
+        " for an array's task %A the array's id and %a the task's index (%% a %)",
+    )
     interval = DurationField(required=False, allow_null=True, default=None)
 
     def validate_dir(self, value: str) -> str:
         if CONTROL.search(value) or "\n" in value:
             raise serializers.ValidationError("must not contain control characters")
+        # Each attempt runs in a directory of its own (the local backend's, Slurm's --chdir,
+        # a new pod): a relative path would be another directory on every attempt.
+        if not value.startswith("/"):
+            raise serializers.ValidationError("must be an absolute path, the same on every attempt")
         return value
 
 
@@ -482,9 +514,9 @@ class JobSpecSerializer(serializers.Serializer):
         if value is None:
             return int(settings.GPUQ_DEFAULT_TIME_LIMIT_S)
         if value > settings.GPUQ_MAX_TIME_LIMIT_S:
-            raise serializers.ValidationError(
-                f"at most {int(settings.GPUQ_MAX_TIME_LIMIT_S)} seconds on this site"
-            )
+            # In the units the UI and the CLI show the limit in.
+            most = duration_text(settings.GPUQ_MAX_TIME_LIMIT_S)
+            raise serializers.ValidationError(f"at most {most} on this site")
         return value
 
     def validate_priority(self, value: str) -> str:
@@ -519,7 +551,7 @@ class JobSpecSerializer(serializers.Serializer):
         return attrs
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        errors: dict[str, str] = dict(self._unknown)
+        errors: dict[str, Any] = dict(self._unknown)
         if problem := command_env_problem(attrs["command"], attrs.get("env") or {}):
             errors.update(problem)
         mig = attrs.get("mig_profile")
@@ -547,6 +579,15 @@ class JobSpecSerializer(serializers.Serializer):
             and checkpoint["interval"] > attrs.get("time_limit", 0)
         ):
             errors["checkpoint"] = "the checkpoint interval is longer than the time limit"
+        if (
+            checkpoint
+            and attrs.get("array") is None
+            and {m[1] for m in CHECKPOINT_PATTERN.finditer(checkpoint["dir"])} & ARRAY_PATTERNS
+        ):
+            errors.setdefault(
+                "checkpoint",
+                {"dir": ["%a and %A name an array's task and array: this job is not an array"]},
+            )
         if errors:
             raise serializers.ValidationError(errors)
         if not attrs.get("hold"):

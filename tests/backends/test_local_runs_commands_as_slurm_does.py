@@ -79,12 +79,14 @@ def test_the_rendezvous_variables_the_job_sets_in_its_env_reach_it(
     placement = (AllocatedNode("n1", (0,)), AllocatedNode("n2", (1,)))
     outputs = []
     for env in ({name: given}, {}):
-        job = request(f"echo ${name}", nodes=2, placement=placement, env=env)
+        # Each rank's line (both in the attempt's one stdout), by rank.
+        job = request(f"echo $GPUQ_NODE_RANK ${name}", nodes=2, placement=placement, env=env)
         eid = backend.submit(job).external_id
         wait_for(backend, eid, finished)
-        outputs.append((read_all(backend, eid), (backend._dir(eid) / "stdout.rank1").read_text()))
-    assert outputs[0] == (f"{given}\n", f"{given}\n")
-    ours = tuple(line.strip() for line in outputs[1])
+        lines = sorted(read_all(backend, eid).splitlines())
+        outputs.append(tuple(line.split(" ", 1)[1] for line in lines))
+    assert outputs[0] == (given, given)
+    ours = outputs[1]
     if default is None:
         assert ours[0] == ours[1] and ours[0].isdigit()
     else:

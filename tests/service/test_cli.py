@@ -321,8 +321,8 @@ def test_queue_says_a_held_array_line_the_list_s_end_cut_short_has_at_least_its_
         ["-", str(array_tasks(str(first.pk))[1].pk), "first[1-899]"],
         ["-", str(array_tasks(str(second.pk))[1].pk), "second[1-101]"],
     ]
-    assert "  899 tasks: array 'first' runs at most 1 tasks at once: " in queue[1]
-    assert "  at least 101 tasks: array 'second' runs at most 1 tasks at once: " in queue[2]
+    assert "  899 tasks: array 'first' runs at most 1 task at once: " in queue[1]
+    assert "  at least 101 tasks: array 'second' runs at most 1 task at once: " in queue[2]
     assert queue[-1] == "(the first 1000 of 1098 shown)"
 
 
@@ -519,7 +519,7 @@ def test_queue_shows_the_tasks_an_array_s_limit_holds_back_on_one_line_per_array
         "5 tasks: array 'sweep' runs at most 3 tasks at once: 3 are running or ahead of this one"
     )
     assert rows[4].endswith(
-        "3 tasks: array 'other' runs at most 1 tasks at once: 1 are running or ahead of this one"
+        "3 tasks: array 'other' runs at most 1 task at once: 1 is running or ahead of this one"
     )
     # --json stays the API's list: one entry per task.
     listed = json.loads(gpuq("bob", "queue", "--json").out)
@@ -1191,7 +1191,8 @@ def test_update_with_a_bad_value_prints_the_server_s_field_message(
     assert (forever.code, forever.out) == (1, "")
     assert forever.err == (
         f"gpuq: {job_id}: the server answered 400:\n"
-        "  time_limit: 'forever' is not a duration (use seconds, 90m, 2h, 1d or HH:MM:SS)\n"
+        "  time_limit: 'forever' is not a duration (use seconds as a number, 90m, 2h, 30d, or as"
+        " Slurm's --time MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS)\n"
     )
     assert (urgent.code, urgent.out) == (1, "")
     assert urgent.err.startswith(

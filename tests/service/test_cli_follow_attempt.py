@@ -142,7 +142,7 @@ def test_logs_follow_reads_a_new_attempt_from_its_start_when_it_comes_between_th
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
-def test_logs_reads_a_new_attempt_from_its_start_when_it_comes_between_two_chunks(
+def test_logs_reads_an_attempt_to_its_end_then_the_next_when_it_comes_between_two_chunks(
     gpuq: Gpuq,
     local_cluster: Any,
     live_server: Any,
@@ -153,18 +153,20 @@ def test_logs_reads_a_new_attempt_from_its_start_when_it_comes_between_two_chunk
 ) -> None:
     monkeypatch.setattr("queue_service.cli.LOG_CHUNK", 3)
     job_id = twice(people, tmp_path / "ran-once")
-    # "fir" from attempt 1; the read at offset 3 is answered from attempt 2's log.
+    # "fir" from attempt 1; before the read at offset 3, attempt 2 runs: attempt 1 is read to
+    # its end, then attempt 2 from its start.
     moves: Moves = {("logs", 1): restarted(people, job_id)}
     with moving_proxy(live_server.url, moves) as url:
         result = gpuq("alice", "logs", *(["--json"] if json_output else []), job_id, url=url)
     assert result.code == 0, result.err
     if not json_output:
-        assert result.out == "firsecond attempt\n"
+        assert result.out == "first\nsecond attempt\n"
         return
     chunks = json.loads(result.out)
     # --json is the same reading: the chunks as read, each naming its attempt.
     assert [(c["attempt"], c["offset"], c["text"]) for c in chunks] == [
         (1, 0, "fir"),
+        (1, 3, "st\n"),
         (2, 0, "sec"),
         (2, 3, "ond"),
         (2, 6, " at"),
@@ -209,7 +211,7 @@ def test_a_chunk_of_another_log_of_the_same_attempt_is_read_from_its_start() -> 
     now = ["pod-a/0"]
     reads: list[int] = []
 
-    def read_at(offset: int) -> dict[str, Any]:
+    def read_at(offset: int, attempt: int | None) -> dict[str, Any]:
         reads.append(offset)
         data = logs[now[0]][offset:]
         return {"attempt": 2, "log_id": now[0], "offset": offset, "data": data}

@@ -6,6 +6,7 @@ again."""
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -48,6 +49,10 @@ def job_page(people: Any, job: Job) -> str:
     return html.unescape(page.content.decode())
 
 
+def reason_box(page: str) -> str:
+    return "".join(re.findall(r'<p class="reason-box">(.*?)</p>', page, re.S))
+
+
 def test_a_running_job_the_cluster_puts_back_to_wait_stays_running_and_says_why(
     running_on_k8s: Any, people: Any, client_for: Any
 ) -> None:
@@ -59,7 +64,7 @@ def test_a_running_job_the_cluster_puts_back_to_wait_stays_running_and_says_why(
         assert body["state"] == S.RUNNING
         assert body["reason"]["message"] == HELD
         assert body["remote_state"] == "Suspended"
-        assert HELD in job_page(people, job)
+        assert HELD in reason_box(job_page(people, job))
 
 
 def test_the_clusters_wait_is_no_longer_shown_once_the_job_runs_again(
@@ -68,14 +73,41 @@ def test_the_clusters_wait_is_no_longer_shown_once_the_job_runs_again(
     with running_on_k8s(workload="indexed") as (job, sim):
         kueue_evicts(sim, job)
         sync_cluster(job.cluster_id)
-        assert HELD in job_page(people, job)
+        assert HELD in reason_box(job_page(people, job))
 
         sim.run(job.external_id)  # Kueue admits it again; its pods run
         sync_cluster(job.cluster_id)
 
         body = client_for("alice").get(f"/api/v1/jobs/{job.pk}/").json()
         assert (body["state"], body["reason"], body["remote_state"]) == (S.RUNNING, {}, "Running")
-        assert HELD not in job_page(people, job)
+        # Only the timeline still tells that it was held.
+        assert HELD not in reason_box(job_page(people, job))
+
+
+def test_the_timeline_says_once_that_the_cluster_held_the_job_and_when_it_ran_it_again(
+    running_on_k8s: Any, people: Any
+) -> None:
+    # Its run ended and a new one opened (usage counted apart) with no event: the timeline
+    # showed the job running throughout.
+    with running_on_k8s(workload="indexed") as (job, sim):
+        kueue_evicts(sim, job)
+        sync_cluster(job.cluster_id)
+        sync_cluster(job.cluster_id)  # still held: said once
+        sim.run(job.external_id)
+        sync_cluster(job.cluster_id)
+
+        notes = [
+            (e.to_state, e.code, e.message, e.details)
+            for e in job.events.filter(code__in=["cluster_holds", "cluster_runs_again"])
+        ]
+        held = f"{HELD}; its run ends (the wait is not charged)"
+        again = "the cluster runs it again: a new run of the same attempt counts from now"
+        assert notes == [
+            ("", "cluster_holds", held, {"attempt": 1}),
+            ("", "cluster_runs_again", again, {"attempt": 1}),
+        ]
+        page = job_page(people, job)
+        assert held in page and again in page
 
 
 @pytest.mark.parametrize(

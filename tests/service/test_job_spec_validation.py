@@ -211,7 +211,8 @@ def test_agent_job_on_a_mig_slice_is_accepted(client_for: Any) -> None:
         ("1d", 86400),
         ("01:30:00", 5400),
         ("2-00:00:00", 172800),
-        ("10:00", 36000),
+        ("10:00", 600),  # MM:SS, as Slurm's --time
+        ("1-0", 86400),
         ("45s", 45),
     ],
 )

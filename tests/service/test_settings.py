@@ -376,7 +376,8 @@ def test_run_embedded_keeps_its_secret_key_and_var_to_their_owner(
     shutil.copy(REPO / "deploy" / "run-embedded", tmp_path / "deploy" / "run-embedded")
     stub = tmp_path / ".venv" / "bin" / "python"  # migrate, gpuq_demo, gpuq_worker, runserver
     stub.parent.mkdir(parents=True)
-    stub.write_text("#!/bin/sh\nexit 0\n")
+    # `-c` (the key's making, the port's check) as the real one: a stub's silence was the key.
+    stub.write_text(f'#!/bin/sh\n[ "$1" = -c ] && exec {sys.executable} "$@"\nexit 0\n')
     stub.chmod(0o755)
     if earlier_run:
         (tmp_path / "var").mkdir(mode=0o755)

@@ -79,9 +79,10 @@ def test_a_running_job_is_stopped_with_term_and_runs_again_when_resumed(
 
     assert (job.exit_code, job.placement, job.cluster) == (0, [], local_cluster)
     assert saved.read_text() == "step-1\n"
-    # Its last run's output stays readable while it is suspended.
+    # Its last run's output stays readable while it is suspended: that attempt's log has
+    # ended, not the job's.
     logs = client_for("alice").get(f"/api/v1/jobs/{job.pk}/logs/").json()
-    assert (logs["text"], logs["eof"]) == ("serving\nsaved\n", True)
+    assert (logs["text"], logs["attempt_eof"], logs["eof"]) == ("serving\nsaved\n", True, False)
     assert [e.to_state for e in job.events.all() if e.to_state][-2:] == ["suspending", "suspended"]
     (run,) = JobRun.objects.filter(job=job)
     assert run.ended_by == S.SUSPENDED and run.ended_at is not None

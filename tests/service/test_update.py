@@ -153,7 +153,7 @@ def test_an_update_that_changes_nothing_records_nothing(
     [
         ({"priority": "urgent"}, "priority", "unknown priority class 'urgent'"),
         ({"time_limit": "forever"}, "time_limit", "is not a duration"),
-        ({"time_limit": "400d"}, "time_limit", "seconds on this site"),
+        ({"time_limit": "400d"}, "time_limit", "d on this site"),
         ({"time_limit": "10m"}, "checkpoint", "checkpoint interval is longer"),
         ({"name": "other"}, "name", "resubmit a copy to change the rest"),
         ({"array": {"max_running": 2}}, "array", "not a task of an array"),

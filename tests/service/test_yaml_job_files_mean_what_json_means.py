@@ -45,22 +45,22 @@ def test_pasted_yaml_retries_on_is_stored_as_written(people: Any) -> None:
     _retries_as_asked(response.status_code, job)
 
 
-def test_a_yaml_time_limit_in_hh_mm_is_the_same_duration_as_in_json(
+def test_a_yaml_time_limit_in_mm_ss_is_the_same_duration_as_in_json(
     client_for: Any, people: Any
 ) -> None:
-    # DurationField reads "HH:MM" (Slurm's form, [D-]HH:MM[:SS]): "12:00" is twelve hours.
-    # YAML 1.1 reads a bare 12:00 as the base-60 integer 720, which became 720 seconds: a
-    # job file asking for twelve hours would be killed (TIMEOUT) after twelve minutes.
+    # DurationField reads "12:00" as Slurm's --time does (MM:SS): twelve minutes. A YAML file
+    # hands it over as the text it is (YAML 1.1 read it as the base-60 integer 720, then
+    # seconds, which matched only by chance; 1-12 would have been text there).
     alice = client_for("alice")
     as_json = alice.post(
         "/api/v1/jobs/", {"name": "json", "command": ["a"], "time_limit": "12:00"}, format="json"
     )
     assert as_json.status_code == 201
-    assert as_json.json()["spec"]["time_limit"] == 12 * 3600
+    assert as_json.json()["spec"]["time_limit"] == 12 * 60
     text = "name: yaml\ncommand: [a]\ntime_limit: 12:00\n"
     as_yaml = alice.post("/api/v1/jobs/", data=text.encode(), content_type="application/yaml")
     assert as_yaml.status_code == 201, as_yaml.json()
-    assert as_yaml.json()["spec"]["time_limit"] == 12 * 3600, as_yaml.json()["spec"]
+    assert as_yaml.json()["spec"]["time_limit"] == 12 * 60, as_yaml.json()["spec"]
 
 
 @pytest.mark.parametrize(

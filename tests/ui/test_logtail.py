@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from frontend.logtail import decode_chunk
+from frontend.logtail import decode_chunk, line_start
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,18 @@ def test_reading_a_log_in_chunks_of_any_size_gives_back_the_text(text: str, size
         if final and offset >= len(data):
             break
     assert "".join(shown) == data.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize(
+    ("data", "start"),
+    [
+        (b"ss 0.1\nstep 2\n", 7),  # after the line cut at the read's start
+        (b"\nstep 2\n", 1),
+        (b"step 2\n", 7),  # the read began at a line's start: that line is dropped too
+        ("é, no newline".encode()[1:], 1),  # é's second byte: from the next character
+        (b"x" * 70_000 + b"\n", 0),  # no newline near the start (a progress bar): as read
+        (b"", 0),
+    ],
+)
+def test_a_log_read_from_inside_starts_at_its_first_whole_line(data: bytes, start: int) -> None:
+    assert line_start(data) == start

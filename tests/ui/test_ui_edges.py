@@ -283,7 +283,7 @@ def test_a_download_the_cluster_stops_answering_ends_with_a_line_saying_it_is_in
         state="running", cluster=local_cluster, external_id=f"{job.pk}/1"
     )
 
-    def read_logs(job: Any, *, offset: int, limit: int, stream: str) -> LogChunk:
+    def read_logs(job: Any, *, offset: int, limit: int, stream: str, attempt: Any) -> LogChunk:
         if offset:  # the second read: the SSH connection dropped
             raise BackendError("connection reset")
         return LogChunk(b"a" * 10 + b"\n", 11)

@@ -722,7 +722,7 @@ def test_a_teammate_who_may_not_manage_gets_a_403_and_an_outsider_a_404(
     ("typed", "says"),
     [
         ({"time_limit": "soon"}, "'soon' is not a duration"),
-        ({"time_limit": "400d"}, "seconds on this site"),
+        ({"time_limit": "400d"}, "d on this site"),
         # A limit shorter than the job's checkpoint interval is refused at the limit.
         ({"time_limit": "20m"}, "the checkpoint interval is longer than the time limit"),
     ],

@@ -1071,8 +1071,8 @@ class KubernetesBackend:
                 lambda: self.client.get(RESOURCES[ref.kind], ref.name, namespace=ref.namespace),
                 passthrough=(404,),
             ).to_dict()
-        except ApiError:
-            return LogChunk(b"", offset, eof=True)
+        except ApiError:  # deleted (a stopped attempt's, or by its TTL): its pods with it
+            return LogChunk(b"", offset, eof=True, gone=True)
         labels = workload["metadata"].get("labels") or {}
         selector = {
             JOB_ID_LABEL: labels.get(JOB_ID_LABEL, ""),
@@ -1092,6 +1092,10 @@ class KubernetesBackend:
         return LogChunk(
             chunk, offset + len(chunk), eof=finished and len(chunk) < limit, source=log_source(pod)
         )
+
+    def log_size(self, external_id: str, stream: str = "stdout") -> int | None:
+        """Unknown: the pod log API tells no length (only a read to the end would)."""
+        return None
 
     def _log_chunk(
         self, namespace: str, pod: Mapping[str, Any], offset: int, limit: int, *, finished: bool

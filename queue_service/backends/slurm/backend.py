@@ -728,3 +728,10 @@ class SlurmBackend:
         # The job ended after the first read: what it wrote meanwhile is the true tail.
         data += account.connection.read_file(path, offset + len(data), limit - len(data)) or b""
         return LogChunk(data, offset + len(data), eof=len(data) < limit)
+
+    def log_size(self, external_id: str, stream: str = "stdout") -> int | None:
+        """The output file's size, by one SFTP stat as the job's account."""
+        account, slurm_id = self._split(external_id)
+        commands.job_ids([slurm_id])
+        path = script.log_path(self._workdir(account), log_name(external_id), stream)
+        return account.connection.file_size(path)

@@ -370,6 +370,17 @@ class SSHConnection:
 
         return self._sftp_do("reading a file", read)
 
+    def file_size(self, path: str) -> int | None:
+        """A remote file's size in bytes; None when it does not exist."""
+
+        def size(sftp: paramiko.SFTPClient) -> int | None:
+            try:
+                return sftp.stat(path).st_size
+            except FileNotFoundError:
+                return None
+
+        return self._sftp_do("reading a file's size", size)
+
     def make_dir(self, path: str) -> bool:
         """Create a directory, and its missing parents; False if it already existed. SFTP's
         mkdir is atomic and runs inside sshd (no process is started), so it is a cheap guard."""

@@ -76,7 +76,7 @@ def test_a_line_written_after_a_later_stamped_line_is_not_lost_on_resume(
 def test_a_reader_following_the_log_through_a_volcano_restart_in_place_sees_the_new_run(
     api: FakeApiServer, sim: Sim, clock: FakeClock
 ) -> None:
-    """Volcano's RestartJob (PodFailed/PodEvicted) recreates the gang under the same pod
+    """Volcano's RestartJob (PodEvicted) recreates the gang under the same pod
     names and the same gpuq attempt: the master's log starts over. A reader that keeps
     reading at next_offset (as `gpuq logs -f` does while the attempt stays the same) must
     get the restarted run's output, not skip its first bytes."""
@@ -92,7 +92,7 @@ def test_a_reader_following_the_log_through_a_volcano_restart_in_place_sees_the_
     got += chunk.data
     offset = chunk.next_offset
     assert bytes(got) == run1
-    sim.evict(eid)  # Volcano: RestartJob, the gang is created again
+    sim.evict(eid, cause="preemption")  # PodEvicted -> RestartJob: the gang created again
     clock.now += 5
     master = next(p for p in sim.run(eid) if p["metadata"]["name"] == master["metadata"]["name"])
     run2 = b"".join(f"run 2 step {i:03d}\n".encode() for i in range(30))
@@ -316,3 +316,23 @@ def test_an_answer_kept_for_a_download_given_up_is_closed_once_idle(
     while api.log_answers_open() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert api.log_answers_open() == 0
+
+
+def test_the_log_of_an_attempt_whose_workload_was_deleted_is_said_to_be_gone(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """A stopped attempt's workload is deleted, its pods with it: a read of that attempt's log
+    (after a requeue, by the id its run kept) says the log is gone, not that it was empty."""
+    b = make_backend(api, clock, workload="indexed")
+    eid = b.submit(request(nodes=1)).external_id
+    (pod,) = sim.run(eid)
+    sim.log(pod, b"saving checkpoint\n")
+    first = b.logs(eid)
+    assert (first.data, first.gone) == (b"saving checkpoint\n", False)
+
+    assert b.cancel(eid, grace_s=30) is True
+    sim.kubelet_confirms_stops()
+    b.poll([eid])  # the stop's end seen: the workload is deleted
+
+    gone = b.logs(eid, offset=first.next_offset)
+    assert (gone.data, gone.eof, gone.gone) == (b"", True, True)

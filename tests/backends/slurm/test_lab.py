@@ -324,6 +324,19 @@ def test_logs_are_read_by_byte_offset(backend: SlurmBackend) -> None:
     assert backend.logs(external_id, stream="stderr").data == "é\n".encode()
 
 
+def test_a_logs_size_is_told_by_one_sftp_stat(slurm_lab: None) -> None:
+    backend = lab_backend()  # not the shared one: its job ends by itself, nobody's is cancelled
+    try:
+        job = request(command="printf 'hello world'; echo é >&2")
+        external_id = backend.submit(job).external_id
+        wait_for(backend, external_id)
+        calls = backend.connection.calls
+        sizes = backend.log_size(external_id), backend.log_size(external_id, stream="stderr")
+        assert sizes == (11, 3) and backend.connection.calls - calls == 2
+    finally:
+        backend.close()
+
+
 def test_logs_of_a_job_not_started_yet_are_empty_not_an_error(backend: SlurmBackend) -> None:
     blocker = backend.submit(request(command=("sleep", "30"), gpus_per_node=4,
                                      placement=(AllocatedNode("gpu3"),))).external_id  # fmt: skip

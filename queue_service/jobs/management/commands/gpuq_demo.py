@@ -37,11 +37,13 @@ class Command(BaseCommand):
         path = Path(settings.BASE_DIR) / "var" / "demo-credentials.json"
         creds: dict[str, dict[str, str]] = json.loads(path.read_text()) if path.exists() else {}
         with transaction.atomic():
+            # Each team's ceiling on its nominal quotas (staff's, in /admin) is its share of
+            # the 16 training GPUs: a team admin cannot raise her guarantee into the other's.
             teams = {
-                "vision": Team.objects.get_or_create(slug="vision", defaults={"name": "Vision"})[0],
-                "language": Team.objects.get_or_create(
-                    slug="language", defaults={"name": "Language"}
-                )[0],
+                slug: Team.objects.get_or_create(
+                    slug=slug, defaults={"name": slug.title(), "max_nominal_gpus": 8}
+                )[0]
+                for slug in ("vision", "language")
             }
             Quota.objects.get_or_create(
                 team=teams["vision"],
