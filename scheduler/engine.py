@@ -283,6 +283,7 @@ class _Cycle:
         self.preempting: list[tuple[str, tuple[str, ...]]] = []  # Decisions.preempting
         # When the last preemption's victims have all left (plan_preemptor), for its estimate.
         self.victims_gone_at = now
+        self._held_nodes: tuple[tuple[int, int], set[str]] = ((-1, -1), set())
         self.cycle_releases: list[tuple[float | None, str, tuple[NodeAlloc, ...]]] = []
         self.searches = 0
         # Teams that searched to reclaim after the searches were used up (preempt_for).
@@ -1061,13 +1062,21 @@ class _Cycle:
         # Held GPUs are on the nodes of reservations and of this cycle's preemptions only.
         keys = {grp.key for grp in groups}
         nodes = self.index.nodes
-        held = {name for res in self.reservations for name in res.nodes}
-        held.update(name for _, on in self.preempting for name in on)
-        for name in held:
+        for name in self.held_nodes():
             st = nodes.get(name)
             if st is not None and st.group in keys:
                 idle += len(st.held)
         return float(idle)
+
+    def held_nodes(self) -> set[str]:
+        """The nodes of reservations and of this cycle's preemptions (both only grow within
+        a cycle, so the set is kept until either grows)."""
+        size = (len(self.reservations), len(self.preempting))
+        if self._held_nodes[0] != size:
+            held = {name for res in self.reservations for name in res.nodes}
+            held.update(name for _, on in self.preempting for name in on)
+            self._held_nodes = (size, held)
+        return self._held_nodes[1]
 
     def horizon(self) -> dict[str, float]:
         """When each node's running jobs, and those started this cycle, end by their limits

@@ -606,27 +606,7 @@ class MigIndex:
         planned = self._planned_for.get(job_id)
         if planned in self._relaid and self._by_key[planned].accepts(gpu_model, pool, cluster):
             return planned[0], planned[1], None  # (an instance planned for it is free: below)
-        claims = self._claims
-        best = min(
-            (
-                (gpu, inst)
-                for gpu, inst in self._free(profile, gpu_model, pool, None, cluster)
-                if gpu.order not in self._relaid
-                and not self.reserved_for_other(gpu, job_id)
-                and not self._shared_until_idle(gpu)
-                and not self.freed_for_other(gpu, inst, job_id)
-            ),
-            # As take() chooses: one plan() meant for another job last, a GPU in use before
-            # an idle one, then the fullest.
-            key=lambda c: (
-                claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
-                c[0].idle,
-                c[0].free_compute(),
-                c[0].order,
-                -c[1].start,
-            ),
-            default=None,
-        )
+        best = self._best_free(profile, gpu_model, pool, None, cluster, job_id, False)
         if best is not None:
             return best[0].node, best[0].index, best[1].start
         if relayout:
@@ -820,29 +800,10 @@ class MigIndex:
         include_relaid=False skips GPUs that plan() re-laid out, whose new instances do not
         exist until the backend applies the layout."""
         planned = self._by_key.get(self._planned_for.get(job_id, ("", -1)))
-        claims = self._claims
-        freed = self._freed_for
         best = None
         for within in ([planned] if planned else []), None:
-            best = min(
-                (
-                    (gpu, inst)
-                    for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
-                    if (include_relaid or gpu.order not in self._relaid)
-                    and not self.reserved_for_other(gpu, job_id)
-                    and not self._shared_until_idle(gpu)
-                    and not self.freed_for_other(gpu, inst, job_id)
-                ),
-                key=lambda c: (
-                    # The instance a preemption freed for it first.
-                    freed.get((c[0].node, c[0].index, c[1].start)) != job_id,
-                    claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
-                    c[0].idle,
-                    c[0].free_compute(),
-                    c[0].order,
-                    -c[1].start,
-                ),
-                default=None,
+            best = self._best_free(
+                profile, gpu_model, pool, within, cluster, job_id, include_relaid
             )
             if best is not None:
                 break
@@ -852,6 +813,41 @@ class MigIndex:
         self._hold(gpu, inst, job_id)
         self._taken.append((gpu, inst))
         return gpu.node, MigSlot(gpu.index, inst.profile, inst.start, inst.size)
+
+    def _best_free(
+        self,
+        profile: str,
+        gpu_model: str | None,
+        pool: str | None,
+        within: Iterable[_Gpu] | None,
+        cluster: str | None,
+        job_id: str,
+        include_relaid: bool,
+    ) -> tuple[_Gpu, _Instance] | None:
+        """The free instance take() gives job_id: the one a preemption freed for it first,
+        one plan() meant for another job last, a GPU in use before an idle one, then the
+        fullest (room_for asks the same)."""
+        claims = self._claims
+        freed = self._freed_for
+        return min(
+            (
+                (gpu, inst)
+                for gpu, inst in self._free(profile, gpu_model, pool, within, cluster)
+                if (include_relaid or gpu.order not in self._relaid)
+                and not self.reserved_for_other(gpu, job_id)
+                and not self._shared_until_idle(gpu)
+                and not self.freed_for_other(gpu, inst, job_id)
+            ),
+            key=lambda c: (
+                freed.get((c[0].node, c[0].index, c[1].start)) != job_id,
+                claims.get((c[0].node, c[0].index, c[1].start), job_id) != job_id,
+                c[0].idle,
+                c[0].free_compute(),
+                c[0].order,
+                -c[1].start,
+            ),
+            default=None,
+        )
 
     def kind_at(self, node: str, slot: MigSlot) -> InstanceKind | None:
         """The kind of the instance a job holds: what a request may use it by (its GPU's model,

@@ -557,8 +557,16 @@ class Ledger:
         if not over_limit and new_borrow - acc.borrowed <= lendable + 1e-9:
             return OK_BORROWED
         # Refused: the numbers, and the sentence, only now (a deep queue asks often).
-        cap = math.inf if idle is None else idle()
-        shown = min(lendable, cap)
+        capped: list[float] = []  # idle(), asked once and only when something is lendable
+
+        def cap(lent: float) -> float:
+            if idle is None or lent <= 1e-9:
+                return lent
+            if not capped:
+                capped.append(idle())
+            return min(lent, capped[0])
+
+        shown = cap(lendable)
         details: tuple[tuple[str, Any], ...] = (
             ("team", team),
             ("gpu_model", q.gpu_model),
@@ -581,7 +589,7 @@ class Ledger:
                 ),
             )
         # Quota lent until a time that this job would outlast: say so, it is visible idle.
-        shorter = min(self.lendable(model, -math.inf, team), cap) - shown
+        shorter = cap(self.lendable(model, -math.inf, team)) - shown
         more = ""
         if shorter > 1e-9:
             more = f"; {gpus_text(shorter)} more are lent only to jobs that end sooner"
