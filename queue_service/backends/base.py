@@ -202,6 +202,9 @@ class JobStatus:
     # Whether an ended job ever ran, where the backend can tell (a cancel's end alone often
     # cannot: sacct's `CANCELLED 0:0` is the same whether it ran or not). None: unknown.
     started: bool | None = None
+    # How many times the cluster restarted this attempt in place, on its own (Volcano's
+    # maxRetry: the vcjob's retryCount); each uses one of the job's retries. 0 elsewhere.
+    restarted_in_place: int = 0
 
 
 @dataclass(frozen=True)

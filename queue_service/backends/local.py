@@ -2,11 +2,12 @@
 
 Settings: `nodes` = [{"name", "gpus", "gpu_model", "pool"?, "mig"?, "mig_layout"?}],
 `workdir` (default GPUQ_LOCAL_WORKDIR/cluster.<cluster id>: an id, never the name, which staff
-may edit; a relative path is the project directory's). Each attempt of a job gets a directory
-`<workdir>/<job_id>/<attempt>/` holding request.json, the supervisor's pid, stdout/stderr,
-result.json and `work/`, the ranks' working directory (so a job's own files are never taken for
-gpuq's); the directory is the job's identity, which makes submit idempotent and lets a
-restarted worker re-attach (or find the job lost)."""
+may edit; a relative path is the project directory's), `grace_s` (10), `checkpoint_signal_s`
+(120, as Slurm's setting: a checkpointing job's warning before its time limit). Each attempt
+of a job gets a directory `<workdir>/<job_id>/<attempt>/` holding request.json, the
+supervisor's pid, stdout/stderr, result.json and `work/`, the ranks' working directory (so a
+job's own files are never taken for gpuq's); the directory is the job's identity, which makes
+submit idempotent and lets a restarted worker re-attach (or find the job lost)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ class LocalBackend:
         base = cluster.settings.get("workdir") or _default_workdir() / default_dir_name(cluster.id)
         self.workdir = (_repo_root() / base).resolve()  # an absolute `base` stays as it is
         self.grace_s = float(cluster.settings.get("grace_s", 10))
+        self.checkpoint_signal_s = int(cluster.settings.get("checkpoint_signal_s", 120))
 
     def close(self) -> None:
         """Nothing to let go of: every call opens and closes its own files."""
@@ -146,6 +148,12 @@ class LocalBackend:
             "env": {**job_env(job), **job.env},
             "time_limit_s": job.time_limit_s,
             "grace_s": self.grace_s,
+            # As the Slurm script's `--signal=B:USR1@<s>`: only for a job that checkpoints.
+            "checkpoint_signal_s": (
+                self.checkpoint_signal_s
+                if job.checkpoint_dir or job.checkpoint_interval_s
+                else None
+            ),
             "placement": [asdict(a) for a in job.placement],
         }
         tmp = job_dir / "request.tmp"

@@ -322,6 +322,8 @@ def supervise(
     started = time.monotonic()
     limit = req.get("time_limit_s")
     grace = float(req.get("grace_s", 10))
+    warn_s = req.get("checkpoint_signal_s")
+    warned = False
     failed: int | None = None
     ended_at: float | None = None  # when no leader was left
     term_at: float | None = None
@@ -333,6 +335,12 @@ def supervise(
         left = reap(procs) if subreaper else None
         now = time.monotonic()
         if any(leaders):
+            if limit and warn_s is not None and not warned and now - started >= limit - warn_s:
+                # As Slurm's `--signal=B:USR1@<s>`, once: to each rank's own process (what
+                # the Slurm script `exec`s as its batch shell), not to the rest of its group.
+                warned = True
+                for p in procs:
+                    p.send_signal(signal.SIGUSR1)  # not once it has ended (Popen checks)
             if limit and now - started > limit:
                 stopping.setdefault("why", "timeout")
                 stopping.setdefault("at", now)

@@ -62,6 +62,8 @@ REMOTE_TO_STATE = {
 }
 # Remote endings that a retry policy may turn into a new attempt.
 RETRYABLE = {RemoteState.NODE_FAILURE: "node_failure", RemoteState.PREEMPTED: "preemption"}
+# An event: the cluster restarted the attempt in place (details: attempt, count).
+RESTARTED_IN_PLACE = "restarted_in_place"
 
 
 def cluster_config(cluster: Cluster) -> ClusterConfig:
@@ -137,9 +139,10 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         memory_mb=memory_mb,
         time_limit_s=spec.get("time_limit"),
         priority=job.priority_class.name,
-        # What is left of the spec's retries after the requeues so far (_end_or_requeue):
-        # a cluster that retries in place (Volcano's maxRetry) must not start them afresh.
-        retries_max=max(0, int(retries.get("max", 0)) - requeues_so_far(job)),
+        # What is left of the spec's retries after the requeues and restarts in place so far
+        # (_end_or_requeue): a cluster that retries in place (Volcano's maxRetry) must not
+        # start them afresh.
+        retries_max=max(0, int(retries.get("max", 0)) - retries_used(job)),
         retry_on=tuple(retries.get("on", ())),
         checkpoint_dir=checkpoint_dir_of(
             checkpoint["dir"],
@@ -919,6 +922,8 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
     fields: dict[str, Any] = {"remote_state": status.native_state or remote}
     # A poll answers for the attempt read: it must not end a later attempt of the job.
     as_read = _read_attempt(job)
+    if status.restarted_in_place:
+        _note_restarts(job, status.restarted_in_place)
     try:
         if remote == RemoteState.QUEUED:
             # Only a job still waiting on the cluster says so in the cluster's words: one being
@@ -1057,8 +1062,36 @@ def _said(status: JobStatus) -> dict[str, Any]:
 
 
 def requeues_so_far(job: Job) -> int:
-    """Retries used: the requeues so far (not the attempts, which suspends also add to)."""
+    """The requeues so far (not the attempts, which suspends also add to)."""
     return int(job.events.filter(code__startswith="requeued_").count())
+
+
+def _restarts_in_place(job: Job) -> dict[int, int]:
+    """The restarts in place noted, per attempt: the highest count noted of each (two syncs
+    may note the same count)."""
+    seen: dict[int, int] = {}
+    for details in job.events.filter(code=RESTARTED_IN_PLACE).values_list("details", flat=True):
+        attempt, count = int(details.get("attempt", 0)), int(details.get("count", 0))
+        seen[attempt] = max(seen.get(attempt, 0), count)
+    return seen
+
+
+def retries_used(job: Job) -> int:
+    """The requeues so far and the restarts its clusters made in place (each a retry)."""
+    return requeues_so_far(job) + sum(_restarts_in_place(job).values())
+
+
+def _note_restarts(job: Job, count: int) -> None:
+    """A note per new count of the polled attempt's restarts in place: retries_used counts
+    them, also once the attempt is over."""
+    if count > _restarts_in_place(job).get(job.attempts, 0):
+        # Only Volcano restarts a job in place on its own (maxRetry).
+        note(
+            job,
+            RESTARTED_IN_PLACE,
+            f"restarted in place by Volcano ({count})",
+            {"attempt": job.attempts, "count": count},
+        )
 
 
 def _end_or_requeue(
@@ -1075,7 +1108,7 @@ def _end_or_requeue(
         message = ours.get("message") or status.reason or "preempted"
     else:
         message = status.reason or cause.replace("_", " ")
-    used = requeues_so_far(job)
+    used = retries_used(job)  # the restarts in place of this attempt noted by _apply_status
     if cause in retries.get("on", ()) and used < int(retries.get("max", 0)):
         transition(
             job,

@@ -92,3 +92,39 @@ def test_a_gang_whose_pod_its_kubelet_evicted_is_retried_as_a_new_attempt(
         job.refresh_from_db()
         assert job.attempts == 2 and job.external_id != first, job.reason
         assert "requeued_node_failure" in [e.code for e in job.events.all()]
+
+
+def test_a_gangs_restarts_in_place_use_its_retries(gang_on_volcano: Any) -> None:
+    """retries.max 2: Volcano restarts the gang in place once (a pod deleted: PodEvicted ->
+    RestartJob), then a node failure ends it. That uses both retries: one requeue, whose
+    attempt Volcano may no longer restart in place, and its node failure is the end (before:
+    each attempt was handed retries.max less the requeues alone, so the gang ran four times)."""
+    with gang_on_volcano(retries={"max": 2, "on": ["node_failure"]}) as (job, sim):
+        first = job.external_id
+        sim.evict(first, cause="preemption")  # PodEvicted -> RestartJob: retryCount 1
+        run_once()
+        sim.run(first)  # the gang recreated in place
+        run_once()
+        run_once()
+        job.refresh_from_db()
+        assert job.state == S.RUNNING, job.reason
+        restarts = [e.message for e in job.events.filter(code="restarted_in_place")]
+        assert restarts == ["restarted in place by Volcano (1)"]
+
+        sim.evict(first, index=1)  # a kubelet's eviction: PodFailed -> TerminateJob
+        run_once()
+        job.refresh_from_db()
+        assert job.attempts == 2 and job.external_id != first, job.reason
+        second = job.external_id
+        vcjob = sim.workload(second)[1]
+        assert vcjob["spec"]["maxRetry"] == 1, "no retry left to make in place"
+        assert {"event": "PodEvicted", "action": "TerminateJob"} in vcjob["spec"]["policies"]
+
+        sim.run(second)
+        run_once()
+        sim.evict(second, index=1)
+        run_once()
+        job.refresh_from_db()
+        assert job.state == S.FAILED, job.reason
+        assert job.attempts == 2
+        assert job.events.filter(code__startswith="requeued_").count() == 1

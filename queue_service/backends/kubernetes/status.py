@@ -577,7 +577,7 @@ def volcano_job_status(
         # lost node (_node_lost).
         stuck = phase == "Terminating" and any(_lost(p, nodes) is not None for p in pods)
         return Observation(
-            _failed_vcjob(eid, phase, message, retries, pods, nodes),
+            _failed_vcjob(eid, phase, message, job, pods, nodes),
             stop=stuck,
             ended_first=ended_first,
         )
@@ -618,11 +618,17 @@ def volcano_job_status(
     return _waiting(eid, pods, now, image_pull_grace_s, default, phase)
 
 
+def restarts_in_place(job: Obj) -> int:
+    """The times Volcano restarted the gang in place: its retryCount, less the failure that
+    used up maxRetry, which it counts too (RetryCount++, then Failed)."""
+    retries = int(_get(job, "status", "retryCount") or 0)
+    return max(retries - 1, 0) if _get(job, "status", "state", "phase") == "Failed" else retries
+
+
 def _failed_vcjob(
-    eid: str, phase: str, message: str, retries: int, pods: Sequence[Obj], nodes: _Nodes
+    eid: str, phase: str, message: str, job: Obj, pods: Sequence[Obj], nodes: _Nodes
 ) -> JobStatus:
-    # The failure that used up maxRetry was counted too (RetryCount++, then Failed).
-    restarts = max(retries - 1, 0) if phase == "Failed" else retries
+    restarts = restarts_in_place(job)
     suffix = f" (after {restarts} in-place restarts)" if restarts else ""
     if (late := _deadline(pods)) is not None:
         return JobStatus(
@@ -679,6 +685,12 @@ def observe(
         not_ready_nodes=not_ready_nodes,
     )
     status = seen.status
+    if kind == "vcjob" and job is not None and (restarts := restarts_in_place(job)):
+        # On every status, not only an end: the service notes each restart as it sees it.
+        seen = dataclasses.replace(
+            seen, status=dataclasses.replace(status, restarted_in_place=restarts)
+        )
+        status = seen.status
     if job is None or status.state not in RemoteState.TERMINAL or status.started is not None:
         return seen
     return dataclasses.replace(
