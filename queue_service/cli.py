@@ -349,6 +349,8 @@ def cmd_submit(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
             return _dump(result, out)
         if result["starts_now"]:
             print("would start now", file=out)
+        elif result.get("starts_soon"):  # the reason says what a submit would do first
+            print(why(result), file=out)
         else:
             print(f"would wait: {why(result)}", file=out)
             if result.get("position"):

@@ -28,7 +28,7 @@ from queue_service.clusters.services import gpu_layouts
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, log_size, read_logs
 from queue_service.jobs.models import Job, JobArray, Notification, PriorityClass
-from queue_service.jobs.reports import array_states, mig_choices
+from queue_service.jobs.reports import array_states, mig_choices, quota_share
 from queue_service.jobs.spec import (
     JobSpecSerializer,
     YamlError,
@@ -193,6 +193,8 @@ def _live_context(
         # The jobs (or arrays) it runs after, with their state where this viewer may see them.
         "after": [(a, visible.get(uuid.UUID(a)), arrays.get(a)) for a in after],
         "job": job,
+        # A waiting slice job's share by the models it could run on (a range where they differ).
+        "quota_share": quota_share(job),
         "events": latest[:TIMELINE_SHOWN][::-1],
         "events_earlier": earlier,
         # Whom it emails (the owner's address: only the job's team sees this page).

@@ -168,6 +168,9 @@ class JobUpdateSerializer(serializers.Serializer):
 
 class PreviewSerializer(serializers.Serializer):
     starts_now = serializers.BooleanField()
+    # It waits only for what a submit's cycle does for it (a relayout, a preemption): the
+    # reason says what that is.
+    starts_soon = serializers.BooleanField()
     reason = serializers.DictField(allow_null=True)
     position = serializers.IntegerField(allow_null=True)
     estimated_start = serializers.DateTimeField(allow_null=True)

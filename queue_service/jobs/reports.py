@@ -286,6 +286,50 @@ def mig_choices(layouts: dict[int, list[dict[str, Any]]]) -> list[MigChoice]:
     ]
 
 
+def quota_share(job: Job) -> str:
+    """What the job counts as against quota, for its page. A waiting slice job's share is
+    known only once it is placed (1/7 of most models, 1/4 of an A30): until then, that of
+    each model it could run on, the site's tables as the cycle reads them."""
+    shares = [job.gpus]
+    if job.spec.get("mig_profile") and job.state in (Job.State.PENDING, Job.State.SUSPENDED):
+        shares = sorted(set(slice_shares(job))) or shares
+    lo, hi = shares[0], shares[-1]
+    if lo != hi:
+        return f"{_gpus(lo)}-{_gpus(hi)} GPUs of quota, by the model it runs on"
+    return f"{_gpus(lo)} GPU{'' if lo == 1 else 's'} of quota"
+
+
+def slice_shares(job: Job) -> list[float]:
+    """The share of a GPU the waiting slice job would be charged on each model of the MIG
+    nodes (of enabled clusters, not down) that offer its profile: its `gpu_model` only, if
+    it names one; its cluster's only, if pinned."""
+    from .snapshot import site_mig_tables  # the cycle's rules; snapshot imports us
+
+    profile = job.spec["mig_profile"]
+    nodes = Node.objects.filter(mig_enabled=True, cluster__enabled=True).exclude(
+        state=Node.State.DOWN
+    )
+    if job.pinned_cluster:
+        nodes = nodes.filter(cluster_id=job.cluster_id)
+    models = set(nodes.values_list("gpu_model", flat=True))
+    if job.spec.get("gpu_model"):
+        models = {job.spec["gpu_model"]}
+    site = site_mig_tables(Cluster.objects.filter(enabled=True))
+    out = []
+    for model in models:
+        table = geometry(model, site)
+        spec = table.profile(profile) if table is not None else None
+        if table is not None and spec is not None:
+            # Rounded: 1/7 from two tables must read as one share, not two.
+            out.append(round(spec.compute_slices / table.compute_slices, 6))
+    return out
+
+
+def _gpus(value: float) -> str:
+    """As the templates' `gpus` filter writes a count: two decimals at most."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
 def _profile_order(name: str) -> tuple[int, int, str]:
     p = parse_profile(name)
     return (p.compute, p.memory_gb, name)

@@ -21,6 +21,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
+from scheduler.reasons import gpus_text
 
 from . import notify
 from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
@@ -934,4 +935,43 @@ def preview_submit(user: Any, data: dict[str, Any]) -> dict[str, Any]:
     check_notify(user, spec)
     from .snapshot import preview_job
 
-    return preview_job(team.slug, spec, pinned_cluster=cluster, priority=spec["priority"])
+    return as_preview(
+        preview_job(team.slug, spec, pinned_cluster=cluster, priority=spec["priority"])
+    )
+
+
+def as_preview(result: dict[str, Any]) -> dict[str, Any]:
+    """The scheduler's answer told as a preview: a reason that names what the cycle does for
+    the job (a relayout for it, a preemption) says what a submit would do, since the preview
+    does neither. `starts_soon`: the job waits only for that."""
+    reason = result.get("reason") or {}
+    code, d = reason.get("code"), reason.get("details") or {}
+    if code == "mig_relayout":
+        cluster, _, _ = str(d.get("node", "")).partition("/")
+        kind = Cluster.objects.filter(name=cluster).values_list("kind", flat=True).first()
+        takes = (
+            "a few seconds"
+            if kind == Cluster.Kind.LOCAL
+            else "as long as the cluster's MIG manager takes; the node drains meanwhile"
+        )
+        message = (
+            f"would start once GPU {d.get('gpu')} of node {d.get('node')} is re-laid out"
+            f" for it ({takes})"
+        )
+    elif code == "preempting":
+        if d.get("mig_profile") and "gpus" in d:
+            freed = (
+                f" of its team's lower classes to free {gpus_text(d['gpus'])} GPU(s) of its"
+                f" quota for a {d['mig_profile']} MIG instance"
+            )
+        elif d.get("mig_profile"):
+            freed = f" to free a {d['mig_profile']} MIG instance"
+        else:
+            freed = f" to free {gpus_text(d.get('gpus', 0))} GPU(s)"
+        message = (
+            f"would preempt {d.get('victims')} job(s){freed}, then start within their grace"
+            f" of {d.get('grace_s')} s"
+        )
+    else:
+        return {**result, "starts_soon": False}
+    return {**result, "reason": {**reason, "message": message}, "starts_soon": True}

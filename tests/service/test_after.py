@@ -118,6 +118,7 @@ def test_preview_says_a_job_would_wait_for_its_after_jobs(
     assert answer.status_code == 200
     assert answer.json() == {
         "starts_now": False,
+        "starts_soon": False,
         "reason": {
             "code": "after",
             "message": "waiting for job 'prep' (pending) to succeed",

@@ -32,6 +32,10 @@ from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.tenancy.services import create_token
 from tests.conftest import spec
+from tests.service.test_a_preview_says_what_a_submit_would_do_first import (  # noqa: F401
+    RELAYOUT,
+    idle_mig_gpu,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -238,6 +242,17 @@ def test_dry_run_says_why_a_job_would_wait_and_stores_nothing(
         job_file("name: b\nnodes: 3\ngpus_per_node: 4\ncommand: [/bin/true]\n"),
     )
     assert too_big.code == 0 and too_big.out.startswith("would wait: needs 3 nodes x 4")
+    assert not Job.objects.exists()
+
+
+@pytest.mark.usefixtures("idle_mig_gpu")
+def test_dry_run_says_a_slice_job_would_start_once_its_gpu_is_re_laid_out_for_it(
+    gpuq: Gpuq, job_file: Any
+) -> None:
+    # Not "would wait: GPU 0 ... is being re-laid out": the preview lays nothing out.
+    body = "name: serve\nkind: agent\nmig_profile: 1g.10gb\ncommand: [serve]\n"
+    dry = gpuq("alice", "submit", "--dry-run", job_file(body))
+    assert (dry.code, dry.out) == (0, f"{RELAYOUT}\n")
     assert not Job.objects.exists()
 
 

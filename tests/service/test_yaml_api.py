@@ -44,7 +44,13 @@ def test_a_yaml_job_file_makes_the_same_job_as_its_json(client_for: Any) -> None
 def test_a_yaml_job_file_can_be_previewed(client_for: Any, local_cluster: Any) -> None:
     response = client_for("alice").post("/api/v1/jobs/preview/", data=JOB_FILE, content_type=YAML)
     assert response.status_code == 200
-    assert set(response.json()) == {"starts_now", "reason", "position", "estimated_start"}
+    assert set(response.json()) == {
+        "starts_now",
+        "starts_soon",
+        "reason",
+        "position",
+        "estimated_start",
+    }
     assert Job.objects.count() == 0
 
 
