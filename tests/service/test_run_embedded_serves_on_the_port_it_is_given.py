@@ -30,6 +30,11 @@ def run_embedded(
         "#!/bin/sh\n"
         f'if [ "$1" = -c ]; then exec {shlex.quote(sys.executable)} "$@"; fi\n'
         f'echo "$* GPUQ_PUBLIC_URL=$GPUQ_PUBLIC_URL" >> {shlex.quote(str(log))}\n'
+        # The worker runs in the background and the script kills it when runserver returns:
+        # runserver's stand-in waits (5 s at most) until the worker's has said how it started.
+        'case "$*" in *runserver*) i=0;'
+        f" until grep -q gpuq_worker {shlex.quote(str(log))} || [ $i -ge 100 ];"
+        " do sleep 0.05; i=$((i+1)); done;; esac\n"
     )
     stub.chmod(0o755)
     base = {k: v for k, v in os.environ.items() if k not in ("GPUQ_PORT", "GPUQ_PUBLIC_URL")}
