@@ -128,16 +128,6 @@ def wait_status_exit(text: str) -> Exit | None:
     return _killed(status & 0x7F) if status & 0x7F else Exit(status >> 8)
 
 
-def exit_from_sacct(text: str) -> int | None:
-    end = sacct_exit(text)
-    return None if end is None else end.code
-
-
-def exit_from_wait_status(text: str) -> int | None:
-    end = wait_status_exit(text)
-    return None if end is None else end.code
-
-
 def describe_exit(end: Exit | None) -> str:
     """A failed job's end as a Slurm user reads it, naming the signal; "" when Slurm's own
     reason says as much."""

@@ -12,6 +12,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -795,6 +796,27 @@ class Sim:
             self._end(eid, failed[expired[0]["metadata"]["name"]], "job_failed_backoff", n=1)
         return bool(expired)
 
+    def _remove_pods(
+        self,
+        eid: str,
+        *,
+        keep_ended: bool = False,
+        only: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """A controller's deletion of the workload's pods, gone at once (no grace): all of
+        them, those not ended (`keep_ended`: Failed and Succeeded pods kept, as
+        PodRetainPhaseSoft), or those `only` selects."""
+        pt = self._t(("", "v1", "pods"))
+        for p in self.pods(eid):
+            if keep_ended and p["status"].get("phase") in ("Failed", "Succeeded"):
+                continue
+            if only is not None and not only(p):
+                continue
+            with self.store.lock:
+                self.store.remove(
+                    pt, self.store.get(pt, p["metadata"]["namespace"], p["metadata"]["name"])
+                )
+
     def _end(
         self,
         eid: str,
@@ -820,57 +842,27 @@ class Sim:
             retries = int((obj.get("status") or {}).get("retryCount", 0)) + 1
             total = sum(task["replicas"] for task in obj["spec"]["tasks"])
             if action == "TerminateJob":
-                for p in self.pods(eid):
-                    if p["status"].get("phase") not in ("Failed", "Succeeded"):
-                        with self.store.lock:
-                            pt = self._t(("", "v1", "pods"))
-                            self.store.remove(
-                                pt,
-                                self.store.get(
-                                    pt, p["metadata"]["namespace"], p["metadata"]["name"]
-                                ),
-                            )
+                self._remove_pods(eid, keep_ended=True)
                 self._workload_status(eid, None, "vcjob_terminated", n=total)
                 return
             if action != "RestartJob":
                 return
             if retries < (obj["spec"].get("maxRetry") or 3):
                 self._workload_status(eid, None, "vcjob_restarting", n=total, retries=retries)
-                for p in self.pods(eid):  # Volcano kills the whole gang and recreates it
-                    with self.store.lock:
-                        pt = self._t(("", "v1", "pods"))
-                        self.store.remove(
-                            pt,
-                            self.store.get(pt, p["metadata"]["namespace"], p["metadata"]["name"]),
-                        )
+                self._remove_pods(eid)  # Volcano kills the whole gang and recreates it
             else:
                 # At the last retry killJob keeps only Failed and Succeeded pods
                 # (job_controller_actions.go); the rest are deleted (at once here).
-                for p in self.pods(eid):
-                    if p["status"].get("phase") not in ("Failed", "Succeeded"):
-                        with self.store.lock:
-                            pt = self._t(("", "v1", "pods"))
-                            self.store.remove(
-                                pt,
-                                self.store.get(
-                                    pt, p["metadata"]["namespace"], p["metadata"]["name"]
-                                ),
-                            )
+                self._remove_pods(eid, keep_ended=True)
                 self._workload_status(eid, None, "vcjob_failed", n=total, retries=retries)
             return
-        for other in self.pods(eid):
-            if (
-                other["metadata"]["name"] != pod["metadata"]["name"]
-                and other["status"].get("phase") == "Running"
-            ):
-                with self.store.lock:
-                    pt = self._t(("", "v1", "pods"))
-                    self.store.remove(
-                        pt,
-                        self.store.get(
-                            pt, other["metadata"]["namespace"], other["metadata"]["name"]
-                        ),
-                    )
+        self._remove_pods(
+            eid,
+            only=lambda p: (
+                p["metadata"]["name"] != pod["metadata"]["name"]
+                and p["status"].get("phase") == "Running"
+            ),
+        )
         self._workload_status(
             eid,
             job_shape,

@@ -212,18 +212,32 @@ def test_every_slurm_state_has_a_gpuq_state(
 
 
 @pytest.mark.parametrize(
-    ("text", "exit_code"),
-    [("3:0", 3), ("0:9", 137), ("0:0", 0), ("1:0", 1), ("0:15", 143), ("", None)],
+    ("text", "end"),
+    [
+        ("3:0", parsers.Exit(3, folded=True)),
+        ("0:9", parsers.Exit(137, 9)),
+        ("0:0", parsers.Exit(0)),
+        ("1:0", parsers.Exit(1, folded=True)),
+        ("0:15", parsers.Exit(143, 15)),
+        ("", None),
+    ],
 )
-def test_sacct_exit_codes(text: str, exit_code: int | None) -> None:
-    assert parsers.exit_from_sacct(text) == exit_code
+def test_sacct_exit_codes(text: str, end: parsers.Exit | None) -> None:
+    assert parsers.sacct_exit(text) == end
 
 
 @pytest.mark.parametrize(
-    ("text", "exit_code"), [("768", 3), ("9", 137), ("15", 143), ("0", 0), ("N/A", None)]
+    ("text", "end"),
+    [
+        ("768", parsers.Exit(3)),
+        ("9", parsers.Exit(137, 9)),
+        ("15", parsers.Exit(143, 15)),
+        ("0", parsers.Exit(0)),
+        ("N/A", None),
+    ],
 )
-def test_squeue_exit_codes_are_wait_statuses(text: str, exit_code: int | None) -> None:
-    assert parsers.exit_from_wait_status(text) == exit_code
+def test_squeue_exit_codes_are_wait_statuses(text: str, end: parsers.Exit | None) -> None:
+    assert parsers.wait_status_exit(text) == end
 
 
 def test_no_exit_code_for_a_job_still_running() -> None:
