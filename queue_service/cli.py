@@ -2,7 +2,7 @@
 """gpuq: the queue from a terminal, over the REST API (what sbatch, squeue, scancel and
 `sky logs` are to their systems).
 
-    gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine]
+    gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine | --user bob]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
     gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]   gpuq me [--email ADDRESS]
@@ -49,11 +49,16 @@ ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "
 
 class CliError(Exception):
     """What the user is told on stderr before exit status 1. Transient: the service or its
-    cluster did not answer (a 503 or 504, or no connection), so a later try may succeed."""
+    cluster did not answer (a 503 or 504, or no connection), so a later try may succeed.
+    `status` is the server's HTTP status, and `detail` its own words, where it answered."""
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    def __init__(
+        self, message: str, *, transient: bool = False, status: int | None = None, detail: str = ""
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.status = status
+        self.detail = detail
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -113,11 +118,13 @@ class Api:
                     self.last_headers = response.headers
                 break
             except urllib.error.HTTPError as exc:
-                message, from_gpuq = _http_error(exc)
+                message, from_gpuq, detail = _http_error(exc)
                 # A proxy's 502 (its own page, not gpuq's JSON: gpuq's says the cluster
                 # refused) is the service restarting behind it, as a 504 is.
                 transient = exc.code in (503, 504) or (exc.code == 502 and not from_gpuq)
-                raise CliError(message, transient=transient) from None
+                raise CliError(
+                    message, transient=transient, status=exc.code, detail=detail
+                ) from None
             # HTTPException: an answer cut short (a proxy dropped it), or no HTTP at all.
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
                 if pause is None:
@@ -132,14 +139,19 @@ class Api:
             ) from None
 
 
-def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool]:
-    """What to tell of an HTTP error, and whether its body was JSON (gpuq's own)."""
+def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool, str]:
+    """What to tell of an HTTP error, whether its body was JSON (gpuq's own), and what that
+    body said, on one line."""
     if 300 <= exc.code < 400:
         where = exc.headers.get("Location", "?")
         return (
-            f"the server answered {exc.code}, redirecting to {where};"
-            " set GPUQ_URL to where it points"
-        ), False
+            (
+                f"the server answered {exc.code}, redirecting to {where};"
+                " set GPUQ_URL to where it points"
+            ),
+            False,
+            "",
+        )
     try:
         raw = exc.read()
     except (OSError, http.client.HTTPException):  # the error's body was cut short
@@ -147,12 +159,16 @@ def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool]:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
-        return f"the server answered {exc.code} {exc.reason}", False
+        return f"the server answered {exc.code} {exc.reason}", False, ""
+    said = _flatten(body)
     if exc.code == 401:
-        said = _flatten(body)
-        return f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)", True
-    lines = "\n".join("  " + line for line in _flatten(body))
-    return f"the server answered {exc.code}:\n" + lines, True
+        return (
+            f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)",
+            True,
+            "; ".join(said),
+        )
+    lines = "\n".join("  " + line for line in said)
+    return f"the server answered {exc.code}:\n" + lines, True, "; ".join(said)
 
 
 def _flatten(body: Any, prefix: str = "") -> list[str]:
@@ -219,12 +235,21 @@ def comma_list(value: str) -> str:
     return ",".join(part.strip() for part in value.split(",") if part.strip())
 
 
+def _given_empty(namespace: Any, values: Any, option: Any) -> None:
+    """Note a filter given an empty value: `ls` takes it as no filter, as the API does, but a
+    command that acts refuses it (main): `--name "$PREFIX"` with PREFIX unset would widen
+    its selection to every job the other filters match."""
+    if not values:
+        namespace.empty_filters = [*getattr(namespace, "empty_filters", []), option]
+
+
 class AnyOf(argparse.Action):
     """A list filter given again selects jobs of any of its values, as the API's repeated
     parameter does (`--state pending --state suspended` is pending,suspended), not of the
     last one only. An empty value adds nothing: alone it is no filter, as the API's."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        _given_empty(namespace, values, option)
         before = getattr(namespace, self.dest, None)
         setattr(namespace, self.dest, ",".join(v for v in (before, values) if v) or None)
 
@@ -234,11 +259,13 @@ class AnyName(argparse.Action):
     repeated `name` (a comma in a name is text)."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        _given_empty(namespace, values, option)
         before = getattr(namespace, self.dest, None) or []
         setattr(namespace, self.dest, [*before, values] if values else before or None)
 
 
 ANY_OF = "A filter given again adds its values: --team a --team b is --team a,b."
+USERS = "only jobs these users submitted, comma-separated (me: you), as squeue -u"
 
 
 def count(value: str) -> int:
@@ -622,8 +649,11 @@ def _filters(args: argparse.Namespace) -> dict[str, str | int | list[str]]:
     query: dict[str, str | int | list[str]] = {
         n: getattr(args, n) for n in FILTERS if getattr(args, n, None)
     }
-    if args.mine:
-        query["user"] = "me"
+    users = [args.user] if args.user else []
+    if args.mine:  # --user me
+        users.append("me")
+    if users:
+        query["user"] = ",".join(users)
     return query
 
 
@@ -863,14 +893,19 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
     """cancel, suspend or resume (args.command) each job named, or each job the filters
     select (as `scancel -u me --name x`); each is reported. A selected job that ended after
     the list was read is said to have ended, not an error (scancel of an array passes over
-    its finished tasks); one named by its id is the server's to refuse."""
+    its finished tasks); so is one the user may not change (a teammate's), counted once on
+    stderr. One named by its id is the server's to refuse."""
     failed = 0
     answers: list[Any] = []
+    passed_over: list[CliError] = []
     for job in selected(api, args, ACTS_ON[args.command]):
         note = ""
         try:
             answer = api.call("POST", f"jobs/{job['id']}/{args.command}/")
         except CliError as exc:
+            if _not_yours(args, exc):
+                passed_over.append(exc)
+                continue
             answer = None if args.ids else _ended(api, job["id"])
             if answer is None:
                 failed += 1
@@ -880,9 +915,24 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
         answers.append(answer)
         if not args.json:
             print(f"{answer['id']}  {answer['state']}{note}", file=out)
+    _say_passed_over(args.command, passed_over)
     if args.json:
         _dump(answers, out)
     return 1 if failed else 0
+
+
+def _not_yours(args: argparse.Namespace, exc: CliError) -> bool:
+    """Whether a job the filters selected is one the server says the user may not change (a
+    teammate's: seen, not theirs): passed over, as scancel with filters leaves others' jobs.
+    A job named by its id is the user's own request: its refusal is a failure."""
+    return not args.ids and exc.status == 403 and bool(exc.detail)
+
+
+def _say_passed_over(verb: str, refusals: Sequence[CliError]) -> None:
+    """One line for the selected jobs passed over, in the server's words for the first."""
+    if refusals:
+        jobs = f"{len(refusals)} job{'s' if len(refusals) != 1 else ''}"
+        print(f"gpuq: passed over {jobs} you may not {verb}: {refusals[0].detail}", file=sys.stderr)
 
 
 def _ended(api: Api, ident: str) -> dict[str, Any] | None:
@@ -912,27 +962,33 @@ UPDATE_WAITING = "pending,suspended"
 
 def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """Change jobs' priority class or time limit while they wait, what they email about, or
-    their arrays' limit of tasks at once (as `scontrol update`), each job reported. The %N
-    goes once to every array a selected job is in: with the first of its jobs' changes that
-    the job's state allows, else alone, by its first job selected (before that job's own
-    changes, which the server refuses: a refused PATCH is not followed by the %N)."""
+    their arrays' limit of tasks at once (as `scontrol update`), each job reported. By
+    filters without --state, each job is sent the changes its state allows (a started one
+    only its --notify, its line saying what was kept). The %N goes once to every array a
+    selected job is in: with the first of its jobs' changes that the job's state allows,
+    else alone, by its first job selected (before that job's own changes, which the server
+    refuses: a refused PATCH is not followed by the %N)."""
     changes: dict[str, Any] = {}
     if args.new_priority is not None:
         changes["priority"] = args.new_priority
     if args.time_limit is not None:
         changes["time_limit"] = None if args.time_limit.lower() == "default" else args.time_limit
-    while_waiting = bool(changes)
-    # By filters without --state, the changes go only to jobs whose state allows them; the
-    # %N may change at any time, so with it the started jobs are selected too, to carry it.
-    changing = UPDATE_WAITING if changes else ACTS_ON["cancel"]
-    states = ACTS_ON["cancel"] if args.max_running is not None else changing
+    while_waiting = tuple(changes)  # the changes a job's state allows only while it waits
     if args.notify is not None:  # until a job ends
         changes["notify"] = args.notify
+    # By filters without --state, the started jobs are selected only if they have something
+    # to carry: their notify (until they end), or their array's %N (at any time).
+    anytime = not while_waiting or args.notify is not None or args.max_running is not None
+    states = ACTS_ON["cancel"] if anytime else UPDATE_WAITING
+    waiting = UPDATE_WAITING.split(",")
+    named = bool(args.ids or args.state)  # sent what was asked: the server says what it refuses
     failed = 0
     answers: list[Any] = []
     tried = 0
+    passed_over: list[CliError] = []
+    refused: dict[str, CliError] = {}  # arrays whose task was not the user's, by id
 
-    def patch(job: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
+    def patch(job: Mapping[str, Any], body: Mapping[str, Any], kept: str = "") -> bool:
         nonlocal failed, tried
         tried += 1
         try:
@@ -943,22 +999,38 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
                 content_type="application/json",
             )
         except CliError as exc:
+            if _not_yours(args, exc):
+                passed_over.append(exc)
+                if job.get("array"):  # its tasks share their owner: so would they be
+                    refused[job["array"]["id"]] = exc
+                return False
             failed += 1
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             return False
         answers.append(answer)
         if not args.json:
-            print(f"{answer['id']}  {job_name(answer)}  {updated(answer, body)}", file=out)
+            print(f"{answer['id']}  {job_name(answer)}  {updated(answer, body)}{kept}", file=out)
         return True
 
     def body_of(job: Mapping[str, Any]) -> dict[str, Any]:
-        named = args.ids or args.state  # sent what was asked: the server says what it refuses
-        return dict(changes) if named or job["state"] in changing.split(",") else {}
+        if named or job["state"] in waiting:
+            return dict(changes)
+        return {k: v for k, v in changes.items() if k not in while_waiting}
+
+    def kept(job: Mapping[str, Any], body: Mapping[str, Any]) -> str:
+        """What of the asked changes the job's state left out, and why."""
+        left = [k.replace("_", " ") for k in while_waiting if k not in body]
+        if not left:
+            return ""
+        return (
+            f"; {' and '.join(left)} kept: it is {job['state']}, and a priority or time limit"
+            " changes only while a job waits"
+        )
 
     def allowed(job: Mapping[str, Any], body: Mapping[str, Any]) -> bool:
         """Whether the job's state allows these changes (the server's 409 otherwise)."""
         state = job.get("state")
-        if while_waiting and state not in UPDATE_WAITING.split(","):
+        if set(body) & set(while_waiting) and state not in waiting:
             return False
         return bool(body) and not ("notify" in body and state in ENDED)
 
@@ -978,6 +1050,9 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
             print(f"gpuq: {job}", file=sys.stderr)
             continue
         body, array = body_of(job), job.get("array")
+        if array is not None and array["id"] in refused:
+            passed_over.append(refused[array["id"]])
+            continue
         if args.max_running is None:
             pass
         elif array is None:
@@ -995,10 +1070,12 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
         if not body:
             continue  # only its array's %N, sent with another task (or by filters, in none)
         # Once done: a refused PATCH leaves it to the array's next task.
-        if patch(job, body) and "array" in body and array is not None:
+        if patch(job, body, kept(job, body)) and "array" in body and array is not None:
             limited.add(array["id"])
-    if jobs and not tried and not failed:  # selected only to carry a %N, and in no array
+    if jobs and not tried and not failed and not passed_over:
+        # selected only to carry a %N, and in no array
         print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
+    _say_passed_over(args.command, passed_over)
     if args.json:
         _dump(answers, out)
     return 1 if failed else 0
@@ -1168,7 +1245,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--priority", type=comma_list, action=AnyOf)
     p.add_argument("--cluster", type=comma_list, action=AnyOf)
     p.add_argument("--name", action=AnyName, help="names containing this text")
-    p.add_argument("--mine", action="store_true", help="only jobs you submitted")
+    p.add_argument("--user", type=comma_list, action=AnyOf, help=USERS)
+    p.add_argument("--mine", action="store_true", help="only jobs you submitted (--user me)")
     p.add_argument(
         "--array",
         type=array_id,
@@ -1228,7 +1306,10 @@ def parser() -> argparse.ArgumentParser:
         if verb != "update":  # there, --priority is the new one
             p.add_argument("--priority", type=comma_list, action=AnyOf)
         p.add_argument("--cluster", type=comma_list, action=AnyOf)
-        p.add_argument("--mine", action="store_true", help="with no IDs: only jobs you submitted")
+        p.add_argument("--user", type=comma_list, action=AnyOf, help=f"with no IDs: {USERS}")
+        p.add_argument(
+            "--mine", action="store_true", help="with no IDs: only jobs you submitted (--user me)"
+        )
         p.add_argument(
             "--array",
             type=array_id,
@@ -1256,7 +1337,7 @@ def parser() -> argparse.ArgumentParser:
         p,
         "update",
         f"all but ended ones; with --priority or --time-limit, {UPDATE_WAITING}, or all but"
-        " ended ones if --max-running too, the others then sent only their array's %%N",
+        " ended ones if --notify or --max-running too, the started ones then sent only those",
     )
     p.add_argument(
         "--priority", dest="new_priority", metavar="CLASS", help="the new priority class, e.g. high"
@@ -1314,7 +1395,16 @@ def main(
     url = args.url or environ.get("GPUQ_URL") or DEFAULT_URL
     if not 0 < args.timeout <= 3600:  # also refuses nan and inf, which sockets cannot take
         _usage(top, "--timeout must be more than 0 and at most 3600 seconds")
-    if args.command in (*ACTS_ON, "update") and bool(args.ids) == bool(_filters(args)):
+    acting = args.command in (*ACTS_ON, "update")
+    if acting and getattr(args, "empty_filters", None):
+        _usage(
+            top,
+            f"{args.command}: {args.empty_filters[0]}: an empty value selects no job"
+            " (a variable unset?)",
+        )
+    if acting:  # a job named twice is acted on once, as `scancel 5 5`
+        args.ids = list(dict.fromkeys(args.ids))
+    if acting and bool(args.ids) == bool(_filters(args)):
         _usage(
             top,
             f"{args.command}: name jobs, or select them with filters (--mine, --name, --array, …)"

@@ -65,13 +65,14 @@ def test_cancel_by_a_name_given_twice_cancels_the_jobs_of_either_name_and_no_oth
 def test_an_empty_filter_is_still_no_filter_when_given_twice(
     gpuq: Gpuq, people: dict[str, Any]
 ) -> None:
-    # As one empty --name: no filter, so cancel refuses to act on everything it sees.
+    # As one empty --name: cancel refuses it rather than act on everything it sees
+    # (tests/service/test_cli_an_empty_filter_value_selects_nothing_to_act_on.py).
     submit_job(people["alice"], spec(name="alpha"))
 
     result = gpuq("alice", "cancel", "--name", "", "--name", "", "--state", " ")
 
     assert result.code == 2
-    assert "cancel: name jobs, or select them with filters" in result.err
+    assert "cancel: --name: an empty value selects no job" in result.err
     assert Job.objects.get().state == Job.State.PENDING
 
 
