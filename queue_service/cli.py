@@ -4,7 +4,7 @@
 
     gpuq submit job.yaml [--dry-run | -f] gpuq ls [--state running,pending] [--mine | --user bob]
     gpuq show ID                          gpuq logs ID [-f] [--stderr]
-    gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision]
+    gpuq cancel ID [ID ...] | --array ID  gpuq queue [--team vision] [--user bob]
     gpuq usage vision [--from 2026-11-01] [--to 2026-11-30]   gpuq me [--email ADDRESS]
     gpuq update ID [ID ...] | --array ID [--priority high] [--time-limit 30m] [--max-running 8]
                 [--notify end,fail]
@@ -308,7 +308,7 @@ def age(value: str | None, now: datetime) -> str:
 def gpus(job: Mapping[str, Any]) -> str:
     spec = job.get("spec") or {}
     if spec.get("mig_profile"):
-        return f"mig {spec['mig_profile']}"
+        return f"mig {clean(str(spec['mig_profile']))}"
     nodes, per_node = spec.get("nodes", 1), spec.get("gpus_per_node", 0)
     return f"{nodes}x{per_node}" if nodes != 1 else str(per_node)
 
@@ -628,8 +628,8 @@ def cmd_ls(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
             [
                 job["id"],
                 job_name(job),
-                job["team"],
-                job["user"],
+                clean(job["team"]),
+                clean(job["user"]),
                 job["state"],
                 gpus(job),
                 age(job["submitted_at"], now),
@@ -684,7 +684,7 @@ def _cursor(next_url: str | None) -> str | None:
 
 
 def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    query = {name: getattr(args, name) for name in ("team", "cluster") if getattr(args, name)}
+    query = {n: getattr(args, n) for n in ("team", "cluster", "user") if getattr(args, n)}
     jobs = api.call("GET", "queue/", query=query)
     total = api.last_headers.get("X-Total-Count", "")
     if args.json:
@@ -706,8 +706,8 @@ def cmd_queue(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -
                 str(job["queue_position"] or "-"),
                 job["id"],
                 name,
-                job["team"],
-                job["priority"],
+                clean(job["team"]),
+                clean(job["priority"]),
                 gpus(job),
                 age(job["submitted_at"], now),
                 when(job["estimated_start"]),
@@ -747,12 +747,18 @@ def cmd_show(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) ->
     if job.get("array"):
         a = job["array"]
         fields.append(
-            ("array", f"{a['id']} (index {a['index']} of {a['size']}, indices {a['indices']})")
+            (
+                "array",
+                f"{a['id']} (index {a['index']} of {a['size']}, indices {clean(a['indices'])})",
+            )
         )
     fields += [
         ("state", job["state"]),
-        ("team", f"{job['team']} (user {job['user']}, priority {job['priority']})"),
-        ("gpus", gpus(job) + (f" {job['gpu_model']}" if job.get("gpu_model") else "")),
+        (
+            "team",
+            f"{clean(job['team'])} (user {clean(job['user'])}, priority {clean(job['priority'])})",
+        ),
+        ("gpus", gpus(job) + (f" {clean(job['gpu_model'])}" if job.get("gpu_model") else "")),
     ]
     if job["state"] == "pending":
         fields.append(("why", why(job) or "not considered yet"))
@@ -893,8 +899,10 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
     """cancel, suspend or resume (args.command) each job named, or each job the filters
     select (as `scancel -u me --name x`); each is reported. A selected job that ended after
     the list was read is said to have ended, not an error (scancel of an array passes over
-    its finished tasks); so is one the user may not change (a teammate's), counted once on
-    stderr. One named by its id is the server's to refuse."""
+    its finished tasks), and one resumed meanwhile (by another user or terminal) to have
+    been resumed (a suspend of a job suspended meanwhile is the server's success); one the
+    user may not change (a teammate's) is passed over, counted once on stderr. One named by
+    its id is the server's to refuse."""
     failed = 0
     answers: list[Any] = []
     passed_over: list[CliError] = []
@@ -906,12 +914,11 @@ def cmd_stop_or_resume(api: Api, args: argparse.Namespace, out: IO[str], now: da
             if _not_yours(args, exc):
                 passed_over.append(exc)
                 continue
-            answer = None if args.ids else _ended(api, job["id"])
+            answer, note = (None, "") if args.ids else _meanwhile(api, args.command, job, exc)
             if answer is None:
                 failed += 1
                 print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
                 continue
-            note = " (it had ended already)"
         answers.append(answer)
         if not args.json:
             print(f"{answer['id']}  {answer['state']}{note}", file=out)
@@ -935,13 +942,29 @@ def _say_passed_over(verb: str, refusals: Sequence[CliError]) -> None:
         print(f"gpuq: passed over {jobs} you may not {verb}: {refusals[0].detail}", file=sys.stderr)
 
 
-def _ended(api: Api, ident: str) -> dict[str, Any] | None:
-    """The job, if it has ended (else, or unread, None)."""
+def _meanwhile(
+    api: Api, verb: str, listed: Mapping[str, Any], exc: CliError
+) -> tuple[dict[str, Any] | None, str]:
+    """A selected job the server refused to `verb`, read again, with a note on what became of
+    it since the list was read: it ended, or (resume) it was resumed, being back in the queue
+    or running, as asked. (None, "") otherwise, or unread: the refusal stands."""
     try:
-        job: dict[str, Any] = api.call("GET", f"jobs/{ident}/")
+        job: dict[str, Any] = api.call("GET", f"jobs/{listed['id']}/")
     except CliError:
-        return None
-    return job if job.get("state") in ENDED else None
+        return None, ""
+    state = job.get("state")
+    if state in ENDED:
+        return job, " (it had ended already)"
+    # The server's 409 to resume a job no longer suspended. Suspended leaves only for pending
+    # (a resume) or cancelled: listed suspended and now waiting or running, it was resumed.
+    if (
+        verb == "resume"
+        and exc.status == 409
+        and listed.get("state") == "suspended"
+        and state in ACTS_ON["suspend"].split(",")
+    ):
+        return job, " (it was resumed already)"
+    return None, ""
 
 
 def selected(api: Api, args: argparse.Namespace, states: str) -> list[dict[str, Any]]:
@@ -1266,6 +1289,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--team", type=comma_list, action=AnyOf)
     p.add_argument("--cluster", type=comma_list, action=AnyOf)
+    p.add_argument("--user", type=comma_list, action=AnyOf, help=USERS)
     p.epilog = ANY_OF
 
     p = command("show", cmd_show, "one job: state, why it waits, placement, events")

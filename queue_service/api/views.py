@@ -101,13 +101,25 @@ FILTER_PARAMETERS = {
 }
 
 
+USER_PARAMETER = OpenApiParameter(
+    "user", str, description="only these users' jobs, comma-separated (me: yours)"
+)
+
+
+def _of_users(qs: QuerySet[Job], request: Request) -> QuerySet[Job]:
+    """The `user` filter (squeue -u): only jobs these users submitted, `me` being the caller;
+    within qs, so within what the caller may see."""
+    if users := _listed(request.query_params, "user"):
+        me = request.user.get_username()
+        qs = qs.filter(user__username__in=[me if u == "me" else u for u in users])
+    return qs
+
+
 @extend_schema_view(
     list=extend_schema(
         parameters=[
             *FILTER_PARAMETERS.values(),
-            OpenApiParameter(
-                "user", str, description="only these users' jobs, comma-separated (me: yours)"
-            ),
+            USER_PARAMETER,
             OpenApiParameter(
                 "name",
                 str,
@@ -138,9 +150,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             if values := _listed(params, param):
                 _check_choices(param, values)
                 qs = qs.filter(**{lookup: values})
-        if users := _listed(params, "user"):
-            me = self.request.user.get_username()
-            qs = qs.filter(user__username__in=[me if u == "me" else u for u in users])
+        qs = _of_users(qs, self.request)
         # Repeated only: a name may hold a comma, so one value is one text to look for.
         if names := [n for n in params.getlist("name") if n]:
             containing = Q()
@@ -295,6 +305,7 @@ class QueueView(APIView):
         parameters=[
             FILTER_PARAMETERS["team"],
             FILTER_PARAMETERS["cluster"],
+            USER_PARAMETER,
             OpenApiParameter(
                 QUEUE_TOTAL_HEADER,
                 int,
@@ -315,6 +326,7 @@ class QueueView(APIView):
         for param in ("team", "cluster"):
             if values := _listed(request.query_params, param):
                 qs = qs.filter(**{JOB_FILTERS[param]: values})
+        qs = _of_users(qs, request)
         data = s.JobSerializer(qs[:QUEUE_LIMIT], many=True).data
         total = len(data) if len(data) < QUEUE_LIMIT else qs.count()
         return Response(data, headers={QUEUE_TOTAL_HEADER: str(total)})
