@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import date
 from html import escape
@@ -33,13 +34,19 @@ def _attrs(**attrs: Any) -> str:
 
 
 def _svg(
-    width: float, height: float, body: list[str], label: str, cls: str, stretch: bool = False
+    width: float,
+    height: float,
+    body: list[str],
+    label: str,
+    cls: str,
+    stretch: bool = False,
+    role: str = "img",
 ) -> SafeString:
     # A stretched drawing fills its box's width whatever the box's height (the quota bar).
     aspect = ' preserveAspectRatio="none"' if stretch else ""
     return mark_safe(  # noqa: S308 - every piece of text in body went through escape()
         f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_num(width)} {_num(height)}"'
-        f"{aspect}{_attrs(class_=cls, role='img', aria_label=label)}>"
+        f"{aspect}{_attrs(class_=cls, role=role, aria_label=label)}>"
         f"<title>{escape(label)}</title>{''.join(body)}</svg>"
     )
 
@@ -196,28 +203,52 @@ def node_map(
 ) -> SafeString:
     """One node's GPUs left to right, coloured by the team holding each. A MIG GPU is drawn
     as its memory slices (0..memory_slices) with each instance at its physical placement.
-    A down or drained node is hatched. `job_url` links the jobs the viewer may see."""
+    A down or drained node is hatched. `job_url` links the jobs the viewer may see.
+    Its name says in words who holds how many (the colours say it only to the eye); one that
+    holds links is a group of them, since an image's children are hidden from screen readers."""
     scale = 0.5 if compact else 1.0
     h, gap = CELL_H * scale, GAP * scale
     body: list[str] = []
     x = 0.0
-    held = 0
+    whole: Counter[str] = Counter()
+    slices: Counter[str] = Counter()
     for gpu in layout:
         if gpu.get("mig") is not None:
             w = memory_slices * SLICE_W * scale
             body += _mig_gpu(gpu, x, w, h, memory_slices, job_url, labels=not compact)
+            slices.update(inst["team"] for inst in gpu["mig"] if inst.get("team"))
         else:
             w = CELL_W * scale
             body += _whole_gpu(gpu, x, w, h, job_url, labels=not compact)
-            held += gpu.get("team") is not None
+            if gpu.get("team"):
+                whole[gpu["team"]] += 1
         x += w + gap
     width = max(x - gap, CELL_W * scale)
     if state != "up":
         body.append(
             f'<rect class="node-off" x="0" y="0" width="{_num(width)}" height="{_num(h)}"/>'
         )
-    label = f"node {node_name} ({state}): {len(layout)} GPUs, {held} whole GPUs in use"
-    return _svg(width, h, body, label, "node-map" + (" compact" if compact else ""))
+    label = (
+        f"node {node_name} ({state}): {len(layout)} GPUs, {whole.total()} whole GPUs in use"
+        + (f" ({_holders(whole)})" if whole else "")
+        + (f"; MIG slices in use: {_holders(slices)}" if slices else "")
+    )
+    links = any(who.get("job") for gpu in layout for who in [gpu, *(gpu.get("mig") or [])])
+    return _svg(
+        width,
+        h,
+        body,
+        label,
+        "node-map" + (" compact" if compact else ""),
+        role="group" if links else "img",
+    )
+
+
+def _holders(counts: Counter[str]) -> str:
+    """Who holds how many, most first, then by name: vision 2, language 1."""
+    return ", ".join(
+        f"{team} {n}" for team, n in sorted(counts.items(), key=lambda tn: (-tn[1], tn[0]))
+    )
 
 
 def _whole_gpu(
@@ -232,7 +263,7 @@ def _whole_gpu(
         + _attrs(data_team=team or "", data_gpu=gpu["gpu"])
         + f"><title>{escape(title)}</title></rect>"
     )
-    out = [_link(rect, gpu.get("job"), job_url)]
+    out = [_link(rect, gpu.get("job"), job_url, f"GPU {gpu['gpu']}: a job of {team}")]
     if labels:
         out.append(
             f'<text class="{"gpu-label" if team else "gpu-label free"}" '
@@ -270,7 +301,7 @@ def _mig_gpu(
             + _attrs(data_team=team or "", data_profile=inst["profile"])
             + f"><title>{escape(where + ': ' + (team or 'free'))}</title></rect>"
         )
-        out.append(_link(rect, inst.get("job"), job_url))
+        out.append(_link(rect, inst.get("job"), job_url, f"{where}: a job of {team}"))
         if labels:
             out.append(
                 f'<text class="{"slice-label held" if team else "slice-label"}" '
@@ -285,7 +316,7 @@ def _mig_gpu(
     return out
 
 
-def _link(markup: str, job: str | None, job_url: str) -> str:
+def _link(markup: str, job: str | None, job_url: str, name: str) -> str:
     if not job:
         return markup
-    return f'<a href="{escape(job_url.format(job))}">{markup}</a>'
+    return f"<a{_attrs(href=job_url.format(job), aria_label=name)}>{markup}</a>"

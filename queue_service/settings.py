@@ -417,6 +417,9 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
+# A form from a page drawn before its user signed in again (Django rotates the token then):
+# the app's page saying nothing was changed, linking back, not Django's bare 403.
+CSRF_FAILURE_VIEW = "frontend.views.common.csrf_failure"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -11,10 +11,10 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404
+from django.shortcuts import get_object_or_404, render
 from django.urls import Resolver404, get_script_prefix, resolve, reverse
 from django.utils.http import url_has_allowed_host_and_scheme
-from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseClientRefresh
 from rest_framework import exceptions as drf
 
 from queue_service.jobs.models import Job
@@ -34,6 +34,14 @@ def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        polled = request.method == "GET" and bool(request.headers.get("HX-Request"))
+        if request.user.is_authenticated and polled:
+            try:
+                return guarded(request, *args, **kwargs)
+            except (Http404, PermissionDenied):
+                # Not the viewer's (any more): htmx swaps no 404 and would poll on for ever,
+                # showing what it last had. The page, reloaded, is the 404 (or 403) page.
+                return HttpResponseClientRefresh()
         if request.user.is_authenticated or (
             request.method in ("GET", "HEAD") and not request.headers.get("HX-Request")
         ):
@@ -49,6 +57,19 @@ def signed_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
         return redirect_to_login(page_of(referer if safe else request.path))
 
     return wrapper
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """settings.CSRF_FAILURE_VIEW: a form whose CSRF token no longer matches, mostly one from a
+    page drawn before its user signed out and in again (the sign-in rotates the token). Nothing
+    was done: say so, and link to the page to open again (its Referer, else the page of what
+    the form changes)."""
+    referer = request.headers.get("Referer", "")
+    safe = url_has_allowed_host_and_scheme(
+        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    context = {"back": page_of(referer if safe else request.path), "reason": reason}
+    return render(request, "frontend/stale_form.html", context, status=403)
 
 
 def page_of(url: str) -> str:

@@ -404,20 +404,41 @@ def job_cancel(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
             "frontend/job_cancel.html",
             {"job": job, "can_manage": job_services.can_manage(request.user, job)},
         )
+    was = job.state
     with permission_as_403():
         try:
-            job_services.cancel_job(request.user, job)
+            job = job_services.cancel_job(request.user, job)
         except job_services.JobConflict as exc:
-            messages.error(request, f"Not cancelled: {exc}")
+            messages.error(request, f"Not cancelled: {exc}.")
         else:
-            messages.success(request, f"Cancelling {job.display_name}.")
+            messages.success(request, _outcome(job, was, "cancel"))
     return redirect("job", pk=job.pk)
+
+
+# What became of a job a cancel or a suspend was asked of (the state it was read in, and the
+# one the service left it in): done at once, under way on its cluster, or asked already.
+OUTCOMES = {
+    "cancel": (Job.State.CANCELLED, Job.State.CANCELLING, "Cancelled", "Cancelling", "cancelled"),
+    "suspend": (Job.State.SUSPENDED, Job.State.SUSPENDING, "Suspended", "Suspending", "suspended"),
+}
+
+
+def _outcome(job: Job, was: str, verb: str) -> str:
+    done, going, did, doing, past = OUTCOMES[verb]
+    name = job.display_name
+    if was == done:
+        return f"{name} is already {past}."
+    if was == going and job.state == going:
+        return f"{name} is already being {past}."
+    if job.state == going:
+        return f"{doing} {name}: its cluster stops it, after a grace period to checkpoint."
+    return f"{did} {name}."
 
 
 @signed_in
 @require_POST
 def job_suspend(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
-    return _change(request, pk, job_services.suspend_job, "Suspended", "Not suspended")
+    return _change(request, pk, job_services.suspend_job, "suspend", "Not suspended")
 
 
 @signed_in
@@ -479,15 +500,18 @@ def _settings(job: Job) -> tuple[Any, ...]:
 def _change(
     request: HttpRequest, pk: uuid.UUID, change: Any, done: str, refused: str
 ) -> HttpResponse:
-    """Suspend or resume: no confirmation page, since either can be undone by the other."""
+    """Suspend or resume: no confirmation page, since either can be undone by the other.
+    `done` is the message of a change made ("Resumed"), or the verb of OUTCOMES to tell it."""
     job = visible_job(request.user, pk)
+    was = job.state
     with permission_as_403():
         try:
-            change(request.user, job)
+            job = change(request.user, job)
         except job_services.JobConflict as exc:
             messages.error(request, f"{refused}: {exc}.")
         else:
-            messages.success(request, f"{done} {job.display_name}.")
+            text = _outcome(job, was, done) if done in OUTCOMES else f"{done} {job.display_name}."
+            messages.success(request, text)
     return redirect("job", pk=job.pk)
 
 

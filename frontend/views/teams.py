@@ -95,10 +95,12 @@ def _render(
     team: Team,
     status: int = 200,
     quota_typed: dict[str, str] | None = None,
+    quota_errors: dict[str, list[str]] | None = None,
     member_typed: dict[str, str] | None = None,
     **extra: Any,
 ) -> HttpResponse:
-    """The admin page; after a refused quota or member, with what was typed in its form."""
+    """The admin page; after a refused quota or member, with what was typed in its form (and
+    a refused quota's messages at its boxes)."""
     first, last, period_error = _period(request)
     report = usage_report(team, first, last, timezone.now())
     members = list(team.memberships.select_related("user").order_by("user__username"))
@@ -107,6 +109,18 @@ def _render(
     quoted = {q.gpu_model for q in quotas if q.quota}
     typed = quota_typed or {}
     model = typed.get("gpu_model")
+    # A refused quota's messages go to the form it came from: its quota's, else the adding one.
+    adding = bool(typed) and model not in quoted
+    gpu_models = sorted(
+        {
+            Quota.ANY_MODEL,
+            *Node.objects.values_list("gpu_model", flat=True),
+            *(q.gpu_model for q in quotas if not q.quota),
+        }
+        - quoted
+    )
+    errors = quota_errors or {}
+    placed = bool(errors) and (not adding or bool(gpu_models))
     return render(
         request,
         "frontend/team_admin.html",
@@ -123,19 +137,31 @@ def _render(
                 else {}
             ),
             "quotas": [
-                (q, {**_quota_boxes(q), **(typed if model == q.gpu_model else {})}) for q in quotas
+                (
+                    q,
+                    {**_quota_boxes(q), **(typed if model == q.gpu_model else {})},
+                    _quota_form_errors(errors, QUOTA_BOXES)
+                    if placed and not adding and model == q.gpu_model
+                    else {},
+                )
+                for q in quotas
             ],
             # A refused new quota: its form open again, as typed.
-            "quota_adding": typed if typed and model not in quoted else {},
-            # The adding form offers models without a quota only: it must not replace one.
-            "gpu_models": sorted(
-                {
-                    Quota.ANY_MODEL,
-                    *Node.objects.values_list("gpu_model", flat=True),
-                    *(q.gpu_model for q in quotas if not q.quota),
-                }
-                - quoted
+            "quota_adding": typed if adding else {},
+            "adding_boxes": typed if adding else {"nominal_gpus": "0", "borrowing_limit_gpus": "0"},
+            "quota_adding_errors": (
+                _quota_form_errors(errors, ADDING_BOXES) if placed and adding else {}
             ),
+            # Messages no form on the page can show (a quota typed by hand, say).
+            "quota_loose": []
+            if placed
+            else [
+                f"{QUOTA_LABELS.get(f, f)}: {m}" if f != NON_FIELD else m
+                for f, ms in errors.items()
+                for m in ms
+            ],
+            # The adding form offers models without a quota only: it must not replace one.
+            "gpu_models": gpu_models,
             "report": report,
             "chart": charts.usage_chart(report.days, report.users, report.gpu_hours),
             "user_totals": [(u, report.total(u), charts.team_colour(u)) for u in report.users],
@@ -147,6 +173,32 @@ def _render(
         },
         status=status,
     )
+
+
+QUOTA_LABELS = {
+    "gpu_model": "GPU model",
+    "nominal_gpus": "Nominal",
+    "borrowing_limit_gpus": "Borrow up to",
+    "lending_limit_gpus": "Lend at most",
+    "max_running_jobs": "Max running jobs",
+}
+QUOTA_BOXES = ("nominal_gpus", "borrowing_limit_gpus", "lending_limit_gpus", "max_running_jobs")
+ADDING_BOXES = ("gpu_model", "nominal_gpus", "borrowing_limit_gpus")
+NON_FIELD = "__all__"
+
+
+def _quota_form_errors(errors: dict[str, list[str]], boxes: tuple[str, ...]) -> dict[str, Any]:
+    """A quota form's messages: each box's at it, the rest (`__all__`, a field the form has no
+    box for) under "top", for the top of the form, named in the page's words."""
+    out: dict[str, Any] = {box: errors[box] for box in boxes if box in errors}
+    if top := [
+        f"{QUOTA_LABELS.get(f, f)}: {m}" if f != NON_FIELD else m
+        for f, ms in errors.items()
+        if f not in boxes
+        for m in ms
+    ]:
+        out["top"] = top
+    return out
 
 
 def _quota_boxes(q: QuotaUsage) -> dict[str, str]:
@@ -203,7 +255,7 @@ def member_set(request: HttpRequest, slug: str) -> HttpResponse:
                 member_typed=typed,
             )
     messages.success(request, f"{username} is now {m.role} of {team.slug}.")
-    return redirect("team-admin", slug=team.slug)
+    return _after_member_change(request, team)
 
 
 @signed_in
@@ -218,7 +270,15 @@ def member_remove(request: HttpRequest, slug: str, username: str) -> HttpRespons
         except team_services.MemberHasActiveJobs as exc:
             return _render(request, team, 409, errors={"member": flatten_errors(exc.detail)})
     messages.success(request, f"Removed {username} from {team.slug}.")
-    return redirect("team-admin", slug=team.slug)
+    return _after_member_change(request, team)
+
+
+def _after_member_change(request: HttpRequest, team: Team) -> HttpResponse:
+    """Back to the team's page, unless one left it or stepped down as its admin: that page is
+    no longer theirs (a 404 or a 403 after an action that worked)."""
+    if team_services.is_team_admin(request.user, team):
+        return redirect("team-admin", slug=team.slug)
+    return redirect("teams")
 
 
 @signed_in
@@ -247,7 +307,7 @@ def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
     except ValidationError as exc:
         typed = {k: request.POST[k] for k in QuotaSerializer.Meta.fields if k in request.POST}
         return _render(
-            request, team, 400, errors={"quota": flatten_errors(exc.detail)}, quota_typed=typed
+            request, team, 400, quota_errors=flatten_errors(exc.detail), quota_typed=typed
         )
     messages.success(request, f"Saved the {model} quota of {team.slug}.")
     return redirect("team-admin", slug=team.slug)

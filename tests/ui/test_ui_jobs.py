@@ -191,7 +191,7 @@ def test_a_running_job_suspended_from_its_page_stops_and_resumes(
 
     page.get_by_role("button", name="Suspend").click()
 
-    expect(page.locator(".messages")).to_contain_text("Suspended agent")
+    expect(page.locator(".messages")).to_contain_text("Suspending agent: its cluster stops it")
     expect(page.locator("#job-state")).to_have_text("Suspended", timeout=20_000)
     expect(page.locator(".reason-box")).to_contain_text("suspended by alice")
     expect(page.locator("#job-live")).to_contain_text("It holds no GPUs while suspended.")

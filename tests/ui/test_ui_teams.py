@@ -60,9 +60,11 @@ def test_a_quota_over_the_sites_ceiling_is_refused_with_the_reason(
     form = page.locator('.quota-edit[data-model="SIM-A100"] form.quota-form')
     form.get_by_label("Nominal").fill("40")
     form.get_by_role("button", name="Save").click()
-    expect(page.get_by_role("alert")).to_contain_text(
-        "nominal_gpus: the team's nominal quotas may add up to 32 GPUs"
-    )
+    expect(page.get_by_role("alert")).to_contain_text("Not saved: fix the value marked below.")
+    nominal = form.get_by_label("Nominal")
+    expect(nominal).to_have_attribute("aria-invalid", "true")
+    message = page.locator(f"#{nominal.get_attribute('aria-describedby')}")
+    expect(message).to_contain_text("the team's nominal quotas may add up to 32 GPUs")
     assert Quota.objects.get(team__slug="vision", gpu_model="SIM-A100").nominal_gpus == 8
 
 
