@@ -16,4 +16,5 @@ urlpatterns = [
     path("", include("frontend.urls")),
 ]
 
+handler400 = "queue_service.api.errors.bad_request"
 handler500 = "queue_service.api.errors.server_error"

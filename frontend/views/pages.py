@@ -20,6 +20,7 @@ from rest_framework.exceptions import ValidationError
 
 from frontend import charts, forms
 from queue_service import cli
+from queue_service.api.serializers import TokenSerializer
 from queue_service.clusters.models import Cluster
 from queue_service.clusters.services import can_read_sync_errors, gpu_layouts, sync_error_summary
 from queue_service.jobs.models import Job
@@ -315,10 +316,15 @@ def account(request: HttpRequest) -> HttpResponse:
 @require_POST
 def token_create(request: HttpRequest) -> HttpResponse:
     """The key is shown in this response only (never stored, never redirected through)."""
-    name = request.POST.get("name", "").strip()
-    if not name or len(name) > 64:
-        return _account(request, error="Give the token a name of 1 to 64 characters.", status=400)
-    token, key = team_services.create_token(request.user, name)
+    # The API's rules for a name (TokenSerializer): 1 to 64 characters, no control characters.
+    body = TokenSerializer(data={"name": request.POST.get("name", "")})
+    if not body.is_valid():
+        return _account(
+            request,
+            error="Give the token a name of 1 to 64 characters, without control characters.",
+            status=400,
+        )
+    token, key = team_services.create_token(request.user, body.validated_data["name"])
     response = _account(request, new_key=key, new_token=token)
     response["Cache-Control"] = "no-store"
     return response

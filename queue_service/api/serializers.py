@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -11,8 +12,21 @@ from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import can_read_sync_errors, sync_error_summary
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET
 from queue_service.jobs.models import Job, JobEvent, PriorityClass
-from queue_service.jobs.reports import DEFAULT_DAYS, EARLIEST, MAX_DAYS
-from queue_service.jobs.spec import MAX_ARRAY_INDEX, MAX_ARRAY_TEXT, DurationField, NotifyField
+from queue_service.jobs.reports import (
+    DEFAULT_DAYS,
+    EARLIEST,
+    MAX_DAYS,
+    MigOffers,
+    gpus_of_quota,
+    waiting_slice,
+)
+from queue_service.jobs.spec import (
+    MAX_ARRAY_INDEX,
+    MAX_ARRAY_TEXT,
+    DurationField,
+    NotifyField,
+    TextField,
+)
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
 
@@ -36,6 +50,7 @@ class JobSerializer(serializers.ModelSerializer):
     )
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     array = serializers.SerializerMethodField()
+    gpus = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -82,6 +97,22 @@ class JobSerializer(serializers.ModelSerializer):
             }
         ).data
 
+    @extend_schema_field(
+        serializers.FloatField(
+            help_text="GPUs it counts as against quota (a MIG slice a share of one); for a"
+            " waiting slice job, the largest share among the GPU models that could run it"
+        )
+    )
+    def get_gpus(self, job: Job) -> float:
+        if not waiting_slice(job):
+            return job.gpus
+        # The nodes and tables are read once for a whole list, and only if a job needs them.
+        if self._offers is None:
+            self._offers = MigOffers.read()
+        return gpus_of_quota(job, self._offers)
+
+    _offers: MigOffers | None = None
+
 
 def refuse_unknown(data: Any, fields: Any, why: str) -> None:
     # key=str: a YAML body may mix number and text keys.
@@ -93,7 +124,10 @@ def refuse_unknown(data: Any, fields: Any, why: str) -> None:
 def with_path(data: Any, field: str, value: str) -> dict[str, Any]:
     """A body for a URL that names `field`: the path's value, which the body may repeat but
     not contradict (a PUT to one quota's path naming another must change neither)."""
-    body = {**data} if isinstance(data, dict) else {}
+    # A list or null is refused as such: read as {}, it was answered "role: must be one of".
+    if not isinstance(data, dict):
+        raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object"]})
+    body = {**data}
     if body.setdefault(field, value) != value:
         raise serializers.ValidationError(
             {field: [f"the path names {value!r}: give the same or leave it out"]}
@@ -148,7 +182,7 @@ class JobUpdateSerializer(serializers.Serializer):
     and time limit, what a job emails about until it ends, and its array's limit of tasks at
     once."""
 
-    priority = serializers.CharField(required=False, max_length=32)
+    priority = TextField(required=False, max_length=32)
     time_limit = DurationField(required=False, allow_null=True)
     notify = NotifyField(required=False)
     array = ArrayLimitSerializer(required=False)
@@ -251,7 +285,16 @@ class GpuAmountField(serializers.FloatField):
 
 
 class QuotaSerializer(serializers.ModelSerializer):
-    gpu_model = serializers.RegexField(r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})\Z", max_length=64)
+    # Untrimmed: a quota is named by its model exactly, and a path naming "H100 " must not
+    # change the quota of "H100" (the UI's form trims what is typed, as its boxes all do).
+    gpu_model = serializers.RegexField(
+        r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})\Z",
+        max_length=64,
+        trim_whitespace=False,
+        error_messages={
+            "invalid": "must look like A100-SXM4-80GB (letters, digits, ._-), or * for any model"
+        },
+    )
     nominal_gpus = GpuAmountField(min_value=0, max_value=MAX_QUOTA_GPUS)
     borrowing_limit_gpus = GpuAmountField(
         min_value=0, max_value=MAX_QUOTA_GPUS, required=False, allow_null=True
@@ -377,11 +420,21 @@ class ClusterSerializer(serializers.ModelSerializer):
         return cluster.last_sync_error
 
 
+# C0 (tab and newline too: a token's name is one line of a listing), DEL and C1.
+TOKEN_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 class TokenSerializer(serializers.ModelSerializer):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "hint", "created_at", "last_used_at"]
         read_only_fields = ["id", "hint", "created_at", "last_used_at"]
+
+    def validate_name(self, value: str) -> str:
+        # As a job's name (spec.py): an escape sequence would reach the terminal that lists it.
+        if TOKEN_NAME_CONTROL.search(value):
+            raise serializers.ValidationError("must be non-empty text without control characters")
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         refuse_unwritable(self, "a new token (it lasts until revoked)")
@@ -409,18 +462,23 @@ class UsageQuerySerializer(serializers.Serializer):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         today = timezone.now().date()
-        last = attrs.get("to", today)
-        first = attrs.get("from", max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1)))
         errors: dict[str, list[str]] = {}
-        for name, day in (("from", first), ("to", last)):
-            if not EARLIEST <= day <= today:
+        for name in ("from", "to"):
+            if name in attrs and not EARLIEST <= attrs[name] <= today:
                 errors[name] = [f"days run from {EARLIEST.isoformat()} to today ({today})"]
-        if not errors and first > last:
-            errors["from"] = [f"{first} is after to ({last})"]
-        if not errors and (last - first).days >= MAX_DAYS:
-            errors["from"] = [f"at most {MAX_DAYS} days at once"]
         if errors:
             raise serializers.ValidationError(errors)
+        last = attrs.get("to", today)
+        # Only once `to` is in range: a fortnight before year 1 is no date (a 500).
+        first = (
+            attrs["from"]
+            if "from" in attrs
+            else max(EARLIEST, last - timedelta(days=DEFAULT_DAYS - 1))
+        )
+        if first > last:
+            raise serializers.ValidationError({"from": [f"{first} is after to ({last})"]})
+        if (last - first).days >= MAX_DAYS:
+            raise serializers.ValidationError({"from": [f"at most {MAX_DAYS} days at once"]})
         return {"first": first, "last": last}
 
 

@@ -4,7 +4,7 @@ import uuid
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models
 
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Team
@@ -259,10 +259,24 @@ class JobRun(models.Model):
 class SchedulerLock(models.Model):
     """One row; the cycle holds it FOR UPDATE so two cycles never decide at once."""
 
+    # On PostgreSQL the cycle reads in a transaction of its own and applies in another
+    # (snapshot.run_cycle): it holds this advisory lock over both, at session level.
+    ADVISORY_KEY = 0x67707571  # "gpuq"
+
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     last_cycle_at = models.DateTimeField(null=True, blank=True)
     last_cycle_ms = models.FloatField(null=True, blank=True)
     last_stats = models.JSONField(default=dict, blank=True)
+
+    @classmethod
+    def hold(cls) -> SchedulerLock:
+        """In a transaction: wait for a cycle under way to end, from its read to its apply,
+        and keep the next from starting until this transaction ends."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [cls.ADVISORY_KEY])
+        lock, _ = cls.objects.select_for_update().get_or_create(pk=1)
+        return lock
 
 
 class Notification(models.Model):

@@ -17,7 +17,7 @@ from django.db.models import Count, Min, Q, Sum
 
 from queue_service.clusters.models import Cluster, Node
 from queue_service.tenancy.models import Quota, Team
-from scheduler.mig import geometry, parse_profile
+from scheduler.mig import ModelTable, geometry, parse_profile
 
 from .models import Job, JobArray, JobRun
 
@@ -291,38 +291,75 @@ def quota_share(job: Job) -> str:
     known only once it is placed (1/7 of most models, 1/4 of an A30): until then, that of
     each model it could run on, the site's tables as the cycle reads them."""
     shares = [job.gpus]
-    if job.spec.get("mig_profile") and job.state in (Job.State.PENDING, Job.State.SUSPENDED):
-        shares = sorted(set(slice_shares(job))) or shares
+    if waiting_slice(job):
+        # Rounded: 1/7 from two tables must read as one share, not two.
+        shares = sorted({round(s, 6) for s in slice_shares(job)}) or shares
     lo, hi = shares[0], shares[-1]
     if lo != hi:
         return f"{_gpus(lo)}-{_gpus(hi)} GPUs of quota, by the model it runs on"
     return f"{_gpus(lo)} GPU{'' if lo == 1 else 's'} of quota"
 
 
-def slice_shares(job: Job) -> list[float]:
+def gpus_of_quota(job: Job, offers: MigOffers | None = None) -> float:
+    """What the job counts as against quota, as one number (the API's `gpus`): a waiting
+    slice job's largest share among the models that could run it, the most it can be
+    charged once placed; else what it is charged (`Job.gpus`)."""
+    if waiting_slice(job):
+        return max(slice_shares(job, offers), default=job.gpus)
+    return job.gpus
+
+
+@dataclass(frozen=True)
+class MigOffers:
+    """What slice_shares reads, once for many jobs: the GPU models of the MIG nodes (of
+    enabled clusters, not down) by cluster id, and the site's tables."""
+
+    models: dict[int, frozenset[str]]
+    site: dict[str, ModelTable]
+
+    @classmethod
+    def read(cls) -> MigOffers:
+        from .snapshot import site_mig_tables  # the cycle's rules; snapshot imports us
+
+        by_cluster: dict[int, set[str]] = defaultdict(set)
+        for cluster_id, model in (
+            Node.objects.filter(mig_enabled=True, cluster__enabled=True)
+            .exclude(state=Node.State.DOWN)
+            .values_list("cluster_id", "gpu_model")
+            .distinct()
+        ):
+            by_cluster[cluster_id].add(model)
+        site = site_mig_tables(Cluster.objects.filter(enabled=True))
+        return cls({c: frozenset(m) for c, m in by_cluster.items()}, site)
+
+
+def slice_shares(job: Job, offers: MigOffers | None = None) -> list[float]:
     """The share of a GPU the waiting slice job would be charged on each model of the MIG
     nodes (of enabled clusters, not down) that offer its profile: its `gpu_model` only, if
     it names one; its cluster's only, if pinned."""
-    from .snapshot import site_mig_tables  # the cycle's rules; snapshot imports us
-
+    offers = offers if offers is not None else MigOffers.read()
     profile = job.spec["mig_profile"]
-    nodes = Node.objects.filter(mig_enabled=True, cluster__enabled=True).exclude(
-        state=Node.State.DOWN
-    )
-    if job.pinned_cluster:
-        nodes = nodes.filter(cluster_id=job.cluster_id)
-    models = set(nodes.values_list("gpu_model", flat=True))
     if job.spec.get("gpu_model"):
-        models = {job.spec["gpu_model"]}
-    site = site_mig_tables(Cluster.objects.filter(enabled=True))
+        models: set[str] = {job.spec["gpu_model"]}
+    elif job.pinned_cluster:
+        models = set(offers.models.get(job.cluster_id or 0, ()))
+    else:
+        models = set().union(*offers.models.values())
     out = []
     for model in models:
-        table = geometry(model, site)
+        table = geometry(model, offers.site)
         spec = table.profile(profile) if table is not None else None
         if table is not None and spec is not None:
-            # Rounded: 1/7 from two tables must read as one share, not two.
-            out.append(round(spec.compute_slices / table.compute_slices, 6))
+            out.append(spec.compute_slices / table.compute_slices)
     return out
+
+
+def waiting_slice(job: Job) -> bool:
+    """A slice job not placed yet: what it counts as depends on where it will run."""
+    return bool(job.spec.get("mig_profile")) and job.state in (
+        Job.State.PENDING,
+        Job.State.SUSPENDED,
+    )
 
 
 def _gpus(value: float) -> str:

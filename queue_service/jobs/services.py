@@ -664,7 +664,7 @@ def update_job(user: Any, job: Job, changes: dict[str, Any]) -> Job:
     with transaction.atomic():
         # The cycle decides under this lock from the pending jobs it read: waiting for it,
         # no cycle admits a job on its old spec and then dispatches the new one.
-        SchedulerLock.objects.select_for_update().get_or_create(pk=1)
+        SchedulerLock.hold()
         job.refresh_from_db()
         fields = _spec_changes(user, job, {k: changes[k] for k in UPDATABLE if k in changes}, said)
         details.update({k: [job.spec.get(k), fields["spec"].get(k)] for k in said})
@@ -715,7 +715,9 @@ def _spec_changes(user: Any, job: Job, wanted: dict[str, Any], said: list[str]) 
         )
     if "notify" in wanted and job.state in Job.TERMINAL:
         raise JobConflict(f"the job already ended ({job.state}): nothing is left to tell")
-    serializer = JobSpecSerializer(data={**copy_data(job), **wanted})
+    # `stored`: what the job already holds passed the rules of its day; a rule made since
+    # refuses only what the update changes.
+    serializer = JobSpecSerializer(data={**copy_data(job), **wanted}, context={"stored": job.spec})
     serializer.is_valid(raise_exception=True)
     new = {k: serializer.validated_data.get(k) for k in wanted}  # notify [] is left out
     if new.get("notify"):

@@ -3,6 +3,7 @@ scheduler's Decisions, in one transaction. The deciding is scheduler.schedule()'
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -10,12 +11,12 @@ import logging
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import (
     Count,
     F,
@@ -45,6 +46,7 @@ from .reports import GONE, array_states
 from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 S = Job.State
 SEP = "/"  # snapshot node names are "<cluster>/<node>": unique across clusters
 # Usage older than this weighs under 2^-40 (1e-12): a year of 10,000 GPUs adds under a
@@ -55,34 +57,79 @@ USAGE_WINDOW_HALF_LIVES = 40
 def run_cycle(now: datetime | None = None) -> dict[str, Any]:
     """One scheduling cycle.
 
-    1. Lock: one cycle at a time (SELECT ... FOR UPDATE on the SchedulerLock row).
+    1. Lock: one cycle at a time (SchedulerLock.hold, and on PostgreSQL an advisory lock
+       held from the read to the apply).
     2. Snapshot: nodes, teams with quotas and usage, active jobs, and the pending jobs (one
        read, before the active jobs' read: a job requeued meanwhile is in neither, never in
        both) less those held back by the same rows (held_back): jobs whose `after` jobs have
        not all succeeded, or can never (marked for cancelling), and array tasks past their
-       array's limit; each held one with why.
+       array's limit; each held one with why. All of it one view of the database
+       (consistent_read).
     3. Decide: scheduler.schedule(snapshot, policy, now) - pure, no I/O.
     4. Apply: admit started jobs with their placements, mark preemption victims, store each
        waiting job's reason, position and estimated start, cancel what can never start -
-       all in this transaction.
+       all in one transaction.
     5. After commit: dispatch admitted jobs and stop victims (Celery, or inline when embedded).
     """
     now = now or timezone.now()
-    with transaction.atomic():
-        lock, _ = SchedulerLock.objects.select_for_update().get_or_create(pk=1)
-        snap, clusters, held = build_snapshot(now)
-        started = time.perf_counter()
-        decisions = decide(snap, now)
-        decide_ms = (time.perf_counter() - started) * 1000
-        if held.disabled is not None:
-            decisions = held.disabled.explain(decisions, held, snap, now)
-        summary = apply_decisions(decisions, clusters, now, held)
-        summary["decide_ms"] = round(decide_ms, 3)
-        lock.last_cycle_at = now
-        lock.last_cycle_ms = decide_ms
-        lock.last_stats = summary
-        lock.save()
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        # SQLite's transactions are IMMEDIATE (settings): no other writer commits until
+        # this one ends, so its reads are one view. Inside a caller's transaction, its own.
+        with transaction.atomic():
+            lock = SchedulerLock.hold()
+            return _decide_and_apply(lock, *build_snapshot(now), now)
+    with _cycle_lock():
+        read = consistent_read(build_snapshot, now)
+        with transaction.atomic():
+            return _decide_and_apply(SchedulerLock.hold(), *read, now)
+
+
+def _decide_and_apply(
+    lock: SchedulerLock, snap: st.Snapshot, clusters: dict[str, Cluster], held: Held, now: datetime
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    decisions = decide(snap, now)
+    decide_ms = (time.perf_counter() - started) * 1000
+    if held.disabled is not None:
+        decisions = held.disabled.explain(decisions, held, snap, now)
+    summary = apply_decisions(decisions, clusters, now, held)
+    summary["decide_ms"] = round(decide_ms, 3)
+    lock.last_cycle_at = now
+    lock.last_cycle_ms = decide_ms
+    lock.last_stats = summary
+    lock.save()
     return summary
+
+
+@contextlib.contextmanager
+def _cycle_lock() -> Iterator[None]:
+    """PostgreSQL: no other cycle, nor a job's update (SchedulerLock.hold), from the cycle's
+    read to its apply, two transactions: an advisory lock of the session, not of either."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [SchedulerLock.ADVISORY_KEY])
+    try:
+        yield
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [SchedulerLock.ADVISORY_KEY])
+        except DatabaseError:
+            connection.close()  # the session's end releases it
+
+
+def consistent_read(read: Callable[..., T], *args: Any) -> T:
+    """`read` as one view of the database. On PostgreSQL (READ COMMITTED: each query sees
+    what was committed when it began) a transaction of its own, REPEATABLE READ and read
+    only: what it reads is as of its first query, and it never waits for or fails with the
+    writers. The writes come after, in READ COMMITTED, whose conditional UPDATEs see the
+    changes since (a serializable apply would fail on them). Elsewhere, or inside a
+    caller's transaction (whose isolation is set), as it is."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return read(*args)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        return read(*args)
 
 
 def decide(snap: st.Snapshot, now: datetime) -> st.Decisions:
@@ -695,6 +742,10 @@ class Footprints:
         holding = [(n, f) for n, f in on if f is not None]
         if not eligible:
             return {}  # no such node at all: the scheduler says so
+        if not holding and not gpus and not mig:
+            # No whole-GPU node holds it: a MIG node may, taking no slice (checked there,
+            # not charged), where the scheduler can be kept off the nodes too small for it.
+            return _onto_mig(eligible, matching(True), cpus, memory_mb, cluster, model, pool)
         if not holding:
             return _too_large(eligible, cpus, memory_mb, cluster, model, mig)
         if mig:
@@ -808,6 +859,42 @@ def _inseparable(
         " off them: ask for fewer, or give the larger nodes a pool of their own and ask for it",
         (("cpus_per_node", cpus), ("memory_mb_per_node", memory_mb)),
     )
+
+
+def _onto_mig(
+    whole: list[NodeShape],
+    mig: list[NodeShape],
+    cpus: int | None,
+    memory_mb: int | None,
+    cluster: str | None,
+    model: str | None,
+    pool: str | None,
+) -> dict[str, Any] | st.Reason:
+    """A job of no GPUs that none of the `whole`-GPU nodes it could use can hold, narrowed
+    to a cluster, model or pool (or the three together) of the `mig` nodes that hold it and
+    of no node too small for it; why it waits when there is none."""
+    holding = [n for n in mig if footprint_on(0, cpus, memory_mb, n) is not None]
+    if not holding:
+        return _too_large(whole + mig, cpus, memory_mb, cluster, model, False)
+    too_small = whole + [n for n in mig if n not in holding]
+    for name, given in (("cluster", cluster), ("gpu_model", model), ("pool", pool)):
+        if given is not None:
+            continue
+        small = {getattr(n, name) for n in too_small}
+        offered: dict[str, int] = {}
+        for n in holding:
+            value = getattr(n, name)
+            if value is not None and value not in small:
+                offered[value] = offered.get(value, 0) + n.gpus
+        if offered:
+            return {name: min(offered, key=lambda v: (-offered[v], v))}
+    # Each value is shared with small nodes: a cluster, model and pool together may not be.
+    for c, m, p in sorted({(n.cluster, n.gpu_model, n.pool) for n in holding}, key=repr):
+        if not any(
+            n.cluster == c and n.gpu_model == m and (p is None or n.pool == p) for n in too_small
+        ):
+            return {"cluster": c, "gpu_model": m} | ({"pool": p} if p else {})
+    return _inseparable([(n, 0) for n in holding], too_small, cpus, memory_mb)
 
 
 def _too_large(
@@ -1359,7 +1446,7 @@ def preview_job(
                 "position": None,
                 "estimated_start": None,
             }
-    snap, _, held = build_snapshot(now)
+    snap, _, held = consistent_read(build_snapshot, now)
     nodes = Node.objects.filter(cluster__enabled=True).select_related("cluster")
     request = st.JobRequest(
         id=PREVIEW_ID,

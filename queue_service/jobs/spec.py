@@ -133,6 +133,28 @@ def parse_memory_mb(value: Any) -> int:
     return _whole(mb, MAX_MEMORY_MB, "at most 1024T (a pebibyte)", least=1)
 
 
+class TextField(serializers.CharField):
+    """DRF's CharField, for text only: it writes a number as Python does (JSON's 12 as "12",
+    1e400 as "inf"; YAML's `name: 007` as "7", `1.10` as "1.1"). As Kubernetes refuses a
+    number for a string field in JSON and YAML alike, a number here is refused: quoted, it
+    is kept as written (`name: "2024"`)."""
+
+    default_error_messages = {"not_text": "expected a string"}
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("not_text")
+        return str(super().to_internal_value(data))
+
+
+class TextPatternField(TextField, serializers.RegexField):
+    pass
+
+
+class SlugTextField(TextField, serializers.SlugField):
+    pass
+
+
 @extend_schema_field(
     {
         "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "example": "2h"}],
@@ -303,7 +325,7 @@ def checkpoint_dir_of(template: str, job_id: str, array_id: str | None, index: i
 
 
 class CheckpointSerializer(_KnownKeysOnly):
-    dir = serializers.CharField(
+    dir = TextField(
         max_length=1024,
         help_text="an absolute path on storage every attempt reaches; %j is the job's id, and"
         " for an array's task %A the array's id and %a the task's index (%% a %)",
@@ -314,10 +336,21 @@ class CheckpointSerializer(_KnownKeysOnly):
         if CONTROL.search(value) or "\n" in value:
             raise serializers.ValidationError("must not contain control characters")
         # Each attempt runs in a directory of its own (the local backend's, Slurm's --chdir,
-        # a new pod): a relative path would be another directory on every attempt.
-        if not value.startswith("/"):
+        # a new pod): a relative path would be another directory on every attempt. A job
+        # stored before this rule (06383ce) keeps its own through an update: not the
+        # update's doing.
+        if not value.startswith("/") and value != stored_value(self, "checkpoint", "dir"):
             raise serializers.ValidationError("must be an absolute path, the same on every attempt")
         return value
+
+
+def stored_value(field: serializers.Field, *path: str) -> Any:
+    """What the stored job an update checks again holds at `path` of its spec (the
+    serializer's context `stored`, services.update_job's), or None on a submit."""
+    value = field.context.get("stored")
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 MAX_AFTER = 20
@@ -446,10 +479,10 @@ class NotifyField(serializers.Field):
 
 
 class JobSpecSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=128)
+    name = TextField(max_length=128)
     kind = serializers.ChoiceField(choices=["training", "agent"], default="training")
     # Formats are RegexFields so that the OpenAPI schema carries their patterns.
-    image = serializers.RegexField(
+    image = TextPatternField(
         IMAGE,
         required=False,
         allow_null=True,
@@ -461,14 +494,14 @@ class JobSpecSerializer(serializers.Serializer):
     env = EnvField(required=False, default=dict)
     nodes = serializers.IntegerField(min_value=1, max_value=512, default=1)
     gpus_per_node = serializers.IntegerField(min_value=0, max_value=16, required=False)
-    gpu_model = serializers.RegexField(
+    gpu_model = TextPatternField(
         GPU_MODEL,
         required=False,
         allow_null=True,
         default=None,
         error_messages={"invalid": "must look like A100-SXM4-80GB (letters, digits, ._-)"},
     )
-    mig_profile = serializers.RegexField(
+    mig_profile = TextPatternField(
         MIG_PROFILE,
         required=False,
         allow_null=True,
@@ -480,12 +513,12 @@ class JobSpecSerializer(serializers.Serializer):
     )
     memory = MemoryField(required=False, allow_null=True, default=None)
     time_limit = DurationField(required=False, allow_null=True, default=None)
-    priority = serializers.CharField(required=False, default="normal", max_length=32)
+    priority = TextField(required=False, default="normal", max_length=32)
     retries = RetriesSerializer(required=False)
     checkpoint = CheckpointSerializer(required=False, allow_null=True, default=None)
     nccl_debug = serializers.BooleanField(default=False)
-    team = serializers.SlugField(required=False, allow_null=True, default=None)
-    cluster = serializers.SlugField(required=False, allow_null=True, default=None)
+    team = SlugTextField(required=False, allow_null=True, default=None)
+    cluster = SlugTextField(required=False, allow_null=True, default=None)
     # Slurm's --hold: stored suspended, so it waits until resumed.
     hold = serializers.BooleanField(
         required=False,

@@ -16,6 +16,10 @@ from rest_framework.exceptions import APIException, PermissionDenied, Validation
 
 from .models import ApiToken, Membership, Quota, Team
 
+# Sums of GPU amounts within this of a ceiling are at it: MIG slices are sevenths, which
+# floats hold inexactly (1/7 + 5/7 + 9/7 + 6/7 is 3.0000000000000004). The scheduler's own.
+GPU_TOLERANCE = 1e-9
+
 
 class MemberHasActiveJobs(APIException):
     """A 409: the member's jobs that have not ended would stay charged to the team while
@@ -162,7 +166,7 @@ def _check_quota(
     if not actor.is_staff:
         nominal_elsewhere = sum(q.nominal_gpus for q in team.quotas.exclude(gpu_model=gpu_model))
         nominal = values["nominal_gpus"]
-        if nominal_elsewhere + nominal > team.max_nominal_gpus and nominal > (
+        if nominal_elsewhere + nominal > team.max_nominal_gpus + GPU_TOLERANCE and nominal > (
             old.nominal_gpus if old else 0
         ):
             errors["nominal_gpus"] = [
@@ -187,7 +191,7 @@ def _check_quota(
         )
         if borrowing is None:  # omitted, or null: no limit, which only site staff may set
             errors["borrowing_limit_gpus"] = [f"a team admin must give a limit: {ceiling}"]
-        elif elsewhere + borrowing > team.max_borrowing_gpus + 1e-9 and (
+        elif elsewhere + borrowing > team.max_borrowing_gpus + GPU_TOLERANCE and (
             was is not None and borrowing > was
         ):
             errors["borrowing_limit_gpus"] = [ceiling]

@@ -172,7 +172,7 @@ def test_a_bare_date_in_a_yaml_job_file_is_text_as_in_json(
 ) -> None:
     # ARCHITECTURE.md: a job file is "typed by YAML 1.2's core schema as JSON would type it".
     # The core schema has no timestamps, but the loader kept YAML 1.1's: a bare date became a
-    # datetime.date, refused as a name ("Not a valid string.") and as an env value.
+    # datetime.date, refused as a name ("expected a string") and as an env value.
     alice = _as(client_for, "alice")
     as_json = alice.post(
         "/api/v1/jobs/",

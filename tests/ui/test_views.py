@@ -259,7 +259,7 @@ NOT_JSON = [
     # the double-submit key, a digest of the document as JSON, was a TypeError (a 500)
     # before the API could refuse them.
     ("a date as the name", "name: !!timestamp 2024-06-01\ncommand: [/bin/true]\n",
-     "line 1: name: Not a valid string."),
+     "line 1: name: expected a string"),
     ("a date as the time limit",
      "name: x\ncommand: [/bin/true]\ntime_limit: !!timestamp 2024-06-01\n",
      "line 3: time_limit: expected a duration"),
