@@ -6,6 +6,7 @@ Alice and Bob are teammates in `vision` (Alice owns the jobs under test), Charli
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import threading
@@ -92,8 +93,11 @@ def client_for(people: dict[str, Any]) -> Callable[[str], Any]:
 
     from queue_service.tenancy.services import create_token
 
+    made = itertools.count(1)
+
     def make(name: str) -> APIClient:
-        _, key = create_token(people[name], "test")
+        # A user's token names are unique: one client per call, each with a token of its own.
+        _, key = create_token(people[name], f"test-{next(made)}")
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
         return client

@@ -63,12 +63,21 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """settings.CSRF_FAILURE_VIEW: a form whose CSRF token no longer matches, mostly one from a
     page drawn before its user signed out and in again (the sign-in rotates the token). Nothing
     was done: say so, and link to the page to open again (its Referer, else the page of what
-    the form changes)."""
-    referer = request.headers.get("Referer", "")
-    safe = url_has_allowed_host_and_scheme(
-        referer, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    the form changes). An htmx request (the submit form's preview) gets those words as a
+    fragment, with HX-Reswap: htmx swaps no 4xx, and gpuq.js swaps one that names its swap."""
+    htmx = bool(request.headers.get("HX-Request"))
+    # htmx names the page it was sent from; a browser may send no Referer.
+    came_from = (htmx and request.headers.get("HX-Current-URL")) or request.headers.get(
+        "Referer", ""
     )
-    context = {"back": page_of(referer if safe else request.path), "reason": reason}
+    safe = url_has_allowed_host_and_scheme(
+        came_from, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    context = {"back": page_of(came_from if safe else request.path), "reason": reason}
+    if htmx:
+        response = render(request, "frontend/fragments/stale_form.html", context, status=403)
+        response["HX-Reswap"] = "innerHTML"
+        return response
     return render(request, "frontend/stale_form.html", context, status=403)
 
 

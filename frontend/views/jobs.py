@@ -319,7 +319,13 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
     # `eof` is the attempt's: one a preemption, a node failure or a suspend ended is followed
     # by the next attempt's, until the job itself has ended.
     end = attempt_over and job.is_terminal and attempt >= job.attempts
+    # Nothing read of an attempt that has not begun: not "0 bytes so far" of a running one.
+    not_started = (
+        job.state in NOT_STARTED and not attempt_over and piece.next_offset == 0 and not gone
+    )
     context.update(
+        not_started=not_started,
+        ran_before=not_started and job.runs.exists(),
         text=piece.text,
         offset=piece.next_offset,
         attempt=attempt,
@@ -338,6 +344,10 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 MAX_LOG_SOURCE = 512  # a log's name as the poller carries it (a pod uid and a restart count)
+# States in which the job's current attempt has not started running (or never will have).
+NOT_STARTED = frozenset(
+    {Job.State.PENDING, Job.State.ADMITTED, Job.State.DISPATCHING, Job.State.QUEUED}
+)
 
 
 def _number(text: str | None, low: int, high: int) -> int | None:

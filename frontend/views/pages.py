@@ -324,7 +324,12 @@ def token_create(request: HttpRequest) -> HttpResponse:
             error="Give the token a name of 1 to 64 characters, without control characters.",
             status=400,
         )
-    token, key = team_services.create_token(request.user, body.validated_data["name"])
+    name = body.validated_data["name"]
+    try:
+        token, key = team_services.create_token(request.user, name)
+    except ValidationError as exc:  # a name of one of theirs (the same form sent twice)
+        problems = [m for ms in forms.flatten_errors(exc.detail).values() for m in ms]
+        return _account(request, token_typed=name, token_errors=problems, status=400)
     response = _account(request, new_key=key, new_token=token)
     response["Cache-Control"] = "no-store"
     return response

@@ -120,7 +120,9 @@ def _render(
         - quoted
     )
     errors = quota_errors or {}
-    placed = bool(errors) and (not adding or bool(gpu_models))
+    # The adding form shows a refusal only for a model it offers: at its model box showing
+    # another, a message would be about the wrong quota.
+    placed = bool(errors) and (not adding or model in gpu_models)
     return render(
         request,
         "frontend/team_admin.html",
@@ -146,9 +148,11 @@ def _render(
                 )
                 for q in quotas
             ],
-            # A refused new quota: its form open again, as typed.
-            "quota_adding": typed if adding else {},
-            "adding_boxes": typed if adding else {"nominal_gpus": "0", "borrowing_limit_gpus": "0"},
+            # A refused new quota: its form open again, as typed (if it offers that model).
+            "quota_adding": typed if placed and adding else {},
+            "adding_boxes": (
+                typed if placed and adding else {"nominal_gpus": "0", "borrowing_limit_gpus": "0"}
+            ),
             "quota_adding_errors": (
                 _quota_form_errors(errors, ADDING_BOXES) if placed and adding else {}
             ),
@@ -233,6 +237,9 @@ def usage_download(request: HttpRequest, slug: str) -> HttpResponse:
     return response
 
 
+USERNAME_MAX = 150  # Django's User.username
+
+
 @signed_in
 @require_POST
 def member_set(request: HttpRequest, slug: str) -> HttpResponse:
@@ -246,7 +253,8 @@ def member_set(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             m = team_services.set_membership(request.user, team, username, role)
         except ValidationError as exc:
-            typed = {"username": username, "role": request.POST.get("role", "")}
+            # Kept in the box as typed, up to the longest a username can be.
+            typed = {"username": username[:USERNAME_MAX], "role": request.POST.get("role", "")}
             return _render(
                 request,
                 team,
@@ -300,9 +308,11 @@ def quota_set(request: HttpRequest, slug: str) -> HttpResponse:
     try:
         body.is_valid(raise_exception=True)
         values = dict(body.validated_data)
+        # The adding form creates; a quota's own form changes that quota, if it is still there.
+        adding = "adding" in request.POST
         with permission_as_403():
             team_services.set_quota(
-                request.user, team, values.pop("gpu_model"), values, new="adding" in request.POST
+                request.user, team, values.pop("gpu_model"), values, new=adding, existing=not adding
             )
     except ValidationError as exc:
         typed = {k: request.POST[k] for k in QuotaSerializer.Meta.fields if k in request.POST}

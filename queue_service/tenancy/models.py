@@ -84,6 +84,8 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        # A user's tokens are told apart by name (a form sent twice makes one, not two).
+        constraints = [models.UniqueConstraint(fields=["user", "name"], name="token_name_per_user")]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.hint}…)"

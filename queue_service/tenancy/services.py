@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import EmailValidator, MaxLengthValidator
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count
 from rest_framework import status
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
@@ -28,6 +28,16 @@ class MemberHasActiveJobs(APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "member_has_active_jobs"
+
+
+# What a message repeats of a name it was given: a megabyte typed is not a megabyte answered
+# (the API's errors.SHOWN_CHARS, for the pages, which that handler does not cut).
+SHOWN_CHARS = 64
+
+
+def quoted(text: str) -> str:
+    """`text` as messages quote it, cut to its first SHOWN_CHARS characters and "…"."""
+    return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "…")
 
 
 def is_team_admin(user: Any, team: Team) -> bool:
@@ -54,9 +64,11 @@ def set_membership(actor: Any, team: Team, username: str, role: str | None) -> M
     require_team_admin(actor, team)
     if role is not None and role not in Membership.Role.values:
         raise ValidationError({"role": [f"must be one of {', '.join(Membership.Role.values)}"]})
+    if not username:
+        raise ValidationError({"username": ["give a username"]})
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     if user is None:
-        raise ValidationError({"username": [f"no active user {username!r}"]})
+        raise ValidationError({"username": [f"no active user {quoted(username)}"]})
     with transaction.atomic():
         _lock_team(actor, team)
         if role is None:
@@ -83,7 +95,9 @@ def remove_member(actor: Any, team: Team, username: str) -> None:
             .first()
         )
         if membership is None:
-            raise ValidationError({"username": [f"{username!r} is not a member of {team.slug}"]})
+            raise ValidationError(
+                {"username": [f"{quoted(username)} is not a member of {team.slug}"]}
+            )
         _refuse_with_active_jobs(membership)
         membership.delete()
         _keep_an_admin(team)
@@ -130,11 +144,18 @@ OPTIONAL_QUOTA_LIMITS = ("borrowing_limit_gpus", "lending_limit_gpus", "max_runn
 
 
 def set_quota(
-    actor: Any, team: Team, gpu_model: str, values: dict[str, Any], *, new: bool = False
+    actor: Any,
+    team: Team,
+    gpu_model: str,
+    values: dict[str, Any],
+    *,
+    new: bool = False,
+    existing: bool = False,
 ) -> Quota:
     """Create or replace a team's quota for one GPU model, within the site's ceilings. A limit
     left out is no limit: a replace keeps nothing of the old quota. `new`: only create (a
-    form for adding one must not replace a quota added meanwhile)."""
+    form for adding one must not replace a quota added meanwhile); `existing`: only change
+    (a quota's own form must not re-create one deleted meanwhile)."""
     require_team_admin(actor, team)
     values = {**dict.fromkeys(OPTIONAL_QUOTA_LIMITS), **values}
     with transaction.atomic():
@@ -143,6 +164,10 @@ def set_quota(
         if new and old is not None:
             raise ValidationError(
                 {"gpu_model": [f"the team has a {gpu_model} quota already: change it in its form"]}
+            )
+        if existing and old is None:
+            raise ValidationError(
+                {"gpu_model": ["this quota was deleted meanwhile; add it again if you want it"]}
             )
         _check_quota(actor, team, gpu_model, values, old)
         quota, _ = Quota.objects.update_or_create(team=team, gpu_model=gpu_model, defaults=values)
@@ -209,11 +234,26 @@ def delete_quota(actor: Any, team: Team, gpu_model: str) -> None:
 
 
 def create_token(user: Any, name: str) -> tuple[ApiToken, str]:
-    """Returns the token row and the key, which is shown this once and never stored."""
-    key = ApiToken.new_key()
-    token = ApiToken.objects.create(
-        user=user, name=name, key_hash=ApiToken.hash_key(key), hint=key[:10]
+    """Returns the token row and the key, which is shown this once and never stored. A user's
+    tokens have names of their own: the same form sent twice makes one token, not two."""
+    taken = ValidationError(
+        {
+            "name": [
+                f"you have a token named {quoted(name)} already: give this one another name,"
+                " or revoke that one first"
+            ]
+        }
     )
+    if ApiToken.objects.filter(user=user, name=name).exists():
+        raise taken
+    key = ApiToken.new_key()
+    try:
+        with transaction.atomic():  # two at once: the second meets the unique constraint
+            token = ApiToken.objects.create(
+                user=user, name=name, key_hash=ApiToken.hash_key(key), hint=key[:10]
+            )
+    except IntegrityError:
+        raise taken from None
     return token, key
 
 

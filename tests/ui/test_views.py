@@ -333,7 +333,8 @@ def test_staff_emptying_borrow_up_to_makes_the_quota_unlimited_as_the_page_draws
         {"gpu_model": "SIM-A100", "nominal_gpus": "8", "borrowing_limit_gpus": ""},
     )
     added = root.post(  # the form that adds a quota
-        "/teams/vision/quotas/", {"gpu_model": "*", "nominal_gpus": "4", "borrowing_limit_gpus": ""}
+        "/teams/vision/quotas/",
+        {"adding": "1", "gpu_model": "*", "nominal_gpus": "4", "borrowing_limit_gpus": ""},
     )
 
     assert changed.status_code == added.status_code == 302

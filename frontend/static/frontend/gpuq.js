@@ -1,7 +1,14 @@
 // The page's own few lines: keep a followed log scrolled to its end (and the page's copy of
-// it to its last ~1 MB of text; the download has all of it), and copy buttons.
+// it to its last ~1 MB of text; the download has all of it), copy buttons, and show an error
+// answer that names its swap.
 "use strict";
 const LOG_KEEP = 1 << 20;
+// htmx swaps no 4xx; an answer that names its swap (HX-Reswap: a stale form's "Nothing was
+// changed", common.csrf_failure) is meant to be shown.
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const xhr = event.detail.xhr;
+  if (xhr.status >= 400 && xhr.getResponseHeader("HX-Reswap")) event.detail.shouldSwap = true;
+});
 document.addEventListener("DOMContentLoaded", () => {
   const log = document.getElementById("log-text");
   const follow = document.getElementById("follow");

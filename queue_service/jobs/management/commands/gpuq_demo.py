@@ -17,8 +17,8 @@ from django.db import transaction
 
 from queue_service.clusters.models import Cluster
 from queue_service.jobs.dispatch import sync_cluster
-from queue_service.tenancy.models import Membership, Quota, Team
-from queue_service.tenancy.services import create_token
+from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
+from queue_service.tenancy.services import create_token, revoke_token
 
 MODEL = "A100-SXM4-80GB"
 USERS = [
@@ -66,6 +66,9 @@ class Command(BaseCommand):
                     user.email = user.email or f"{username}@example.org"
                     user.set_password(password)
                     user.save()
+                    # A "demo" token of an earlier run: its key was in the lost file.
+                    for stale in ApiToken.objects.filter(user=user, name="demo"):
+                        revoke_token(user, stale.pk)
                     _, key = create_token(user, "demo")
                     creds[username] = {"password": password, "token": key}
                 if team is not None:
