@@ -204,7 +204,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        only shrink while a cycle runs.
     4. Backfill (EASY): the first job per capacity group (GPU model, pool, cluster) that
        does not fit gets a reservation (backfill.py) holding the free GPUs it will need,
-       and the quota it will borrow; a later job may take held GPUs or that quota only if
+       and the quota it will borrow (of capacity nobody owns, no more than the idle GPUs it
+       could use); a later job may take held GPUs or that quota only if
        its time limit ends before the reservation starts. Without backfill (fifo) the
        first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
@@ -213,7 +214,10 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
        the work it throws away is worth less than its wait (preempt.py). Searches are
        bounded per cycle (Policy.max_preemption_searches); past the bound each team may
-       still search once to reclaim, so failing searches ahead never starve a guarantee.
+       still search once to reclaim, so failing searches ahead never starve a guarantee,
+       and a job that preempted in an earlier cycle (PendingJob.preempting_on) still claims
+       its victims leaving its nodes (no new victim). Such a job is tried on its own, not
+       given its kind's verdict.
        The minimal victims get the grace period; the job starts after. A slice job does
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
@@ -462,9 +466,15 @@ class _Cycle:
         # reads them in sequence (at 100k jobs a scattered read misses the cache).
         kind_at = list(map(kind_of.__getitem__, order))
         id_at = list(map(ids.__getitem__, order))
+        preempts = policy.preemption
         for rank, (i, k, job_id) in enumerate(zip(order, kind_at, id_at, strict=True)):
             reason = settled[k]
-            if reason is not None:
+            # A job that preempted in an earlier cycle (PendingJob.preempting_on) is tried on
+            # its own, not given its kind's verdict, nor giving its own: it prefers its nodes,
+            # and claims its leaving victims there past the search bound (keeps_beyond_bound).
+            if reason is not None and not (
+                preempts and bad[k] is None and pending[i].preempting_on
+            ):
                 if reason.code == "quota_exhausted":
                     if seen[k] != len(self.starts):
                         seen[k] = len(self.starts)
@@ -475,11 +485,16 @@ class _Cycle:
                     waits.append(Wait(job_id, reason, len(waits) + 1))
                 continue
             r = reqs[i]
+            on_nodes = pending[i].preempting_on
             fail = failed[k]  # for capacity, or until a time a shorter job may beat
-            if fail is not None and not (
-                fail.short_before is not None
-                and r.time_limit_s is not None
-                and now + r.time_limit_s <= fail.short_before
+            if (
+                fail is not None
+                and not on_nodes
+                and not (
+                    fail.short_before is not None
+                    and r.time_limit_s is not None
+                    and now + r.time_limit_s <= fail.short_before
+                )
             ):
                 if fail.capacity:
                     if seen[k] != len(self.starts):
@@ -508,13 +523,14 @@ class _Cycle:
             assert gpus is not None  # else settled
             blocked = False
             if r.mig_profile:
-                result = self.try_mig(r, gpus, rank < self.first_tier)
+                result = self.try_mig(r, gpus, rank < self.first_tier, on_nodes)
                 if result is not None:
                     estimate = None
                     if result.code == "preempting":  # for this job only
                         estimate = self.victims_gone_at
                     elif result.code == "mig_unavailable":
-                        failed[k] = _Failure(result, capacity=False, mig=True)
+                        if not on_nodes:
+                            failed[k] = _Failure(result, capacity=False, mig=True)
                         estimate = self.mig_estimate(r)
                         if rank < self.first_tier and policy.quotas:
                             self.hold_slice_quota(r, gpus, estimate)
@@ -527,10 +543,11 @@ class _Cycle:
                             )
                             if _HELD_FOR in dict(result.details):
                                 until, self.held_until = self.held_until, None
-                        failed[k] = _Failure(result, capacity=False, short_before=until)
-                        seen[k] = len(self.starts)
-                        if until is None:
-                            settled[k] = result
+                        if not on_nodes:
+                            failed[k] = _Failure(result, capacity=False, short_before=until)
+                            seen[k] = len(self.starts)
+                            if until is None:
+                                settled[k] = result
                         if result.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
                             estimate = _not_before_hold(estimate, result, until)
@@ -538,11 +555,9 @@ class _Cycle:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
             else:
-                outcome = self.try_whole(
-                    k, r, gpus, rank < self.first_tier, pending[i].preempting_on
-                )
+                outcome = self.try_whole(k, r, gpus, rank < self.first_tier, on_nodes)
                 if outcome is not None:
-                    if outcome.shared:
+                    if outcome.shared and not on_nodes:
                         failed[k] = outcome
                         seen[k] = len(self.starts)
                         if not outcome.capacity and outcome.short_before is None:
@@ -1001,7 +1016,8 @@ class _Cycle:
                 borrows = [m for m, b in allowed if b and m in res.models]
                 if len(borrows) == 1 and preemptible:
                     # The quota it borrows then is held from later jobs still running then.
-                    self.ledger.hold_for(r.team, borrows[0], gpus, res.start)
+                    m = borrows[0]
+                    self.ledger.hold_for(r.team, m, gpus, res.start, self.idle_gpus(m, r))
         reason = reasons.no_capacity(r, best)
         return _Failure(
             reason if note is None else reasons.with_note(reason, note),
@@ -1270,10 +1286,14 @@ class _Cycle:
             and any(self.ledger.within_nominal(r.team, m, gpus) for m in models)
         )
         priority = self.preempts_for_priority(r)
+        keep = False  # only its victims that are leaving, on its nodes (keeps_beyond_bound)
         if self.searches >= policy.max_preemption_searches:
-            if not self.may_reclaim_beyond_bound(r, reclaims):
+            if self.may_reclaim_beyond_bound(r, reclaims):
+                priority = False
+            elif on_nodes:
+                priority, reclaims, keep = False, False, True
+            else:
                 return None
-            priority = False
         p = Preemptor(
             r.team,
             self.value(r),
@@ -1285,8 +1305,10 @@ class _Cycle:
             priority=priority,
         )
         on_node = self.candidates()
-        if p.quotas:
+        if p.quotas or keep:
             on_node = self.within_reach(p, on_node)
+        if keep:
+            on_node = self.keeps_beyond_bound(on_node, on_nodes)
         # A search with no job it may take on these nodes is no search: it must not use up
         # the cycle's bound before a job that has victims (the next cycle would be the same).
         keys = {grp.key for grp in groups}
@@ -1307,6 +1329,16 @@ class _Cycle:
         leaving = [c for c, _ in found.victims]
         freed = sum(c.size for c in leaving)
         return reasons.preempting(len(leaving), freed, self.victims_gone_at - self.now, found.nodes)
+
+    def keeps_beyond_bound(
+        self, on_node: dict[str, list[Candidate]], on_nodes: tuple[str, ...]
+    ) -> dict[str, list[Candidate]]:
+        """Once the cycle's searches are used up, a job that preempted in an earlier cycle
+        still claims its victims that are leaving, on the nodes it preempted on: that is no
+        new search (no job is preempted), and without it the GPUs they free go to the jobs
+        behind it, and it preempts again. `on_node`: what a search of leaving jobs only
+        reaches (within_reach)."""
+        return {name: cands for name, cands in on_node.items() if name in on_nodes}
 
     def may_reclaim_beyond_bound(self, r: JobRequest, reclaims: bool) -> bool:
         """Once the cycle's searches are used up, may r still search to reclaim? Once per
@@ -1331,7 +1363,12 @@ class _Cycle:
         """_preempt_for_quota, without searching again for a kind that found no victims
         while nothing has started, been preempted or reserved since: a deep queue repeats a
         kind refused quota, and each would search the same cluster in vain. A repeat counts
-        the searches the first made, as if made again, so that the cap falls where it would."""
+        the searches the first made, as if made again, so that the cap falls where it would.
+        A job that preempted on `on_nodes` before searches itself, its verdict not kept: it
+        prefers those nodes, and past the cap claims its leaving victims there, as no other
+        job of its kind does."""
+        if on_nodes:
+            return self._preempt_for_quota(r, gpus, models, on_nodes)
         stamp = (len(self.starts), len(self.preemptions), len(self.reservations))
         cap = self.policy.max_preemption_searches
         found = self._no_victims.get(k)  # r is of kind number k: its GPUs and models too
@@ -1359,7 +1396,10 @@ class _Cycle:
         policy = self.policy
         if not policy.preemption or not policy.quotas or not self.s.running:
             return None
-        if self.searches >= policy.max_preemption_searches:
+        cap = policy.max_preemption_searches
+        # Past the bound only its victims that are leaving, on its nodes (keeps_beyond_bound).
+        keep = self.searches >= cap
+        if keep and not on_nodes:
             return None  # as the loop below would, before the candidates are built
         if not self.preempts_for_priority(r):
             return None  # displacing its own team's lower classes is a priority preemption
@@ -1368,7 +1408,7 @@ class _Cycle:
         if not own_all or not (own_all[0].leaving or own_all[0].value < value):
             return None
         for m in models:
-            if self.searches >= policy.max_preemption_searches:
+            if self.searches >= cap and not keep:
                 return None
             key = self.ledger.key(r.team, m)
             acc = self.ledger.account(r.team, m)
@@ -1378,6 +1418,9 @@ class _Cycle:
                 continue  # only non-preemptible jobs hold that quota: none can be displaced
             shortfall = acc.used + gpus - self.ledger.headroom(r.team, m)
             own, own_gpus = self.displaceable(r.team, value, key, own_all)
+            if keep:
+                own = [c for c in own if c.leaving]
+                own_gpus = sum(c.size for c in own)
             if own_gpus < shortfall - 1e-9:
                 continue
             # A team's nominal is its higher classes' first: a job displaces lower ones to
@@ -1394,9 +1437,13 @@ class _Cycle:
                 self.now,
                 True,
                 max_preemptions=self.max_preemptions,
+                priority=not keep,
             )
             groups = self.groups(m, r)
-            found = self.victims(r, groups, p, on_nodes)
+            reach = None
+            if keep:
+                reach = self.keeps_beyond_bound(self.within_reach(p, self.candidates()), on_nodes)
+            found = self.victims(r, groups, p, on_nodes, reach)
             if found is None:
                 continue
             victims = list(found.victims)
@@ -1552,7 +1599,11 @@ class _Cycle:
         held: dict[str, list[int]] = {}
         for name in found.nodes:
             st = self.index.nodes[name]
-            held[name] = st.free[: r.gpus_per_node]
+            # Of the node's free GPUs only those its victims there do not make up: another
+            # job that preempted on this node (preempting_on names nodes only) may be owed
+            # them, its victims gone already.
+            coming = sum(c.gpus.get(name, 0) for c, _ in found.victims)
+            held[name] = st.free[: max(0, r.gpus_per_node - coming)]
             self.index.hold(name, held[name])
         self.plan_preemptor(r, found, held)
 
@@ -1660,7 +1711,9 @@ class _Cycle:
             r.id, r.mig_profile or "", r.gpu_model, r.pool, value, r.kind, r.cluster
         )
 
-    def try_mig(self, r: JobRequest, gpus: float, first_tier: bool) -> Reason | None:
+    def try_mig(
+        self, r: JobRequest, gpus: float, first_tier: bool, on_nodes: tuple[str, ...] = ()
+    ) -> Reason | None:
         if self.mig_index is None:
             self.mig_index = self.new_mig_index()
         profile = r.mig_profile or ""
@@ -1704,7 +1757,7 @@ class _Cycle:
                         heapq.heappush(self._mig_ends.setdefault(kind, []), ends)
                 return None
         if not admitted and refusal is not None:
-            waiting = self.preempt_slice_for_quota(r, gpus, over) if over else None
+            waiting = self.preempt_slice_for_quota(r, gpus, over, on_nodes) if over else None
             note, self.not_worth = self.not_worth, None
             if waiting is not None:
                 return waiting
@@ -1724,7 +1777,7 @@ class _Cycle:
                 self.preempting.append((r.id, (target[0],)))
                 return reasons.mig_relayout(r, *target, on_nodes=(target[0],))
             return reasons.mig_relayout(r, *target)
-        waiting = self.preempt_for_mig(r, gpus, admitted, first_tier)
+        waiting = self.preempt_for_mig(r, gpus, admitted, first_tier, on_nodes)
         note, self.not_worth = self.not_worth, None
         if waiting is not None:
             return waiting
@@ -1735,17 +1788,20 @@ class _Cycle:
         return reason if note is None else reasons.with_note(reason, note)
 
     def preempt_slice_for_quota(
-        self, r: JobRequest, gpus: float, models: Sequence[str]
+        self, r: JobRequest, gpus: float, models: Sequence[str], on_nodes: tuple[str, ...] = ()
     ) -> Reason | None:
         """A slice job over its team's quota displaces its own team's lower classes on that
         quota as a whole-GPU job does (_preempt_for_quota): enough of them to fit the quota,
         to run within its nominal. Only where it then has an instance: one free for it (or
         an idle GPU to lay out), held for it while they leave; else one that some of them
         free (preempt_for_mig's sets: a job holding an instance it may use, or all of a
-        GPU's holders), counted towards the quota they free."""
+        GPU's holders), counted towards the quota they free. Past the cycle's bound, for a
+        job that preempted on `on_nodes` in an earlier cycle, only its victims that are
+        leaving (keeps_beyond_bound)."""
         policy = self.policy
         if not policy.preemption or not policy.quotas or not self.s.running:
             return None
+        keep = self.searches >= policy.max_preemption_searches and bool(on_nodes)
         if not self.preempts_for_priority(r):
             return None  # displacing its own team's lower classes is a priority preemption
         assert self.mig_index is not None
@@ -1754,7 +1810,7 @@ class _Cycle:
         holders = self.mig_holders()
         own_all = self.own_candidates().get(r.team, [])
         for m in models:
-            if self.searches >= policy.max_preemption_searches:
+            if self.searches >= policy.max_preemption_searches and not keep:
                 return None
             key = self.ledger.key(r.team, m)
             acc = self.ledger.account(r.team, m)
@@ -1785,6 +1841,8 @@ class _Cycle:
                     )
                 )
             ]
+            if keep:
+                own = [(c, g) for c, g in own if c.leaving]
             own.sort(key=lambda cg: (not cg[0].leaving, cg[0].value, -cg[0].start, cg[0].id))
             if sum(g for _, g in own) < shortfall - 1e-9:
                 continue
@@ -1812,6 +1870,8 @@ class _Cycle:
                     job_id=r.id,
                     shared=eligible,
                 ):
+                    if keep and gpu[0] not in on_nodes:
+                        continue
                     freeing = [
                         (holders[i][0], "leaving" if holders[i][0].leaving else "priority")
                         for i in ids
@@ -1925,17 +1985,24 @@ class _Cycle:
         return self._mig_holders
 
     def preempt_for_mig(
-        self, r: JobRequest, gpus: float, models: Sequence[str], first_tier: bool
+        self,
+        r: JobRequest,
+        gpus: float,
+        models: Sequence[str],
+        first_tier: bool,
+        on_nodes: tuple[str, ...] = (),
     ) -> Reason | None:
         """Victims for a slice job with no instance: the fewest jobs that hold an instance it
         may use, or every instance of a GPU that can then be re-laid out for it. Who may be a
         victim, and the cheapest set, as for whole GPUs (preempt.py): already leaving, then
-        reclaim from borrowers (first tier, within the team's nominal), then lower classes."""
+        reclaim from borrowers (first tier, within the team's nominal), then lower classes.
+        Past the cycle's bound: reclaim only, or, for a job that preempted on `on_nodes` in
+        an earlier cycle, its victims there that are leaving (keeps_beyond_bound)."""
         policy = self.policy
         beyond = self.searches >= policy.max_preemption_searches
-        if not policy.preemption or (
-            beyond and not self.may_reclaim_beyond_bound(r, policy.quotas and first_tier)
-        ):
+        reclaim_beyond = beyond and self.may_reclaim_beyond_bound(r, policy.quotas and first_tier)
+        keep = beyond and not reclaim_beyond and bool(on_nodes)
+        if not policy.preemption or (beyond and not reclaim_beyond and not keep):
             return None
         holders = self.mig_holders() if self.s.running else {}
         if not holders:
@@ -1957,7 +2024,12 @@ class _Cycle:
         ) = None
         for m in models:
             share = _fraction(m, profile, self.mig_tables) or gpus
-            reclaims = policy.quotas and first_tier and self.ledger.within_nominal(r.team, m, share)
+            reclaims = (
+                policy.quotas
+                and first_tier
+                and not keep
+                and self.ledger.within_nominal(r.team, m, share)
+            )
 
             kind = partial(self.slice_victim, r, reclaims, priority)
             eligible = partial(_is_some, kind)
@@ -1973,6 +2045,8 @@ class _Cycle:
                 job_id=r.id,
                 shared=shared,
             ):
+                if keep and gpu[0] not in on_nodes:
+                    continue
                 searched = True
                 victims = [(holders[i][0], kind(i) or "leaving") for i in ids]
                 if not within_budget(
@@ -1992,7 +2066,7 @@ class _Cycle:
                     best = (rank, model, share, victims, gpu, whole)
         # A search that met no job it may take is no search (as in preempt_for).
         if searched:
-            self.count_search(r, policy.quotas and first_tier)
+            self.count_search(r, policy.quotas and first_tier and not keep)
         if best is None:
             return None
         _, model, share, victims, gpu, whole = best

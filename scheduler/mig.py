@@ -535,11 +535,13 @@ class MigIndex:
         pool: str | None,
         cluster: str | None = None,
     ) -> None:
-        """Hold for job_id a GPU on the nodes the last cycle emptied one for it
-        (PendingJob.preempting_on): one still being emptied, else an idle one (its victims
-        have left), else one held for other jobs with room for it too; else (it preempted
-        the holder of one instance) an instance it may use there, free or held by a job
-        that is leaving (hold_freed)."""
+        """Hold for job_id what the last cycle's preemption freed for it on these nodes
+        (PendingJob.preempting_on): an instance it may use on a GPU others keep using, free
+        or held by a job that is leaving (it preempted that holder: hold_freed); else a GPU
+        still being emptied, else an idle one (its victims have left), else one held for
+        other jobs with room for it too. The instance first: the node's name does not say
+        which preemption was whose, and a job that preempted one instance, taking a GPU
+        emptied for another job there, would leave that job nothing."""
         gpus = [
             g
             for g in self._gpus
@@ -548,21 +550,11 @@ class MigIndex:
             and _spec(g.table, profile) is not None
         ]
         reserved = self._reserved
-        fits: tuple[Callable[[_Gpu], bool], ...] = (
-            lambda g: g.order in reserved and reserved[g.order] is None,
-            lambda g: g.idle and not g.fixed and g.order not in reserved,
-            lambda g: self._room_with(g, job_id, profile),
-        )
-        for rule in fits:
-            for gpu in gpus:
-                if rule(gpu):
-                    self.reserve(*gpu.order, job_id, profile)
-                    return
         freed = self._freed_for
         # A free one first: it can start now, and leaves the leaving ones to their preemptors.
         for leaving in (False, True):
             for gpu in gpus:
-                # An idle GPU that can be re-laid out is plan()'s (the second rule above).
+                # An idle GPU that can be re-laid out is plan()'s (the GPU rules below).
                 if gpu.order in reserved or (gpu.idle and not gpu.fixed):
                     continue
                 for inst in gpu.instances:
@@ -574,6 +566,16 @@ class MigIndex:
                     ):
                         freed[key] = job_id
                         return
+        fits: tuple[Callable[[_Gpu], bool], ...] = (
+            lambda g: g.order in reserved and reserved[g.order] is None,
+            lambda g: g.idle and not g.fixed and g.order not in reserved,
+            lambda g: self._room_with(g, job_id, profile),
+        )
+        for rule in fits:
+            for gpu in gpus:
+                if rule(gpu):
+                    self.reserve(*gpu.order, job_id, profile)
+                    return
 
     def hold_freed(self, node: str, gpu: int, victim: str, job_id: str) -> None:
         """Hold for job_id the instance `victim` (preempted for it) leaves on this GPU."""

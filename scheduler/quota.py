@@ -441,10 +441,14 @@ class Ledger:
         if model != ANY_MODEL:
             self.pool[ANY_MODEL] = self.pool.get(ANY_MODEL, 0.0) - amount
 
-    def hold_for(self, team: str, model: str, gpus: float, at: float) -> None:
+    def hold_for(
+        self, team: str, model: str, gpus: float, at: float, usable: float = math.inf
+    ) -> None:
         """A job of `team` reserved from `at` (EASY backfill) will borrow on this quota then:
         what it would borrow of quota idle for good is from now on lent only to jobs that
-        end by `at`, as backfill holds the reserved GPUs."""
+        end by `at`, as backfill holds the reserved GPUs. Of capacity nobody owns, at most
+        `usable`: the idle GPUs such a job could use (that capacity is idle GPUs, and a
+        whole-GPU job's hold must not keep a slice job off MIG GPUs it never runs on)."""
         acc = self.account(team, model)
         if not self.enabled or acc is None:
             return
@@ -461,7 +465,7 @@ class Ledger:
                 loans.sort(key=_loan_order)
                 need -= take
             if m == model and need > 1e-12 and model in self.unowned:
-                take = min(self.unowned[model], self.unowned_total, need)
+                take = min(self.unowned[model], self.unowned_total, need, usable)
                 if take > 1e-12:
                     self.unowned[model] -= take
                     self.unowned_total -= take
