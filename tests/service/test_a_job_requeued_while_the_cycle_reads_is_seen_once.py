@@ -5,7 +5,6 @@ some: it would count a GPU twice in one cycle."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job, transition
 from scheduler import types as st
 from tests.conftest import spec
+from tests.service.between_reads import after_the_first_read
 
 S = Job.State
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,28 +33,9 @@ def running(job: Job) -> Job:
 
 
 def after_the_first_read_of_jobs_by_state(change: Any) -> Any:
-    """A wrapper for the cycle's connection that runs `change` from another connection,
-    committed, right after the cycle's first query of jobs by their state (whichever of
-    the two reads comes first)."""
-    fired: list[bool] = []
-
-    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        result = execute(sql, params, many, context)
-        if not fired and sql.lstrip().upper().startswith("SELECT") and '"jobs_job"."state"' in sql:
-            fired.append(True)
-
-            def other() -> None:
-                try:
-                    change()
-                finally:
-                    connection.close()  # this thread's own connection
-
-            thread = threading.Thread(target=other)
-            thread.start()
-            thread.join(timeout=30)
-        return result
-
-    return wrapper, fired
+    """Runs `change`, committed, right after the cycle's first query of jobs by their state
+    (whichever of the two reads comes first)."""
+    return after_the_first_read(lambda sql: '"jobs_job"."state"' in sql, change)
 
 
 def test_a_job_requeued_between_the_cycles_two_reads_is_not_both_running_and_pending(

@@ -7,7 +7,6 @@ decided (a change that came meanwhile is the next cycle's)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -21,32 +20,14 @@ from queue_service.jobs.services import cancel_job, submit_job
 from queue_service.tenancy.models import Quota
 from scheduler import types as st
 from tests.conftest import spec
+from tests.service.between_reads import after_the_first_read
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def after_the_first_read_of(table: str, change: Callable[[], None]) -> tuple[Any, list[bool]]:
-    """A wrapper for the cycle's connection that runs `change` from another connection,
-    committed, right after the cycle's first SELECT from `table`."""
-    fired: list[bool] = []
-
-    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        result = execute(sql, params, many, context)
-        if not fired and sql.lstrip().upper().startswith("SELECT") and f'FROM "{table}"' in sql:
-            fired.append(True)
-
-            def other() -> None:
-                try:
-                    change()
-                finally:
-                    connection.close()  # this thread's own connection
-
-            thread = threading.Thread(target=other)
-            thread.start()
-            thread.join(timeout=30)
-        return result
-
-    return wrapper, fired
+    """Runs `change`, committed, right after the cycle's first SELECT from `table`."""
+    return after_the_first_read(lambda sql: f'FROM "{table}"' in sql, change)
 
 
 def seen(snap: st.Snapshot) -> tuple[str, float]:
