@@ -158,6 +158,18 @@ class SlurmSettings:
         if missing:
             raise BackendError(f"Slurm cluster settings lack {', '.join(missing)}", permanent=True)
         mounts = settings.get("container_mounts") or ()
+        # Checked here, not at a job's render: a TypeError there is no BackendError.
+        if not isinstance(mounts, str) and not (
+            isinstance(mounts, list | tuple) and all(isinstance(m, str) for m in mounts)
+        ):
+            raise BackendError(
+                "container_mounts must be a list of strings or one comma-separated string",
+                permanent=True,
+            )
+        requeue = settings.get("requeue")
+        requeue = False if requeue is None else requeue
+        if not isinstance(requeue, bool):  # "false" would read as true
+            raise BackendError(f"requeue must be true or false, not {requeue!r}", permanent=True)
         containers = str(settings.get("containers", "pyxis"))
         if containers not in ("pyxis", "none"):
             raise BackendError(
@@ -179,7 +191,7 @@ class SlurmSettings:
                     partition=settings.get("partition") or None,
                     account=settings.get("account") or None,
                     qos=settings.get("qos") or None,
-                    requeue=bool(settings.get("requeue", False)),
+                    requeue=requeue,
                     gres_map=dict(settings.get("gres_map") or {}),
                     container_mounts=(mounts,) if isinstance(mounts, str) else tuple(mounts),
                     checkpoint_signal_s=int(settings.get("checkpoint_signal_s", 120)),

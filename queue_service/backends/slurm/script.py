@@ -125,6 +125,12 @@ def log_path(workdir: str, name: str, stream: str) -> str:
     return f"{logs_dir(workdir)}/{name}.{'out' if stream == 'stdout' else 'err'}"
 
 
+def filename_pattern(path: str) -> str:
+    """A path as sbatch's --output and --error read it: `%` starts one of its replacement
+    symbols (`%u`, `%j`…), and `%%` is a `%` (a workdir may have one)."""
+    return path.replace("%", "%%")
+
+
 def format_time_limit(seconds: int) -> str:
     """Slurm's D-HH:MM:SS; Slurm itself rounds up to whole minutes."""
     seconds = max(1, int(seconds))
@@ -164,8 +170,8 @@ def directives(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> list[
         f"--job-name={name}",
         f"--comment=gpuq:{job.job_id}:{job.attempt}",
         f"--chdir={directive_value('workdir', job_dir(workdir, job))}",
-        f"--output={log_path(workdir, attempt_name(job), 'stdout')}",
-        f"--error={log_path(workdir, attempt_name(job), 'stderr')}",
+        f"--output={filename_pattern(log_path(workdir, attempt_name(job), 'stdout'))}",
+        f"--error={filename_pattern(log_path(workdir, attempt_name(job), 'stderr'))}",
         # A run Slurm requeues writes after the first run's output instead of truncating it
         # (byte offsets stay valid); each gpuq attempt has its own file.
         "--open-mode=append",
@@ -306,14 +312,27 @@ def launch(job: DispatchRequest, opts: ScriptOptions) -> str:
     elif torchrun:
         srun = ["srun"]
     prefix = ["env", "--", *env] if env else []
+    # The program as the spec names it: one named `-x` is no option of exec or srun (`--`
+    # ends theirs; env takes it as the program after its own `--`).
+    program = ["--", *payload] if payload[0].startswith("-") else payload
     if prefix and srun:
         # `env` would look srun up in the user's PATH (theirs is for the job or its
         # container): the batch shell's PATH finds it.
         return (
             "gpuq_srun=$(command -v srun) || gpuq_srun=srun\n"
-            f'exec {sh_join(prefix)} "$gpuq_srun" {sh_join([*srun[1:], *payload])}'
+            f'exec {sh_join(prefix)} "$gpuq_srun" {sh_join([*srun[1:], *program])}'
         )
-    return "exec " + sh_join([*prefix, *srun, *payload])
+    if prefix and "=" in payload[0]:
+        # env reads every word with `=` as a variable, also after `--`: a program path such
+        # as `sweeps/lr=0.1/run.sh` would be set, and the next argument run. `nice -n 0`
+        # execs it as it is and changes nothing else; the batch shell's PATH finds it.
+        return (
+            "gpuq_nice=$(command -v nice) || gpuq_nice=nice\n"
+            f'exec {sh_join(prefix)} "$gpuq_nice" -n 0 {sh_join(["--", *payload])}'
+        )
+    if prefix:
+        return "exec " + sh_join([*prefix, *payload])
+    return "exec " + sh_join([*srun, *program])
 
 
 def render(job: DispatchRequest, opts: ScriptOptions, workdir: str) -> str:

@@ -11,6 +11,8 @@
   permanent one (login refused, host key changed or not pinned) with its own words, still
   permanent; a transient one (refused, unreachable, timed out) saying the connection is
   unavailable, still transient.
+- A command that outlives its timeout is killed on the login node, not only closed on
+  (sshd leaves it running); stderr is read while stdout is, as the two share one window.
 - The private key lives only in a paramiko key object; it is never in a repr, log or error.
 """
 
@@ -28,12 +30,17 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import paramiko
+from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+from paramiko.message import Message
 
 from queue_service.backends.base import BackendError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# How often a command's wait for stdout stops to read what came on stderr (`_drain`).
+STDERR_POLL_S = 0.1
 
 _KEY_TYPES: tuple[type[paramiko.PKey], ...] = (
     paramiko.Ed25519Key,
@@ -80,6 +87,26 @@ def parse_known_hosts(text: str) -> paramiko.HostKeys:
     return keys
 
 
+def _kill_remote(channel: paramiko.Channel) -> None:
+    """Ask sshd to KILL a channel's command (RFC 4254's "signal" request; paramiko has no
+    call for it): sshd leaves a command whose channel closes running, and an sbatch left
+    behind could make its job after a retry's look-up found none. A server that does not
+    honour the request ignores it."""
+    transport = channel.get_transport()
+    if channel.closed or transport is None or not transport.is_active():
+        return
+    message = Message()
+    message.add_byte(cMSG_CHANNEL_REQUEST)
+    message.add_int(channel.remote_chanid)
+    message.add_string("signal")
+    message.add_boolean(False)
+    message.add_string("KILL")
+    # AttributeError: a paramiko without this private call (the tests would say so) only
+    # leaves the command running, as before.
+    with contextlib.suppress(paramiko.SSHException, OSError, EOFError, AttributeError):
+        transport._send_user_message(message)  # type: ignore[attr-defined]
+
+
 class _Watchdog:
     """Closes a channel that outlives its timeout. paramiko waits for the server's reply to
     an exec or subsystem request with no timeout at all (`Channel._wait_for_event`); closing
@@ -94,6 +121,7 @@ class _Watchdog:
 
     def _fire(self) -> None:
         self.fired = True
+        _kill_remote(self._channel)
         # The call may have timed out by itself and dropped the transport meanwhile: then
         # there is nothing left to wake.
         with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
@@ -273,8 +301,7 @@ class SSHConnection:
             if stdin:
                 channel.sendall(stdin)
             channel.shutdown_write()
-            stdout = self._drain(channel.recv, deadline, channel)
-            stderr = self._drain(channel.recv_stderr, deadline, channel)
+            stdout, stderr = self._drain(channel, deadline)
             if not channel.status_event.wait(max(0.0, deadline - time.monotonic())):
                 raise TimeoutError
             return Result(
@@ -283,6 +310,7 @@ class SSHConnection:
                 stderr.decode(errors="replace"),
             )
         except TimeoutError:
+            _kill_remote(channel)
             raise BackendError(f"{what} on {self.where} timed out after {timeout:g}s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if watchdog.fired:
@@ -309,14 +337,33 @@ class SSHConnection:
         raise AssertionError("unreachable")
 
     @staticmethod
-    def _drain(recv: Callable[[int], bytes], deadline: float, channel: paramiko.Channel) -> bytes:
-        chunks: list[bytes] = []
+    def _drain(channel: paramiko.Channel, deadline: float) -> tuple[bytes, bytes]:
+        """stdout to its end, and stderr as it comes meanwhile: the two streams share the
+        channel's window, so stderr left unread (over 2 MiB of it) would stop the command
+        until its timeout. A wait for stdout wakes at its data or end at once, and every
+        STDERR_POLL_S to read stderr."""
+        out: list[bytes] = []
+        err: list[bytes] = []
+        while True:
+            while channel.recv_stderr_ready():
+                err.append(channel.recv_stderr(65536))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            channel.settimeout(min(STDERR_POLL_S, remaining))
+            try:
+                chunk = channel.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                break
+            out.append(chunk)
         while True:
             channel.settimeout(max(0.001, deadline - time.monotonic()))
-            chunk = recv(65536)
+            chunk = channel.recv_stderr(65536)
             if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+                return b"".join(out), b"".join(err)
+            err.append(chunk)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The connection's SFTP session (callers hold _sftp_lock: SFTP is request/response)."""
