@@ -1443,25 +1443,17 @@ class _Cycle:
             reach = None
             if keep:
                 reach = self.keeps_beyond_bound(self.within_reach(p, self.candidates()), on_nodes)
-            found = self.victims(r, groups, p, on_nodes, reach)
+            # The plan frees the quota too (its victims, and more of `own` where they fall
+            # short), and is priced with all it takes.
+            found = self.victims(r, groups, p, on_nodes, reach, (shortfall, own))
             if found is None:
                 continue
-            victims = list(found.victims)
-            chosen = {c.id for c, _ in victims}
+            victims = found.victims
             freed = sum(c.size for c, _ in victims if c.team == r.team)
-            for c in own:
-                if freed >= shortfall - 1e-9:
-                    break
-                if c.id not in chosen:
-                    victims.append((c, "leaving" if c.leaving else "priority"))
-                    freed += c.size
-            if freed < shortfall - 1e-9:
-                continue
             if not self.worth_it(
                 victims, gpus, partial(self.ledger.nominal_free_at, r.team, m, gpus)
             ):
                 continue
-            found = replace(found, victims=tuple(victims))
             self.apply_preemption(r, gpus, found)
             return reasons.preempting(
                 len(victims), int(freed), self.victims_gone_at - self.now, found.nodes
@@ -1546,10 +1538,12 @@ class _Cycle:
         p: Preemptor,
         on_nodes: tuple[str, ...],
         on_node: dict[str, list[Candidate]] | None = None,
+        quota: tuple[float, Sequence[Candidate]] | None = None,
     ) -> Plan | None:
         """The victims that make room for r on `groups`, of nodes that cost the same those
         of `on_nodes` first (where an earlier cycle preempted for r); `on_node`: the
-        candidates p may reach, when already worked out."""
+        candidates p may reach, when already worked out; `quota`: the quota r lacks and its
+        team's jobs that may free it (preempt.plan)."""
         # Nodes reserved for a job ahead are off limits: their GPUs are promised.
         reserved = frozenset(n for res in self.reservations for n in res.nodes)
         if on_node is None:
@@ -1567,6 +1561,7 @@ class _Cycle:
             reserved,
             self.reclaim_budget(),
             frozenset(on_nodes),
+            quota,
         )
 
     def within_reach(

@@ -19,7 +19,9 @@ class, most recently started) until the job fits, then any the job fits without 
 guaranteed, then those whose highest victim class is lowest (Kueue and Slurm take the lowest
 priority first), then those whose victims have run the fewest GPU-seconds (the work a
 preemption may throw away: a gang that started an hour ago costs more than a 1-GPU job that
-started a minute ago, though each is one victim).
+started a minute ago, though each is one victim). A job that displaces its own team's lower
+classes to fit its quota needs the quota they hold too: a node is priced with the team's jobs
+elsewhere that must also go when its victims there free too little of it.
 """
 
 from __future__ import annotations
@@ -112,6 +114,7 @@ def plan(
     reserved: frozenset[str] = frozenset(),
     budget: Mapping[tuple[str, str], float] | None = None,
     prefer: frozenset[str] = frozenset(),
+    quota: tuple[float, Sequence[Candidate]] | None = None,
 ) -> Plan | None:
     """The cheapest n nodes of one group on which victims make room for g GPUs each; of
     nodes that cost the same, those in `prefer` (where an earlier cycle preempted for the
@@ -120,7 +123,12 @@ def plan(
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead. With a
     `budget`, a plan takes at most so many GPUs of other teams from each quota
     (Candidate.quota_key), reclaimed or preempted for priority: what the quota holds above its
-    nominal, so that no team is taken below it."""
+    nominal, so that no team is taken below it.
+
+    With `quota` (a shortfall of GPUs and p's team's jobs that may make it up, in preference
+    order), p also lacks quota: a plan takes as many of those as its victims of p's team do
+    not free (quota_extras), and costs what they lose too, so that the nodes chosen are
+    those whose victims free the most of it."""
     best: tuple[tuple[int, float, float], Plan] | None = None
     team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
@@ -128,12 +136,19 @@ def plan(
     for group in groups:
         if g > group.width:
             continue
-        # Nodes that already have room cost nothing; others need victims.
+        # Nodes that already have room cost nothing (but the quota p lacks); others need
+        # victims.
         nobody: tuple[tuple[Candidate, str], ...] = ()
+        worst0, top0, lost0 = 0, -math.inf, 0.0
+        if quota is not None:
+            extra = quota_extras(nobody, team, quota)
+            if extra is None:
+                continue  # p's team's jobs cannot free it, wherever p runs
+            worst0, top0, lost0 = price(extra, now)
         costs: list[
             tuple[tuple[int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
         ] = [
-            ((0, -math.inf, 0.0, name not in prefer, 0), name, nobody)
+            ((worst0, top0, lost0, name not in prefer, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
             if name not in reserved
@@ -189,10 +204,17 @@ def plan(
                 if kind != "leaving" and have - c.gpus[name] >= g:
                     have -= c.gpus[name]
                     del taken[i]
-            worst = 0  # the costliest victim (0 leaving, 1 borrowed, 2 other)
-            top: float = -math.inf  # the highest class among the new victims
-            lost = 0.0  # GPU-seconds the new victims have run: the work at risk
-            for c, kind in taken:
+            priced: Sequence[tuple[Candidate, str]] = taken
+            if quota is not None:
+                extra = quota_extras(taken, team, quota)
+                if extra is None:
+                    continue
+                priced = [*taken, *extra]
+            # price(priced, now), inline: this runs for every node of every search.
+            worst = 0
+            top: float = -math.inf
+            lost = 0.0
+            for c, kind in priced:
                 if kind != "leaving":
                     lost += c.size * max(1.0, now - c.start)
                     worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
@@ -220,6 +242,11 @@ def plan(
                 break
         if len(chosen) < n:
             continue
+        if quota is not None:
+            extra = quota_extras(list(victims.values()), team, quota)
+            if extra is None:
+                continue
+            victims.update((c.id, (c, kind)) for c, kind in extra)
         new = [c for c, _ in victims.values() if not c.leaving]
         score = (
             max(c[0][0] for c in chosen),
@@ -230,6 +257,41 @@ def plan(
         if best is None or score < best[0]:
             best = (score, candidate_plan)
     return None if best is None else best[1]
+
+
+def price(victims: Iterable[tuple[Candidate, str]], now: float) -> tuple[int, float, float]:
+    """What victims cost: the costliest (0 all leaving, 1 borrowed, 2 other), the highest
+    class among the new ones, and the GPU-seconds they have run (the work at risk)."""
+    worst, top, lost = 0, -math.inf, 0.0
+    for c, kind in victims:
+        if kind != "leaving":
+            lost += c.size * max(1.0, now - c.start)
+            worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
+            top = max(top, c.value)
+    return worst, top, lost
+
+
+def quota_extras(
+    victims: Sequence[tuple[Candidate, str]],
+    team: str,
+    quota: tuple[float, Sequence[Candidate]],
+) -> list[tuple[Candidate, str]] | None:
+    """The jobs of `team` to preempt besides `victims` to free its quota shortfall: the first
+    of `quota`'s, in preference order, that the victims of `team` leave short; None when all
+    of them fall short."""
+    shortfall, own = quota
+    freed = sum(c.size for c, _ in victims if c.team == team)
+    extra: list[tuple[Candidate, str]] = []
+    if freed >= shortfall - 1e-9:
+        return extra
+    ids = {c.id for c, _ in victims}
+    for c in own:
+        if c.id not in ids:
+            extra.append((c, "leaving" if c.leaving else "priority"))
+            freed += c.size
+            if freed >= shortfall - 1e-9:
+                return extra
+    return None
 
 
 def within_budget(

@@ -15,7 +15,7 @@ import pytest
 
 from scheduler.types import MigInstance, Node, PendingJob, Policy, RunningJob, Team
 
-from .builders import A100, NOW, decide, job, mig_node, nodes, running, snap, started, team, waits
+from .builders import NOW, decide, job, mig_node, nodes, running, snap, started, team, waits
 from .test_a_slice_job_displaces_its_teams_lower_classes_to_fit_its_quota import slice_holder
 
 
@@ -36,26 +36,6 @@ class Case:
     first: str = "quota_exhausted"  # why `first` waits
     second: str = "preempting"  # why `second` waits, or "started"
 
-
-# Team a (nominal 12) runs two low jobs that each would lose 800 GPU-seconds: 2 GPUs on
-# n1 (4 GPUs, 2 free) and 8 on n2, and a high job. A high 4-GPU job needs 4 GPUs of the
-# quota freed. Without a preference n1 is cheaper (fewer GPUs to free), but its victim
-# frees 2 GPUs of the quota, so n2's goes too: 1,600 GPU-seconds lost, more than the job
-# waits is worth (2,400 x 0.5). A job of the same kind that preempted on n2 before looks
-# there first: 800 GPU-seconds, worth it.
-PREFERENCE = Case(
-    (Node("n1", A100, 4), Node("n2", A100, 8), Node("n3", A100, 8)),
-    (team("a", 12), team("b", 6)),
-    (
-        running("n1-low", {"n1": range(2)}, priority="low", started=NOW - 400, limit=900),
-        running("n2-low", {"n2": range(8)}, priority="low", started=NOW - 100, limit=700),
-        running("a-high", {"n3": range(2)}, priority="high", limit=36000),
-        running("b-high", {"n3": range(2, 8)}, team="b", priority="high", limit=36000),
-    ),
-    Policy(),
-    (high("first", NOW - 50), high("second", NOW - 40, ("n2",))),
-    {"n2-low"},
-)
 
 # Team a's nominal of 8 is held by its low job leaving n1, which `second` (8 GPUs) preempted.
 # Past the cycle's one search (a gang of team c, ahead, searching in vain), `second` still
@@ -120,8 +100,8 @@ FREED_INSTANCE = Case(
 
 @pytest.mark.parametrize(
     "case",
-    [PREFERENCE, BEYOND, CAPACITY, FREED_INSTANCE],
-    ids=["preference", "beyond-the-bound", "capacity-beyond-the-bound", "freed-instance"],
+    [BEYOND, CAPACITY, FREED_INSTANCE],
+    ids=["beyond-the-bound", "capacity-beyond-the-bound", "freed-instance"],
 )
 def test_a_kinds_failed_search_for_its_own_victims_is_not_another_preemptors_verdict(
     case: Case,
