@@ -839,6 +839,13 @@ class _Cycle:
             return
         self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
 
+    def hold_borrowed(self, r: JobRequest, model: str, gpus: float, at: float) -> None:
+        """r, reserved from `at`, will borrow on its quota then: hold what it will borrow
+        (Ledger.hold_for), counting the team's jobs started this cycle that end by then."""
+        k = self.ledger.key(r.team, model)
+        started = self._quota_started.get(k, ()) if k is not None else ()
+        self.ledger.hold_for(r.team, model, gpus, at, self.idle_gpus(model, r), started)
+
     def hold_slice_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
         """hold_quota for a slice job that fits its team's nominal but waits for an instance:
         until one it may use comes free (`until`, by the limits of the jobs holding them)."""
@@ -1016,8 +1023,7 @@ class _Cycle:
                 borrows = [m for m, b in allowed if b and m in res.models]
                 if len(borrows) == 1 and preemptible:
                     # The quota it borrows then is held from later jobs still running then.
-                    m = borrows[0]
-                    self.ledger.hold_for(r.team, m, gpus, res.start, self.idle_gpus(m, r))
+                    self.hold_borrowed(r, borrows[0], gpus, res.start)
         reason = reasons.no_capacity(r, best)
         return _Failure(
             reason if note is None else reasons.with_note(reason, note),

@@ -442,17 +442,35 @@ class Ledger:
             self.pool[ANY_MODEL] = self.pool.get(ANY_MODEL, 0.0) - amount
 
     def hold_for(
-        self, team: str, model: str, gpus: float, at: float, usable: float = math.inf
+        self,
+        team: str,
+        model: str,
+        gpus: float,
+        at: float,
+        usable: float = math.inf,
+        started: Sequence[tuple[float | None, float]] = (),
     ) -> None:
         """A job of `team` reserved from `at` (EASY backfill) will borrow on this quota then:
         what it would borrow of quota idle for good is from now on lent only to jobs that
-        end by `at`, as backfill holds the reserved GPUs. Of capacity nobody owns, at most
-        `usable`: the idle GPUs such a job could use (that capacity is idle GPUs, and a
-        whole-GPU job's hold must not keep a slice job off MIG GPUs it never runs on)."""
-        acc = self.account(team, model)
-        if not self.enabled or acc is None:
+        end by `at`, as backfill holds the reserved GPUs. What it borrows then is counted
+        on the team's usage then: its running jobs on the quota that end by `at` (by their
+        limits; `started`: (end, GPUs) of those started since the snapshot) give theirs
+        back first, one of unknown end never. Of capacity nobody owns, at most `usable`:
+        the idle GPUs such a job could use (that capacity is idle GPUs, and a whole-GPU
+        job's hold must not keep a slice job off MIG GPUs it never runs on)."""
+        k = self.key(team, model)
+        if not self.enabled or k is None:
             return
-        need = max(0.0, acc.used + gpus - acc.quota.nominal) - acc.borrowed
+        acc = self.accounts[k]
+        used = acc.used
+        for held in (self._held.get(k, ()), started):
+            for end, held_gpus in held:
+                if end is not None and end <= at:
+                    used -= held_gpus
+        # Beyond what the team borrows now: the loans its jobs give back by `at` serve it then.
+        need = max(0.0, used + gpus - acc.quota.nominal) - acc.borrowed
+        if need <= 1e-12:
+            return
         sources = [model] if model == ANY_MODEL else [model, ANY_MODEL]
         for m in sources:
             left = self.pool.get(m, 0.0)
