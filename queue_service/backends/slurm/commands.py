@@ -2,7 +2,8 @@
 
 No user text ever reaches these lines: job ids are Slurm's digits, paths are gpuq's own (workdir
 setting + gpuq job id, validated), and every value is quoted anyway. The batch script itself
-travels on stdin. The login shell must be a POSIX shell (bash, dash, zsh, ksh).
+travels on stdin. The login shell must be a POSIX shell (bash, dash, zsh, ksh); each line runs
+under coreutils `timeout` and `sh -c` there (`ssh.remote_command`).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ SINFO_FORMAT = "NodeList:|,StateLong:|,Gres:|,GresUsed:|,Features:|,PartitionNam
 # How far back sacct looks for an earlier submission of the same attempt.
 LOOKUP_WINDOW = "now-30days"
 
-# The script arrives on stdin. sbatch is the whole command line, so the login shell execs it
-# without a fork: under load each extra process costs about as much as sbatch itself.
+# The script arrives on stdin. sbatch is the whole command line, so no shell forks for it
+# (`timeout`'s one fork is all): under load each extra process costs about as much as sbatch.
 SUBMIT = "sbatch --parsable"
 
 

@@ -257,7 +257,9 @@ def _torchrun(job: DispatchRequest, argv: Sequence[str], env: Sequence[str]) -> 
     in the process table (`ps`, /proc/<pid>/cmdline) for the job's life, where any user of
     the node can read it, and env values are often secrets."""
     env = [word for word in env if word.split("=", 1)[0] in BASH_OWN_NAMES]
-    script_args = list(argv) if argv[0].endswith(".py") else ["--no-python", *argv]
+    # A program named `-x` is no option of torchrun's: its `--` (argparse's) ends them.
+    program = ["--", *argv] if argv[0].startswith("-") else list(argv)
+    script_args = program if argv[0].endswith(".py") else ["--no-python", *program]
     if env:
         inner = (
             'exec env -- "${@:4:$3}" torchrun --nnodes="$1" --nproc_per_node="$2"'

@@ -12,7 +12,9 @@
   permanent; a transient one (refused, unreachable, timed out) saying the connection is
   unavailable, still transient.
 - A command that outlives its timeout is killed on the login node, not only closed on
-  (sshd leaves it running); stderr is read while stdout is, as the two share one window.
+  (sshd leaves it running): it runs under coreutils `timeout -s KILL` with the call's own
+  timeout (`remote_command`), which needs no request over a connection that may be gone.
+  stderr is read while stdout is, as the two share one window.
 - The private key lives only in a paramiko key object; it is never in a repr, log or error.
 """
 
@@ -22,6 +24,7 @@ import contextlib
 import io
 import logging
 import posixpath
+import shlex
 import socket
 import threading
 import time
@@ -30,9 +33,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import paramiko
-from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
-from paramiko.message import Message
 
 from queue_service.backends.base import BackendError
 
@@ -87,24 +88,15 @@ def parse_known_hosts(text: str) -> paramiko.HostKeys:
     return keys
 
 
-def _kill_remote(channel: paramiko.Channel) -> None:
-    """Ask sshd to KILL a channel's command (RFC 4254's "signal" request; paramiko has no
-    call for it): sshd leaves a command whose channel closes running, and an sbatch left
-    behind could make its job after a retry's look-up found none. A server that does not
-    honour the request ignores it."""
-    transport = channel.get_transport()
-    if channel.closed or transport is None or not transport.is_active():
-        return
-    message = Message()
-    message.add_byte(cMSG_CHANNEL_REQUEST)
-    message.add_int(channel.remote_chanid)
-    message.add_string("signal")
-    message.add_boolean(False)
-    message.add_string("KILL")
-    # AttributeError: a paramiko without this private call (the tests would say so) only
-    # leaves the command running, as before.
-    with contextlib.suppress(paramiko.SSHException, OSError, EOFError, AttributeError):
-        transport._send_user_message(message)  # type: ignore[attr-defined]
+def remote_command(command: str, timeout_s: float) -> str:
+    """`command` as the login node runs it: killed with its process group once it outlives
+    `timeout_s`. sshd leaves a command whose channel closes running (no pty, no SIGHUP), and
+    a dropped connection takes any request to stop it along; an sbatch left behind could
+    make its job after a retry's look-up found none. The deadline is the call's own (the
+    remote one starts later, so the call gives up first), in milliseconds at the least:
+    `timeout 0` would never fire."""
+    seconds = f"{max(timeout_s, 0.001):.3f}".rstrip("0").rstrip(".")
+    return f"timeout -s KILL {seconds} sh -c {shlex.quote(command)}"
 
 
 class _Watchdog:
@@ -121,7 +113,6 @@ class _Watchdog:
 
     def _fire(self) -> None:
         self.fired = True
-        _kill_remote(self._channel)
         # The call may have timed out by itself and dropped the transport meanwhile: then
         # there is nothing left to wake.
         with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
@@ -297,7 +288,7 @@ class SSHConnection:
         watchdog = _Watchdog(channel, timeout)
         try:
             channel.settimeout(timeout)
-            channel.exec_command(command)
+            channel.exec_command(remote_command(command, timeout))
             if stdin:
                 channel.sendall(stdin)
             channel.shutdown_write()
@@ -310,7 +301,6 @@ class SSHConnection:
                 stderr.decode(errors="replace"),
             )
         except TimeoutError:
-            _kill_remote(channel)
             raise BackendError(f"{what} on {self.where} timed out after {timeout:g}s") from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             if watchdog.fired:

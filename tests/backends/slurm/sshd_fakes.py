@@ -5,6 +5,7 @@ Slurm lab needed)."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 import threading
 import time
@@ -85,6 +86,15 @@ def sshd(
             transport.close()
 
 
+def given(remote: str) -> str:
+    """The command a client gave, out of the `timeout -s KILL <s> sh -c <command>` its
+    connection runs it under (`ssh.remote_command`)."""
+    words = shlex.split(remote)
+    assert words[:3] == ["timeout", "-s", "KILL"] and words[4:6] == ["sh", "-c"], remote
+    (command,) = words[6:]
+    return command
+
+
 class LoginNode(LetsAnyoneIn):
     """An sshd that answers each command by its first word (`squeue`, `sacct`; `squeue
     WorkDir` for the squeue that asks only jobs' directories, if given) with (stdout, stderr, exit
@@ -96,7 +106,7 @@ class LoginNode(LetsAnyoneIn):
         self.commands: list[str] = []
 
     def check_channel_exec_request(self, channel: paramiko.Channel, command: bytes) -> bool:
-        text = command.decode()
+        text = given(command.decode())
         self.commands.append(text)
         word = text.split(" ", 1)[0]
         stdout, stderr, rc = self.answers.get(

@@ -146,6 +146,9 @@ def test_container_mounts_go_on_srun() -> None:
     [
         (("train.py", "--epochs", "3"), "train.py --epochs 3"),
         (("python", "-m", "trainer"), "--no-python python -m trainer"),
+        # A program named with a leading dash is no option of torchrun's (its `--` ends them).
+        (("-x", "--epochs", "3"), "--no-python -- -x --epochs 3"),
+        (("-train.py", "--", "a"), "-- -train.py -- a"),
     ],
 )
 def test_multi_node_training_launches_torchrun_per_node(
