@@ -50,15 +50,23 @@ ENDED = frozenset({"succeeded", "failed", "cancelled", "timeout", "preempted", "
 class CliError(Exception):
     """What the user is told on stderr before exit status 1. Transient: the service or its
     cluster did not answer (a 503 or 504, or no connection), so a later try may succeed.
-    `status` is the server's HTTP status, and `detail` its own words, where it answered."""
+    `status` is the server's HTTP status, and `detail` its own words, where it answered;
+    `fields`, the fields of the request its answer refused (a 400's)."""
 
     def __init__(
-        self, message: str, *, transient: bool = False, status: int | None = None, detail: str = ""
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        status: int | None = None,
+        detail: str = "",
+        fields: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(message)
         self.transient = transient
         self.status = status
         self.detail = detail
+        self.fields = fields
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
@@ -118,12 +126,12 @@ class Api:
                     self.last_headers = response.headers
                 break
             except urllib.error.HTTPError as exc:
-                message, from_gpuq, detail = _http_error(exc)
+                message, from_gpuq, detail, fields = _http_error(exc)
                 # A proxy's 502 (its own page, not gpuq's JSON: gpuq's says the cluster
                 # refused) is the service restarting behind it, as a 504 is.
                 transient = exc.code in (503, 504) or (exc.code == 502 and not from_gpuq)
                 raise CliError(
-                    message, transient=transient, status=exc.code, detail=detail
+                    message, transient=transient, status=exc.code, detail=detail, fields=fields
                 ) from None
             # HTTPException: an answer cut short (a proxy dropped it), or no HTTP at all.
             except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
@@ -139,9 +147,9 @@ class Api:
             ) from None
 
 
-def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool, str]:
-    """What to tell of an HTTP error, whether its body was JSON (gpuq's own), and what that
-    body said, on one line."""
+def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool, str, frozenset[str]]:
+    """What to tell of an HTTP error, whether its body was JSON (gpuq's own), what that
+    body said, on one line, and the fields it named."""
     if 300 <= exc.code < 400:
         where = exc.headers.get("Location", "?")
         return (
@@ -151,6 +159,7 @@ def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool, str]:
             ),
             False,
             "",
+            frozenset(),
         )
     try:
         raw = exc.read()
@@ -159,16 +168,18 @@ def _http_error(exc: urllib.error.HTTPError) -> tuple[str, bool, str]:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError):
-        return f"the server answered {exc.code} {exc.reason}", False, ""
+        return f"the server answered {exc.code} {exc.reason}", False, "", frozenset()
     said = _flatten(body)
     if exc.code == 401:
         return (
             f"not signed in: {said[0] if said else exc.reason} (check GPUQ_TOKEN)",
             True,
             "; ".join(said),
+            frozenset(),
         )
     lines = "\n".join("  " + line for line in said)
-    return f"the server answered {exc.code}:\n" + lines, True, "; ".join(said)
+    fields = frozenset(str(k) for k in body) - {"detail"} if isinstance(body, dict) else frozenset()
+    return f"the server answered {exc.code}:\n" + lines, True, "; ".join(said), fields
 
 
 def _flatten(body: Any, prefix: str = "") -> list[str]:
@@ -990,7 +1001,8 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     only its --notify, its line saying what was kept). The %N goes once to every array a
     selected job is in: with the first of its jobs' changes that the job's state allows,
     else alone, by its first job selected (before that job's own changes, which the server
-    refuses: a refused PATCH is not followed by the %N)."""
+    refuses: a refused PATCH is not followed by the %N). A --notify refused for the account
+    or the site, not the job, is said once, however many jobs it refuses."""
     changes: dict[str, Any] = {}
     if args.new_priority is not None:
         changes["priority"] = args.new_priority
@@ -1010,9 +1022,17 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     tried = 0
     passed_over: list[CliError] = []
     refused: dict[str, CliError] = {}  # arrays whose task was not the user's, by id
+    # A refusal at `notify` alone is the site's (it sends no email), the owner's (no address)
+    # or the events': never the job's. Said once; that owner's other jobs are not sent it.
+    notify_said: set[str] = set()
+    notify_refused: set[str] = set()  # owners, where the selection tells them (not by id)
+    alike = 0  # jobs not updated for a notify refusal already said
 
     def patch(job: Mapping[str, Any], body: Mapping[str, Any], kept: str = "") -> bool:
-        nonlocal failed, tried
+        nonlocal failed, tried, alike
+        if "notify" in body and job.get("user") in notify_refused:
+            failed, alike = failed + 1, alike + 1
+            return False
         tried += 1
         try:
             answer = api.call(
@@ -1028,6 +1048,13 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
                     refused[job["array"]["id"]] = exc
                 return False
             failed += 1
+            if exc.status == 400 and exc.fields == {"notify"}:
+                if job.get("user"):
+                    notify_refused.add(job["user"])
+                if str(exc) in notify_said:
+                    alike += 1
+                    return False
+                notify_said.add(str(exc))
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             return False
         answers.append(answer)
@@ -1098,6 +1125,9 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if jobs and not tried and not failed and not passed_over:
         # selected only to carry a %N, and in no array
         print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
+    if alike:
+        more = f"{alike} more job{'s' if alike != 1 else ''}"
+        print(f"gpuq: {more} not updated, for the same reason", file=sys.stderr)
     _say_passed_over(args.command, passed_over)
     if args.json:
         _dump(answers, out)

@@ -25,6 +25,7 @@ from queue_service.api.serializers import ArrayLimitSerializer
 from queue_service.backends import BackendError
 from queue_service.clusters.models import Cluster, Node
 from queue_service.clusters.services import gpu_layouts
+from queue_service.echoes import Echoes, strings
 from queue_service.jobs import services as job_services
 from queue_service.jobs.dispatch import MAX_LOG_OFFSET, log_size, read_logs
 from queue_service.jobs.models import Job, JobArray, Notification, PriorityClass
@@ -561,12 +562,16 @@ def submit(request: HttpRequest) -> HttpResponse:
     if mode == "yaml":
         text = request.POST.get("yaml", "")
         context["yaml_text"] = text
+        pasted: dict[str, Any] = {}
         try:
-            job = _submit(request, load_yaml_spec(text), context.get("copied_from"))
+            pasted = load_yaml_spec(text)
+            job = _submit(request, pasted, context.get("copied_from"))
         except YamlError as exc:
-            listing, loose = forms.yaml_listing(text, None, {}, (exc.line, str(exc)))
+            syntax = (exc.line, _cut_echoes(str(exc), {}))
+            listing, loose = forms.yaml_listing(text, None, {}, syntax)
         except ValidationError as exc:
-            listing, loose = forms.yaml_listing(text, exc.detail, yaml_field_lines(text), None)
+            detail = _cut_echoes(exc.detail, pasted)
+            listing, loose = forms.yaml_listing(text, detail, yaml_field_lines(text), None)
         except job_services.JobConflict as exc:  # nothing stored; the text stays to resend
             listing, loose = forms.yaml_listing(text, None, {}, (None, str(exc)))
             context.update(yaml_listing=listing, yaml_loose=loose)
@@ -582,17 +587,26 @@ def submit(request: HttpRequest) -> HttpResponse:
         # Nothing is stored; the API's messages for the other fields are shown as well.
         serializer = JobSpecSerializer(data=parsed.data)
         serializer.is_valid()
-        context["errors"] = {**forms.form_errors(serializer.errors), **parsed.errors}
+        detail = _cut_echoes(serializer.errors, parsed.data)
+        context["errors"] = {**forms.form_errors(detail), **parsed.errors}
         return render(request, "frontend/submit.html", context, status=400)
     try:
         job = _submit(request, parsed.data, context.get("copied_from"))
     except ValidationError as exc:
-        context["errors"] = forms.form_errors(exc.detail)
+        context["errors"] = forms.form_errors(_cut_echoes(exc.detail, parsed.data))
         return render(request, "frontend/submit.html", context, status=400)
     except job_services.JobConflict as exc:  # nothing stored; the form stays filled in
         context["errors"] = {forms.NON_FIELD: [str(exc)]}
         return render(request, "frontend/submit.html", context, status=409)
     return _submitted(request, job)
+
+
+def _cut_echoes(detail: Any, sent: dict[str, Any]) -> Any:
+    """A refused spec's messages with what they repeat of it (`sent`: the form's values or
+    the pasted YAML, as the serializer read them) cut as the API's answers are: a megabyte
+    pasted is not a megabyte of messages. A YAML error's, read from no parsed values, is
+    cut as a whole, as the API's parse error is."""
+    return Echoes(strings(sent)).cut(detail)
 
 
 def _submitted(request: HttpRequest, job: Job) -> HttpResponse:
@@ -637,6 +651,7 @@ def _jsonable(value: Any) -> Any:
 def submit_preview(request: HttpRequest) -> HttpResponse:
     """Would this job start now, and if not why and when? Nothing is stored."""
     context: dict[str, Any] = {}
+    data: dict[str, Any] = {}
     try:
         if request.POST.get("mode") == "yaml":
             data = load_yaml_spec(request.POST.get("yaml", ""))
@@ -652,9 +667,9 @@ def submit_preview(request: HttpRequest) -> HttpResponse:
             context["preview"] = job_services.preview_submit(request.user, data)
             context["array"] = data.get("array") not in (None, "")
     except YamlError as exc:
-        context["problems"] = {"yaml": [str(exc)]}
+        context["problems"] = {"yaml": [_cut_echoes(str(exc), {})]}
     except ValidationError as exc:
-        context["problems"] = forms.flatten_errors(exc.detail)
+        context["problems"] = forms.flatten_errors(_cut_echoes(exc.detail, data))
     return render(request, "frontend/fragments/preview.html", context)
 
 

@@ -20,6 +20,7 @@ from rest_framework.views import exception_handler as drf_handler
 
 from queue_service.backends import BackendError
 from queue_service.clusters.services import reaching_error_summary
+from queue_service.echoes import Echoes, strings
 from queue_service.jobs.services import JobConflict, StaleState
 
 log = logging.getLogger(__name__)
@@ -43,117 +44,26 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     response = drf_handler(exc, context)
     if response is not None:
-        response.data = _Echoes(context).cut(response.data)
+        response.data = Echoes(_sent(context)).cut(response.data)
     return response
 
 
-# What an error repeats of what the client sent (a choice that is none, a team nobody has, a
-# field that does not exist) is shown up to this many characters, then "…": a megabyte sent
-# is not a megabyte answered. A message still longer after that (one repeating a list of
-# many short values) is cut as a whole; none of ours is a tenth as long.
-SHOWN_CHARS = 64
-MAX_MESSAGE_CHARS = 1024
-CUT = "…"
-
-
-class _Echoes:
-    """The client's texts of over SHOWN_CHARS (the body's, if a view read it; the query's,
-    and the comma-separated parts the filters read; the path's), as sent, trimmed (as
-    CharField reads them) and as repr() writes them (as messages quote them), found in error
-    messages by their first SHOWN_CHARS characters."""
-
-    def __init__(self, context: dict[str, Any]) -> None:
-        self.context = context
-        self._index: dict[str, list[str]] | None = None
-
-    def cut(self, data: Any) -> Any:
-        if isinstance(data, dict):
-            return {self._key(k): self.cut(v) for k, v in data.items()}
-        if isinstance(data, list):
-            return [self.cut(v) for v in data]
-        if isinstance(data, str) and len(data) > SHOWN_CHARS:
-            text = self._message(data)
-            return text if len(text) <= MAX_MESSAGE_CHARS else text[:MAX_MESSAGE_CHARS] + CUT
-        return data
-
-    @staticmethod
-    def _key(key: Any) -> Any:
-        # Fields' names are short: a longer key is one the client sent (an unknown field).
-        return key[:SHOWN_CHARS] + CUT if isinstance(key, str) and len(key) > SHOWN_CHARS else key
-
-    def _message(self, message: str) -> str:
-        index = self._texts()
-        parts: list[str] = []
-        copied = at = shown = 0
-        # Up to what MAX_MESSAGE_CHARS keeps of it: the rest is cut as it is.
-        while at + SHOWN_CHARS < len(message) and shown + at - copied <= MAX_MESSAGE_CHARS:
-            found = index.get(message[at : at + SHOWN_CHARS])
-            length = max((_shared(message, at, text) for text in found), default=0) if found else 0
-            if length > SHOWN_CHARS:
-                parts += [message[copied : at + SHOWN_CHARS], CUT]
-                shown += at + SHOWN_CHARS - copied + len(CUT)
-                copied = at = at + length
-            else:
-                at += 1
-        return "".join([*parts, message[copied:]])
-
-    def _texts(self) -> dict[str, list[str]]:
-        if self._index is None:
-            self._index = {}
-            for text in self._sent():
-                if len(text) <= SHOWN_CHARS:
-                    continue
-                for form in {text, text.strip(), repr(text)[1:-1]}:
-                    same_start = self._index.setdefault(form[:SHOWN_CHARS], [])
-                    # A few per start, the longest: a client's many near-copies of one text
-                    # must not make every place it starts a search through them all.
-                    if len(form) > SHOWN_CHARS and form not in same_start:
-                        same_start.append(form)
-                        same_start.sort(key=len, reverse=True)
-                        del same_start[4:]
-        return self._index
-
-    def _sent(self) -> Iterator[str]:
-        request = self.context.get("request")
-        if request is not None:
-            # Only a body a view has read can be repeated; reading one here could fail anew.
-            if getattr(request, "_full_data", Empty) is not Empty:
-                yield from _strings(request.data)
-            for key, values in request.query_params.lists():
-                yield key
-                for value in values:
-                    yield value
-                    yield from value.split(",")
-        for value in (self.context.get("kwargs") or {}).values():
-            if isinstance(value, str):
+def _sent(context: dict[str, Any]) -> Iterator[str]:
+    """What the client sent that an error may repeat: the body's texts, if a view read it;
+    the query's, and the comma-separated parts the filters read; the path's."""
+    request = context.get("request")
+    if request is not None:
+        # Only a body a view has read can be repeated; reading one here could fail anew.
+        if getattr(request, "_full_data", Empty) is not Empty:
+            yield from strings(request.data)
+        for key, values in request.query_params.lists():
+            yield key
+            for value in values:
                 yield value
-
-
-def _strings(data: Any) -> Iterator[str]:
-    """Every text in a parsed body, keys included (shape.py has bounded how many)."""
-    stack = [data]
-    while stack:
-        value = stack.pop()
+                yield from value.split(",")
+    for value in (context.get("kwargs") or {}).values():
         if isinstance(value, str):
             yield value
-        elif isinstance(value, dict):
-            stack.extend(value.keys())
-            stack.extend(value.values())
-        elif isinstance(value, list | tuple | set | frozenset):
-            stack.extend(value)
-
-
-def _shared(message: str, at: int, text: str) -> int:
-    """How many characters of `text` `message` holds from `at` (a binary search: texts are
-    up to megabytes long)."""
-    low, high = 0, min(len(text), len(message) - at)
-    while low < high:
-        middle = (low + high + 1) // 2
-        if message.startswith(text[:middle], at):
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 def _shown(exc: BackendError, context: dict[str, Any]) -> str:

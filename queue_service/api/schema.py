@@ -16,6 +16,7 @@ from rest_framework import serializers
 
 from queue_service.jobs.spec import (
     ENV_NAME,
+    LAUNCHER_ENV_PREFIXES,
     MAX_COMMAND_ENV_BYTES,
     MAX_ENV_VALUE_CHARS,
     MAX_ENV_VARS,
@@ -51,7 +52,8 @@ class EnvFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untype
             },
             "description": f"environment variables, NAME: value; names match {pattern}, none of"
             f" {', '.join(sorted(RESERVED_ENV))} or {'*, '.join(RESERVED_ENV_PREFIXES)}*"
-            f" (set by gpuq or the backend); each NAME=value at most {MAX_STRING_BYTES:,}"
+            f" (set by gpuq or the backend), nor {'*, '.join(LAUNCHER_ENV_PREFIXES)}* (options"
+            f" of srun, sbatch and salloc); each NAME=value at most {MAX_STRING_BYTES:,}"
             f" bytes of UTF-8, and with command at most {MAX_COMMAND_ENV_BYTES:,} in all",
         }
         # OpenAPI 3.0's schemas have no propertyNames (3.1's are JSON Schema): there, the
@@ -63,6 +65,7 @@ class EnvFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untype
                     "anyOf": [
                         {"enum": sorted(RESERVED_ENV)},
                         {"pattern": f"^({'|'.join(RESERVED_ENV_PREFIXES)})"},
+                        {"pattern": f"^({'|'.join(LAUNCHER_ENV_PREFIXES)})"},
                     ]
                 },
             }

@@ -26,6 +26,7 @@ from queue_service.jobs.spec import (
     DurationField,
     NotifyField,
     TextField,
+    TextPatternField,
 )
 from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
 
@@ -128,7 +129,9 @@ def with_path(data: Any, field: str, value: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise serializers.ValidationError({"non_field_errors": ["the body must be a JSON object"]})
     body = {**data}
-    if body.setdefault(field, value) != value:
+    given = body.setdefault(field, value)
+    # What is not text is the field's to refuse: "expected a string", not "the path names".
+    if isinstance(given, str) and given != value:
         raise serializers.ValidationError(
             {field: [f"the path names {value!r}: give the same or leave it out"]}
         )
@@ -287,7 +290,7 @@ class GpuAmountField(serializers.FloatField):
 class QuotaSerializer(serializers.ModelSerializer):
     # Untrimmed: a quota is named by its model exactly, and a path naming "H100 " must not
     # change the quota of "H100" (the UI's form trims what is typed, as its boxes all do).
-    gpu_model = serializers.RegexField(
+    gpu_model = TextPatternField(
         r"^(\*|[A-Za-z0-9][A-Za-z0-9._-]{0,63})\Z",
         max_length=64,
         trim_whitespace=False,
@@ -328,7 +331,7 @@ class QuotaBodySerializer(QuotaSerializer):
 
 
 class MembershipSerializer(serializers.ModelSerializer):
-    username = serializers.CharField(source="user.username", max_length=150)
+    username = TextField(source="user.username", max_length=150)
 
     class Meta:
         model = Membership
@@ -425,6 +428,8 @@ TOKEN_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 class TokenSerializer(serializers.ModelSerializer):
+    name = TextField(max_length=64)
+
     class Meta:
         model = ApiToken
         fields = ["id", "name", "hint", "created_at", "last_used_at"]
@@ -536,7 +541,7 @@ class MeSerializer(serializers.Serializer):
     """The caller's account: who the API takes you for, and where `notify` writes to."""
 
     username = serializers.CharField(read_only=True)
-    email = serializers.CharField(
+    email = TextField(
         allow_blank=True,
         max_length=254,
         help_text="where a job's notify writes to; empty: nowhere (notify is then refused)",

@@ -140,8 +140,8 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         time_limit_s=spec.get("time_limit"),
         priority=job.priority_class.name,
         # What is left of the spec's retries after the requeues and restarts in place so far
-        # (_end_or_requeue): a cluster that retries in place (Volcano's maxRetry) must not
-        # start them afresh.
+        # that used one (_end_or_requeue; not the cycle's own preemptions): a cluster that
+        # retries in place (Volcano's maxRetry) must not start them afresh.
         retries_max=max(0, int(retries.get("max", 0)) - retries_used(job)),
         retry_on=tuple(retries.get("on", ())),
         checkpoint_dir=checkpoint_dir_of(
@@ -1061,9 +1061,16 @@ def _said(status: JobStatus) -> dict[str, Any]:
     }
 
 
-def requeues_so_far(job: Job) -> int:
-    """The requeues so far (not the attempts, which suspends also add to)."""
-    return int(job.events.filter(code__startswith="requeued_").count())
+# On the requeue event of a job the cycle preempted (JobEvent.details): a requeue that uses
+# no retry.
+OWN_PREEMPTION = "own_preemption"
+
+
+def requeues_counted(job: Job) -> int:
+    """The requeues that used a retry (not the attempts, which suspends also add to; not the
+    requeues after the cycle's own preemptions)."""
+    requeues = job.events.filter(code__startswith="requeued_")
+    return int(requeues.exclude(details__has_key=OWN_PREEMPTION).count())
 
 
 def _restarts_in_place(job: Job) -> dict[int, int]:
@@ -1077,8 +1084,9 @@ def _restarts_in_place(job: Job) -> dict[int, int]:
 
 
 def retries_used(job: Job) -> int:
-    """The requeues so far and the restarts its clusters made in place (each a retry)."""
-    return requeues_so_far(job) + sum(_restarts_in_place(job).values())
+    """The requeues that used a retry and the restarts its clusters made in place (each a
+    retry)."""
+    return requeues_counted(job) + sum(_restarts_in_place(job).values())
 
 
 def _note_restarts(job: Job, count: int) -> None:
@@ -1108,14 +1116,22 @@ def _end_or_requeue(
         message = ours.get("message") or status.reason or "preempted"
     else:
         message = status.reason or cause.replace("_", " ")
+    # Only the cycle's preemptions make a job `preempting`: a stop the queue chose (a reclaim,
+    # a priority) is no failure, and requeues whenever `on` allows, using no retry (as Kueue and
+    # Slurm's PreemptMode=REQUEUE requeue every time). One the cluster made on its own counts.
+    decided = cause == "preemption" and job.state == S.PREEMPTING
     used = retries_used(job)  # the restarts in place of this attempt noted by _apply_status
-    if cause in retries.get("on", ()) and used < int(retries.get("max", 0)):
+    if cause in retries.get("on", ()) and (decided or used < int(retries.get("max", 0))):
+        by = (job.reason or {}).get("details") or {}
         transition(
             job,
             S.PENDING,
             expect=as_read,
             code=f"requeued_{cause}",
             message=f"{message}; requeued (attempt {job.attempts + 1})",
+            details={OWN_PREEMPTION: True, **{k: by[k] for k in ("by_job", "kind") if k in by}}
+            if decided
+            else None,
             reason=_reason("requeued", f"requeued after {cause.replace('_', ' ')}"),
             # Not the polled fields: what the cluster said of the attempt that ended (its
             # `remote_state`) is not said of the next while it waits.

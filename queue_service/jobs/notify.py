@@ -148,7 +148,7 @@ def _event(frm: str, to: str, code: str, wanted: list[str], *, in_array: bool) -
         if to in FAILED_ENDS and "fail" in wanted:
             return "fail"
         return "end" if "end" in wanted else None
-    # A requeue by its code (as dispatch.requeues_so_far counts them), from running or from
+    # A requeue by its code (`requeued_<cause>`: dispatch._end_or_requeue), from running or from
     # the cluster's queue alike; a resume or a placement undone also goes back to pending.
     if to == S.PENDING and code.startswith("requeued_"):
         return "requeue" if "requeue" in wanted else None

@@ -1421,7 +1421,8 @@ def preview_job(
 ) -> dict[str, Any]:
     """What would happen to this (validated) spec if submitted now: starts at once, or waits
     with which reason, position and estimated start. Runs the real scheduler on the current
-    snapshot plus the hypothetical job; writes nothing."""
+    snapshot plus the hypothetical job; writes nothing. Its reads (the `after` jobs, the
+    snapshot, the nodes the job is fitted to) are one view, as a cycle's are."""
     now = now or timezone.now()
     if spec.get("hold"):
         return {
@@ -1434,6 +1435,16 @@ def preview_job(
             "position": None,
             "estimated_start": None,
         }
+    return consistent_read(_preview, team_slug, spec, pinned_cluster, priority, now)
+
+
+def _preview(
+    team_slug: str,
+    spec: dict[str, Any],
+    pinned_cluster: str | None,
+    priority: str,
+    now: datetime,
+) -> dict[str, Any]:
     after = spec.get("after") or []
     if after:
         reason, never = after_status(after, _states_and_names(after), team_slug)
@@ -1446,7 +1457,7 @@ def preview_job(
                 "position": None,
                 "estimated_start": None,
             }
-    snap, _, held = consistent_read(build_snapshot, now)
+    snap, _, held = build_snapshot(now)
     nodes = Node.objects.filter(cluster__enabled=True).select_related("cluster")
     request = st.JobRequest(
         id=PREVIEW_ID,

@@ -30,6 +30,19 @@ CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
+# Names Slurm's commands read as their own options (docs/slurm.md, "Environment"): srun's
+# would change how gpuq's own srun runs the job; sbatch's and salloc's never reach gpuq's
+# sbatch, so they would only seem to do something.
+LAUNCHER_ENV_PREFIXES = {
+    "SRUN_": "srun reads it as one of its options (SRUN_CPUS_PER_TASK is --cpus-per-task),"
+    " so it would change how gpuq's own srun (multi-node training, an image) runs the job;"
+    " for an srun of yours, export it in the command",
+    "SBATCH_": "sbatch reads it as one of its options, but a job's env never reaches the"
+    " sbatch gpuq runs, so it would change nothing: use the spec's own fields (time_limit,"
+    " gpus_per_node…), or export it in the command for an sbatch of yours",
+    "SALLOC_": "salloc reads it as one of its options, but gpuq runs no salloc, so it would"
+    " change nothing; for a salloc of yours, export it in the command",
+}
 RETRY_CAUSES = ("node_failure", "preemption")
 # Slurm's --time, in the forms that have a `:` or a `-` (time_str2secs; no field's range
 # is checked): MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS. Its bare MM is not among them: a
@@ -273,6 +286,9 @@ class EnvField(serializers.DictField):
                 errors[str(name)] = "not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)"
             elif name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
                 errors[name] = "is set by gpuq or the backend and cannot be overridden"
+            elif (why := launcher_option(name)) and name not in (stored_value(self, "env") or {}):
+                # A job stored before this rule keeps its env through an update.
+                errors[name] = why
             elif isinstance(value, bool) or not isinstance(value, str | int | float):
                 errors[name] = "value must be a string or a number"
             elif UNSTORABLE.search(str(value)) or len(str(value)) > MAX_ENV_VALUE_CHARS:
@@ -342,6 +358,14 @@ class CheckpointSerializer(_KnownKeysOnly):
         if not value.startswith("/") and value != stored_value(self, "checkpoint", "dir"):
             raise serializers.ValidationError("must be an absolute path, the same on every attempt")
         return value
+
+
+def launcher_option(name: str) -> str | None:
+    """Why an env name is refused as an option of srun, sbatch or salloc; None if it is not."""
+    for prefix, why in LAUNCHER_ENV_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    return None
 
 
 def stored_value(field: serializers.Field, *path: str) -> Any:
@@ -539,7 +563,10 @@ class JobSpecSerializer(serializers.Serializer):
     notify = NotifyField(required=False)
 
     def validate_name(self, value: str) -> str:
-        if CONTROL.search(value) or "\n" in value or not value.strip():
+        # A tab too, as in a token's name: it breaks the columns `gpuq ls` prints. Names
+        # stored while a tab was taken keep it through an update: not the update's doing.
+        tab = "\t" in value and value != stored_value(self, "name")
+        if CONTROL.search(value) or "\n" in value or tab or not value.strip():
             raise serializers.ValidationError("must be non-empty text without control characters")
         return value
 
@@ -612,10 +639,13 @@ class JobSpecSerializer(serializers.Serializer):
             and checkpoint["interval"] > attrs.get("time_limit", 0)
         ):
             errors["checkpoint"] = "the checkpoint interval is longer than the time limit"
+        # A job of its own stored with one before this rule (06383ce) keeps it through an
+        # update, as a relative dir (validate_dir): not the update's doing.
         if (
             checkpoint
             and attrs.get("array") is None
             and {m[1] for m in CHECKPOINT_PATTERN.finditer(checkpoint["dir"])} & ARRAY_PATTERNS
+            and checkpoint["dir"] != stored_value(self, "checkpoint", "dir")
         ):
             errors.setdefault(
                 "checkpoint",
@@ -706,7 +736,7 @@ def _core_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
             raise
         # An explicit !!int that is none.
         raise yaml.constructor.ConstructorError(
-            None, None, f"{text!r} is not an integer", node.start_mark
+            None, None, f"{text[:40]!r} is not an integer", node.start_mark
         ) from None
 
 

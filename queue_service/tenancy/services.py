@@ -14,6 +14,8 @@ from django.db.models import Count
 from rest_framework import status
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
+from queue_service.echoes import SHOWN_CHARS
+
 from .models import ApiToken, Membership, Quota, Team
 
 # Sums of GPU amounts within this of a ceiling are at it: MIG slices are sevenths, which
@@ -28,11 +30,6 @@ class MemberHasActiveJobs(APIException):
 
     status_code = status.HTTP_409_CONFLICT
     default_code = "member_has_active_jobs"
-
-
-# What a message repeats of a name it was given: a megabyte typed is not a megabyte answered
-# (the API's errors.SHOWN_CHARS, for the pages, which that handler does not cut).
-SHOWN_CHARS = 64
 
 
 def quoted(text: str) -> str:

@@ -61,3 +61,21 @@ def test_a_token_name_of_text_is_taken(client_for: Any, people: Any, name: str) 
     )
     assert response.status_code == 201, response.content
     assert ApiToken.objects.filter(name=name).exists()
+
+
+# A number is not a name: JSON's 5 would be stored as "5", true as "True" (a job's name
+# and a quota's model refuse it the same way); quoted, it is text.
+@pytest.mark.parametrize("name", [5, 1.5, 10**30, True])
+def test_a_token_name_that_is_a_number_is_refused(client_for: Any, people: Any, name: Any) -> None:
+    client = client_for("alice")
+    before = ApiToken.objects.count()
+    response = client.post(
+        "/api/v1/tokens/", data=json.dumps({"name": name}), content_type="application/json"
+    )
+    assert response.status_code == 400, response.content
+    assert response.json() == {"name": ["expected a string"]}
+    assert ApiToken.objects.count() == before
+    quoted = client.post(
+        "/api/v1/tokens/", data=json.dumps({"name": "5"}), content_type="application/json"
+    )
+    assert quoted.status_code == 201, quoted.content

@@ -660,10 +660,11 @@ def test_show_says_what_a_job_emails_about(
 
 
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
-    # What the server lets through in a name (it refuses C0 and C1 controls): a right-to-left
-    # override that reverses what follows on screen, and a tab; and C1's CSI, which 8-bit
-    # terminals read as ESC [ (here: clear the screen), as a name stored before it was refused.
-    path = job_file(json.dumps({"name": "\u202eevil\tname", "command": ["true"]}))
+    # What the server lets through in a name (it refuses C0, tab included, and C1 controls):
+    # a right-to-left override that reverses what follows on screen; and a tab and C1's CSI,
+    # which 8-bit terminals read as ESC [ (here: clear the screen), as in a name stored
+    # before they were refused.
+    path = job_file(json.dumps({"name": "\u202eevil name", "command": ["true"]}))
     job_id = submitted_id(gpuq("alice", "submit", path))
     hostile = "\x9b2J\u202eevil\tname"
     Job.objects.filter(pk=job_id).update(name=hostile)
