@@ -78,9 +78,12 @@ def run_cycle(now: datetime | None = None) -> dict[str, Any]:
         with transaction.atomic():
             lock = SchedulerLock.hold()
             return _decide_and_apply(lock, *build_snapshot(now), now)
-    with _cycle_lock():
+    with _cycle_lock() as release:
         read = consistent_read(build_snapshot, now)
         with transaction.atomic():
+            # First of the commit's hooks: the stops and dispatches after it (inline when
+            # embedded; a Slurm stop may take seconds) run without the lock.
+            transaction.on_commit(release)
             return _decide_and_apply(SchedulerLock.hold(), *read, now)
 
 
@@ -102,19 +105,29 @@ def _decide_and_apply(
 
 
 @contextlib.contextmanager
-def _cycle_lock() -> Iterator[None]:
+def _cycle_lock() -> Iterator[Callable[[], None]]:
     """PostgreSQL: no other cycle, nor a job's update (SchedulerLock.hold), from the cycle's
-    read to its apply, two transactions: an advisory lock of the session, not of either."""
+    read to its apply, two transactions: an advisory lock of the session, not of either.
+    Yields `release`, which lets go of it early (once: it is the session's, not counted)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [SchedulerLock.ADVISORY_KEY])
-    try:
-        yield
-    finally:
+    held = True
+
+    def release() -> None:
+        nonlocal held
+        if not held:
+            return
+        held = False
         try:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s)", [SchedulerLock.ADVISORY_KEY])
         except DatabaseError:
             connection.close()  # the session's end releases it
+
+    try:
+        yield release
+    finally:
+        release()
 
 
 def consistent_read(read: Callable[..., T], *args: Any) -> T:
