@@ -1199,8 +1199,12 @@ class _Cycle:
         its running jobs hold above it, less those already leaving. Any of such a team's
         preemptible jobs may be the victim, not only the most recently started ones (those
         labelled borrowed): a reclaim needs GPUs of a model and on nodes, and the labelled
-        ones may hold none there. The budget keeps the team at its nominal or above; each
-        reclaim spends it (record_victims)."""
+        ones may hold none there. Each victim of another team, reclaimed or preempted for
+        priority, spends it (record_victims); as Kueue's, a victim may be taken while its
+        quota is still above its nominal, what is left of the budget positive, so the last
+        one may take the team below it (preempt.within_budget): otherwise a job larger than
+        what its team borrows is never reclaimed. What the reclaimer does not need stays
+        free for that team, and plans that keep every team at its nominal are preferred."""
         if self._reclaim_left is None:
             budget: dict[tuple[str, str], float] = {}
             if self.policy.quotas:
@@ -1675,7 +1679,8 @@ class _Cycle:
                 continue
             v = c.job.request
             if c.quota_key is not None and c.team != r.team:
-                # Another team's GPUs above its nominal (reclaim_budget): spent.
+                # Another team's GPUs above its nominal (reclaim_budget): spent. Past zero
+                # (its last victim took it below its nominal) the quota has no more victims.
                 spent = c.size or self.mig_holders()[c.id][1]  # a slice: its share
                 self.reclaim_budget()[c.quota_key] -= spent
             if kind == "reclaim":
@@ -2050,13 +2055,15 @@ class _Cycle:
                     continue
                 searched = True
                 victims = [(holders[i][0], kind(i) or "leaving") for i in ids]
-                if not within_budget(
-                    self.reclaim_budget(), r.team, victims, lambda c: holders[c.id][1]
-                ):
+                budget, share_of = self.reclaim_budget(), lambda c: holders[c.id][1]
+                # Below a quota's nominal only for a job within its own (as plan()).
+                if not within_budget(budget, r.team, victims, share_of, strict=not reclaims):
                     continue
                 new = [(c, k) for c, k in victims if k != "leaving"]
                 lost = sum(holders[c.id][1] * max(1.0, now - c.start) for c, _ in new)
                 rank = (
+                    # A set that takes a quota below its nominal loses to one that does not.
+                    not within_budget(budget, r.team, victims, share_of, strict=True),
                     len(new),
                     max((1 if c.borrowed or k == "reclaim" else 2 for c, k in new), default=0),
                     max((c.value for c, _ in new), default=0),

@@ -1,28 +1,38 @@
 """Victim selection for reclaim and priority preemption.
 
 Reclaim: a team whose job fits within its nominal quota takes GPUs back from other teams'
-jobs that run on borrowed quota: any preemptible job of a team above its nominal, up to the
-GPUs it holds above it (the budget). Priority: a job of a non-preemptible class (of any class
-with Policy.preemptible_classes_preempt) preempts lower, preemptible classes of its own team,
-or of other teams where those run on borrowed quota (so no team's guarantee is taken by
-another team's priority), unless the victim ran less than the minimum run time or was
-already preempted Policy.max_priority_preemptions times, and only when it is worth it (the
-engine's check): the victims' GPU-seconds since they started at most
-Policy.preemption_loss_ratio times the GPU-seconds the job would otherwise wait for room by
-running jobs' time limits. Reclaim is never weighed so. Non-preemptible classes are never
-victims. A job already in its grace period is a free victim: its GPUs are coming back
-anyway.
+jobs that run on borrowed quota: any preemptible job of a team above its nominal, within the
+GPUs it holds above it (the budget). As Kueue's minimal set, a victim may be taken while its
+quota is still above its nominal before it (what the plan's earlier victims of that quota
+took is less than the budget), so the last one may take the team below its nominal:
+otherwise a job larger than what its team borrows is never reclaimed. That takes nothing of
+the team's guarantee: what the reclaimer does not need stays free for it (the nominals add
+up to at most the cluster), and the reclaimer, within its nominal, has no budget to be
+reclaimed back from. A plan that keeps every team at its nominal or above still wins over
+any that does not. The same budget, and rule, bound other teams' priority victims; only a
+job within its team's nominal takes another team below its own (one that borrows could be
+reclaimed back: ping-pong). Priority:
+a job of a non-preemptible class (of any class with Policy.preemptible_classes_preempt)
+preempts lower, preemptible classes of its own team, or of other teams where those run on
+borrowed quota (while their quota is above its nominal, as for reclaim), unless the
+victim ran less than the minimum run time or was already preempted
+Policy.max_priority_preemptions times, and only when it is worth it (the engine's check):
+the victims' GPU-seconds since they started at most Policy.preemption_loss_ratio times the
+GPU-seconds the job would otherwise wait for room by running jobs' time limits. Reclaim is
+never weighed so. Non-preemptible classes are never victims. A job already in its grace
+period is a free victim: its GPUs are coming back anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
-class, most recently started) until the job fits, then any the job fits without is spared
-(a minimal set); the cheapest nodes win: those whose worst victim is borrowed rather than
-guaranteed, then those whose highest victim class is lowest (Kueue and Slurm take the lowest
-priority first), then those whose victims have run the fewest GPU-seconds (the work a
-preemption may throw away: a gang that started an hour ago costs more than a 1-GPU job that
-started a minute ago, though each is one victim). A job that displaces its own team's lower
-classes to fit its quota needs the quota they hold too: a node is priced with the team's jobs
-elsewhere that must also go when its victims there free too little of it.
-"""
+class, most recently started) until the job fits, then any the job fits without is spared (a
+minimal set), first within the budget, and only where that fails past it; the cheapest nodes
+win: those that take no team below its nominal, then those whose worst victim is borrowed
+rather than guaranteed, then those whose highest victim class is lowest (Kueue and Slurm
+take the lowest priority first), then those whose victims have run the fewest GPU-seconds
+(the work a preemption may throw away: a gang that started an hour ago costs more than a
+1-GPU job that started a minute ago, though each is one victim). A job that displaces its
+own team's lower classes to fit its quota needs the quota they hold too: a node is priced
+with the team's jobs elsewhere that must also go when its victims there free too little of
+it."""
 
 from __future__ import annotations
 
@@ -121,15 +131,16 @@ def plan(
     job) first.
 
     Nodes in `reserved` are left alone: their GPUs are promised to a job ahead. With a
-    `budget`, a plan takes at most so many GPUs of other teams from each quota
-    (Candidate.quota_key), reclaimed or preempted for priority: what the quota holds above its
-    nominal, so that no team is taken below it.
+    `budget`, a plan takes GPUs of other teams from each quota (Candidate.quota_key),
+    reclaimed or preempted for priority, while the quota is still above its nominal
+    (within_budget): at most one victim per quota takes it below, and a plan that takes none
+    below costs less than any that does.
 
     With `quota` (a shortfall of GPUs and p's team's jobs that may make it up, in preference
     order), p also lacks quota: a plan takes as many of those as its victims of p's team do
     not free (quota_extras), and costs what they lose too, so that the nodes chosen are
     those whose victims free the most of it."""
-    best: tuple[tuple[int, float, float], Plan] | None = None
+    best: tuple[tuple[int, int, float, float], Plan] | None = None
     team, value, reclaims, quotas, priority = p.team, p.value, p.reclaims, p.quotas, p.priority
     now, min_runtime_s, own_team_only = p.now, p.min_runtime_s, p.own_team_only
     max_preemptions = p.max_preemptions
@@ -146,9 +157,9 @@ def plan(
                 continue  # p's team's jobs cannot free it, wherever p runs
             worst0, top0, lost0 = price(extra, now)
         costs: list[
-            tuple[tuple[int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
+            tuple[tuple[int, int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
         ] = [
-            ((worst0, top0, lost0, name not in prefer, 0), name, nobody)
+            ((0, worst0, top0, lost0, name not in prefer, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
             if name not in reserved
@@ -159,42 +170,53 @@ def plan(
                 continue
             if name in reserved:
                 continue
-            have = len(st.free)
-            taken: list[tuple[Candidate, str]] = []
-            spent: dict[tuple[str, str], float] = {}  # of the budget, on this node
-            for c in cands:
-                if c.id in claimed:
-                    continue
-                if c.leaving:
-                    taken.append((c, "leaving"))
-                else:
-                    # Which kind of victim c may be for p, if any (inline: this loop runs for
-                    # every candidate of every search).
-                    if own_team_only and c.team != team:
+            # First within the budget; only where that fails and the budget kept a victim
+            # out, again letting one victim per quota take it below its nominal (`over`).
+            over = False
+            while True:
+                have, skipped = len(st.free), False
+                taken: list[tuple[Candidate, str]] = []
+                spent: dict[tuple[str, str], float] = {}  # of the budget, on this node
+                for c in cands:
+                    if c.id in claimed:
                         continue
-                    if reclaims and c.reclaimable and c.team != team:
-                        kind = "reclaim"
-                    elif (
-                        priority
-                        and c.value < value
-                        and now - c.start >= min_runtime_s
-                        and c.job.preemptions < max_preemptions
-                        and (not quotas or c.team == team or (c.borrowed and c.reclaimable))
-                    ):
-                        kind = "priority"
+                    if c.leaving:
+                        taken.append((c, "leaving"))
                     else:
-                        continue
-                    k = c.quota_key
-                    if budget is not None and k is not None and c.team != team:
-                        # Another team's job: only what it holds above its nominal may go.
-                        left = budget.get(k, 0.0) - spent.get(k, 0.0)
-                        if c.size > left + 1e-9:
+                        # Which kind of victim c may be for p, if any (inline: this loop runs for
+                        # every candidate of every search).
+                        if own_team_only and c.team != team:
                             continue
-                        spent[k] = spent.get(k, 0.0) + c.size
-                    taken.append((c, kind))
-                have += c.gpus[name]
-                if have >= g:
+                        if reclaims and c.reclaimable and c.team != team:
+                            kind = "reclaim"
+                        elif (
+                            priority
+                            and c.value < value
+                            and now - c.start >= min_runtime_s
+                            and c.job.preemptions < max_preemptions
+                            and (not quotas or c.team == team or (c.borrowed and c.reclaimable))
+                        ):
+                            kind = "priority"
+                        else:
+                            continue
+                        k = c.quota_key
+                        if budget is not None and k is not None and c.team != team:
+                            # Another team's job: while its quota is above its nominal (the
+                            # budget left); within the budget, unless `over`.
+                            left = budget.get(k, 0.0) - spent.get(k, 0.0)
+                            if c.size > left + 1e-9 and (not over or left <= 1e-9):
+                                skipped = True
+                                continue
+                            spent[k] = spent.get(k, 0.0) + c.size
+                        taken.append((c, kind))
+                    have += c.gpus[name]
+                    if have >= g:
+                        break
+                # Only a job within its team's nominal takes another team below its own: it
+                # has no budget to be reclaimed back from (no ping-pong).
+                if have >= g or over or not skipped or not reclaims:
                     break
+                over = True
             if have < g:
                 continue
             # Taken in preference order, an early small victim may prove unneeded once a
@@ -204,6 +226,10 @@ def plan(
                 if kind != "leaving" and have - c.gpus[name] >= g:
                     have -= c.gpus[name]
                     del taken[i]
+            # 1: a victim takes a quota below its nominal (a node that does not is cheaper).
+            below = 0
+            if over and budget is not None and not within_budget(budget, team, taken, strict=True):
+                below = 1
             priced: Sequence[tuple[Candidate, str]] = taken
             if quota is not None:
                 extra = quota_extras(taken, team, quota)
@@ -220,12 +246,17 @@ def plan(
                     worst = max(worst, 1 if c.borrowed or kind == "reclaim" else 2)
                     top = max(top, c.value)
             costs.append(
-                ((worst, top, lost, name not in prefer, g - len(st.free)), name, tuple(taken))
+                (
+                    (below, worst, top, lost, name not in prefer, g - len(st.free)),
+                    name,
+                    tuple(taken),
+                )
             )
         if len(costs) < n:
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
-        # The cheapest n nodes whose victims, together, stay within the budget.
+        # The cheapest n nodes whose victims, together, stay within the budget (at most one
+        # victim per quota past its nominal).
         chosen = []
         victims: dict[str, tuple[Candidate, str]] = {}
         for cost in costs:
@@ -248,8 +279,12 @@ def plan(
                 continue
             victims.update((c.id, (c, kind)) for c, kind in extra)
         new = [c for c, _ in victims.values() if not c.leaving]
+        below = max(c[0][0] for c in chosen)
+        if n > 1 and not below and budget is not None and new:
+            below = int(not within_budget(budget, team, victims.values(), strict=True))
         score = (
-            max(c[0][0] for c in chosen),
+            below,
+            max(c[0][1] for c in chosen),
             max((c.value for c in new), default=-math.inf),
             sum(c.size * max(1.0, now - c.start) for c in new),
         )
@@ -299,12 +334,22 @@ def within_budget(
     team: str,
     victims: Iterable[tuple[Candidate, str]],
     gpus: Callable[[Candidate], float] = attrgetter("size"),
+    strict: bool = False,
 ) -> bool:
     """Do the victims of other teams than `team` (reclaimed, or preempted for priority
-    where they borrow) stay within each quota's budget? `gpus`: what a victim holds (a
-    slice holder's share of a GPU, where its size counts whole GPUs only)."""
+    where they borrow) stay within each quota's budget, what it holds above its nominal? As
+    Kueue's: a victim may be taken while its quota is still above its nominal before it, so
+    at most one per quota (taken last, the largest) crosses below it: what the others take
+    is less than the budget. `strict`: all of them within the budget, no quota taken below
+    its nominal. `gpus`: what a victim holds (a slice holder's share of a GPU, where its
+    size counts whole GPUs only)."""
     spent: dict[tuple[str, str], float] = {}
+    largest: dict[tuple[str, str], float] = {}
     for c, kind in victims:
         if kind != "leaving" and c.quota_key is not None and c.team != team:
-            spent[c.quota_key] = spent.get(c.quota_key, 0.0) + gpus(c)
-    return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
+            k, size = c.quota_key, gpus(c)
+            spent[k] = spent.get(k, 0.0) + size
+            largest[k] = max(largest.get(k, 0.0), size)
+    if strict:
+        return all(v <= budget.get(k, 0.0) + 1e-9 for k, v in spent.items())
+    return all(v - largest[k] < budget.get(k, 0.0) - 1e-9 for k, v in spent.items())
