@@ -548,14 +548,15 @@ class KubernetesBackend:
             created, adopted = self._create(plan.objects[0])
         else:
             ref, created = earlier
-            if created["metadata"].get("deletionTimestamp"):
-                raise BackendError(
-                    f"submit {ref.external_id}: an earlier object is still being deleted",
-                    permanent=False,
-                )
             if ref != plan.ref:
                 plan = self._plan_beside(job, ref, created, strategy)
             adopted = True
+        if created["metadata"].get("deletionTimestamp"):
+            # Deleted on the cluster while the submit was in doubt (its TTL once it ended, an
+            # admin): gpuq's finalizer holds it until a poll reports its end, and only a job
+            # named is polled. Named, it is followed to that end; what it would own is not
+            # made (the garbage collector deletes it with its owner).
+            return SubmitResult(plan.ref.external_id, adopted=True)
         workload, *owned = plan.objects
         meta = created["metadata"]
         owner = {
@@ -569,7 +570,13 @@ class KubernetesBackend:
         for obj in owned:
             child = {**obj, "metadata": {**obj["metadata"], "ownerReferences": [owner]}}
             try:
-                self._create(child)
+                made, _ = self._create(child)
+                if made["metadata"].get("deletionTimestamp"):  # no finalizer of gpuq's holds it
+                    raise BackendError(
+                        f"create {obj['kind']} {obj['metadata']['name']}: an earlier object is"
+                        " still being deleted",
+                        permanent=False,
+                    )
             except BackendError as exc:
                 if not exc.permanent:
                     raise
@@ -679,7 +686,8 @@ class KubernetesBackend:
         return cause
 
     def _create(self, obj: Obj) -> tuple[Obj, bool]:
-        """Create, or adopt what an earlier interrupted call created (409 AlreadyExists)."""
+        """Create, or adopt what an earlier interrupted call created (409 AlreadyExists),
+        even one being deleted."""
         kind = obj["kind"]
         model: Any = (
             VolcanoJob.from_dict(obj) if obj["apiVersion"] == VOLCANO_API else codecs.from_dict(obj)
@@ -701,9 +709,7 @@ class KubernetesBackend:
         theirs = (existing["metadata"].get("labels") or {}).get(JOB_ID_LABEL)
         if theirs != obj["metadata"]["labels"][JOB_ID_LABEL]:
             raise BackendError(f"{what}: the name is taken by another object", permanent=True)
-        if existing["metadata"].get("deletionTimestamp"):
-            raise BackendError(f"{what}: an earlier object is still being deleted", permanent=False)
-        return existing, True
+        return existing, True  # perhaps being deleted: the caller decides
 
     # --- poll -----------------------------------------------------------------------------
 

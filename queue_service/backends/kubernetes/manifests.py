@@ -179,7 +179,9 @@ def container_command(job: DispatchRequest, node_rank: str = "RANK") -> list[str
         "--master_addr=$(MASTER_ADDR)",
         "--master_port=$(MASTER_PORT)",
     ]
-    return [*launcher, *([] if argv[0].endswith(".py") else ["--no_python"]), *argv]
+    # A program named `-x` is no option of torchrun's: its `--` (argparse's) ends them.
+    program = ["--", *argv] if argv[0].startswith("-") else argv
+    return [*launcher, *([] if argv[0].endswith(".py") else ["--no_python"]), *program]
 
 
 def _env(job: DispatchRequest, wiring: list[dict[str, Any]]) -> list[dict[str, Any]]:

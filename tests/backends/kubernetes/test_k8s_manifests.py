@@ -500,3 +500,22 @@ def test_the_kubelet_expansion_model_follows_kubernetes(
 ) -> None:
     assert expand(text, env) == expanded
     assert expand(escape_expansion(text), env) == text
+
+
+@pytest.mark.parametrize(
+    ("command", "after_launcher"),
+    [
+        (("python", "-m", "trainer"), ["--no_python", "python", "-m", "trainer"]),
+        # A program named with a leading dash is no option of torchrun's: its `--` (argparse's)
+        # ends them, as on Slurm.
+        (("-x", "--epochs", "3"), ["--no_python", "--", "-x", "--epochs", "3"]),
+        (("-train.py", "--", "a"), ["--", "-train.py", "--", "a"]),
+    ],
+)
+@pytest.mark.parametrize("workload", ["volcano", "indexed"])
+def test_a_gang_runs_a_program_named_with_a_dash_as_given(
+    command: tuple[str, ...], after_launcher: list[str], workload: str
+) -> None:
+    for pod in pods_for(build(request(nodes=2, command=command), cfg(workload=workload))):
+        argv, _ = container_argv(pod)
+        assert argv[0] == "torchrun" and argv[6:] == after_launcher

@@ -108,20 +108,33 @@ def test_the_next_attempt_of_a_requeued_job_is_a_workload_of_its_own(
     assert _workloads(api) == sorted([first, again.external_id])
 
 
-def test_a_retry_waits_while_the_first_workload_is_still_being_deleted(
-    api: FakeApiServer, sim: Sim, clock: FakeClock
+@pytest.mark.parametrize("workload", ["volcano", "indexed"])
+def test_a_retry_adopts_the_first_workload_being_deleted_and_a_poll_ends_it(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
 ) -> None:
-    """Its pods may still run (gpuq's finalizer holds it until a poll reports its end): the
-    retry is transient, as for a workload of the same name being deleted."""
-    _lost_submit(api, clock, workload="volcano")
+    """Deleted on the cluster while the submit was in doubt (an admin; its TTL once it
+    ended): gpuq's finalizer holds it until a poll reports its end, and only a job named is
+    polled, so a retry that waited for the deletion would wait for ever, the job holding its
+    GPUs. Adopted, it is followed: RUNNING while its pods stop, then its end, and released."""
+    _lost_submit(api, clock, workload=workload)
     (first,) = _workloads(api)
+    sim.run(first)
+    sim.store.pods_stop_at_once = False  # its pods' kubelets have not confirmed yet
     t, obj = sim.workload(first)
     with sim.store.lock:
         sim.store.delete(t, NAMESPACE, obj["metadata"]["name"], "Foreground", None)
-    with pytest.raises(BackendError) as err:
-        make_backend(api, clock, workload="indexed").submit(request(nodes=2, resubmit=True))
-    assert err.value.permanent is False and "still being deleted" in err.value.message
-    assert _workloads(api) == [first]
+    other = "indexed" if workload == "volcano" else "volcano"
+    # Found by its name's 409 (a submit not marked a retry), or by the retry's look.
+    for kind, resubmit in ((workload, False), (other, True)):
+        retried = make_backend(api, clock, workload=kind).submit(
+            request(nodes=2, resubmit=resubmit)
+        )
+        assert (retried.external_id, retried.adopted, _workloads(api)) == (first, True, [first])
+    b = make_backend(api, clock, workload=workload)
+    assert b.poll([first])[first].state == R.RUNNING  # its pods still stop
+    sim.kubelet_confirms_stops()
+    assert b.poll([first])[first].state == R.CANCELLED
+    assert _workloads(api) == []  # the end reported, gpuq's finalizer let it go
 
 
 def test_without_the_right_to_list_in_all_namespaces_the_look_is_in_the_jobs_namespace(
