@@ -17,11 +17,12 @@ import subprocess
 import threading
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import quote_plus
 
 import httpx2
 import msgspec
@@ -70,6 +71,7 @@ from .manifests import (
     ObjectRef,
     Plan,
     build,
+    job_label_of,
     label_value,
 )
 from .status import (
@@ -98,6 +100,12 @@ RELEASE_TRIES = 3
 # poll; a process that polls or stops jobs otherwise (a stop's worker) may hold a list of
 # long ago. An older list is read again for the nodes that pods being deleted are on.
 NODE_LIST_FRESH_S = 10.0
+# A poll lists the jobs it follows by `gpuq.io/job-id in (...)`, a selector that travels in
+# the URL: the API server reads 1 MiB of request line and headers (Go's MaxHeaderBytes, a
+# 431 past it), httpx sends no query over 64 KiB, and proxies before an API server often
+# take 8 KiB a line (nginx's default). So the ids go in pieces of at most this many bytes
+# of selector as sent (about 100 UUIDs).
+SELECTOR_MAX_BYTES = 4096
 # The kubelet's log timestamp (timestamps=true): RFC3339 with a fixed-width fraction, then
 # a space, at the start of every line (not of a line's later CRI entries: kubernetes#113481).
 LOG_PREFIX = re.compile(
@@ -113,6 +121,9 @@ LOG_STAMP_MAX = 64  # a stamp is shorter (31 bytes with nanoseconds and Z)
 LOG_STREAMS_KEPT = 8  # answers for finished logs a backend keeps open (see _stream_log)
 LOG_STREAM_IDLE_S = 120.0  # one kept this long without a read is closed
 LOG_STREAM_CHUNK = 64 * 1024
+# Reads of one log() that may find rank 0's pod deleted between the pod list and its log's
+# GET (a stop, Volcano killing the gang to restart it): each lists the pods again.
+LOG_POD_TRIES = 2
 
 
 def _grace_period(grace_s: float) -> int:
@@ -240,6 +251,10 @@ class LogLine(NamedTuple):
 
 class LogFormatError(Exception):
     """An answer to timestamps=true that is not one stamp per line."""
+
+
+class PodGone(Exception):
+    """A pod's log answered 404: the pod was deleted after it was listed."""
 
 
 def split_stamped_log(body: bytes, *, resumed: bool, cut: bool) -> list[LogLine]:
@@ -634,7 +649,7 @@ class KubernetesBackend:
         )
         return found[0]
 
-    def _list_by(self, resource: Any, namespace: str, labels: Mapping[str, str]) -> list[Obj]:
+    def _list_by(self, resource: Any, namespace: str, labels: Mapping[str, Any]) -> list[Obj]:
         return [
             o.to_dict() for o in self.client.list(resource, namespace=namespace, labels={**labels})
         ]
@@ -714,9 +729,9 @@ class KubernetesBackend:
     # --- poll -----------------------------------------------------------------------------
 
     def poll(self, external_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """Per namespace: one list per workload kind in use plus one list of pods, all by the
-        label selector `gpuq.io/job-id` (never one GET per job). What is seen is acted on:
-        a workload that must stop is deleted, and an end once reported releases gpuq's
+        """Per namespace: one list per workload kind in use plus one list of pods, each of the
+        polled jobs alone (_read_namespace; never one GET per job). What is seen is acted
+        on: a workload that must stop is deleted, and an end once reported releases gpuq's
         finalizer."""
         out: dict[str, JobStatus] = {}
         failures: list[tuple[str, BackendError]] = []
@@ -765,12 +780,8 @@ class KubernetesBackend:
         now = self._clock()
         found: list[tuple[ObjectRef, Obj | None, list[Obj]]] = []
         for namespace, ns_refs in sorted(refs.items()):
-            objects: dict[tuple[str, str], Obj] = {}
             try:
-                for kind in sorted({r.kind for r in ns_refs}):
-                    for item in self._list(RESOURCES[kind], namespace):
-                        objects[(kind, item["metadata"]["name"])] = item
-                ns_pods = self._list(Pod, namespace)
+                objects, ns_pods = self._read_namespace(namespace, ns_refs)
             except BackendError as exc:
                 if failures is None:
                     raise
@@ -802,6 +813,43 @@ class KubernetesBackend:
             )
             out[ref.external_id] = (ref, obj, seen, pods)
         return out
+
+    def _read_namespace(
+        self, namespace: str, refs: Sequence[ObjectRef]
+    ) -> tuple[dict[tuple[str, str], Obj], list[Obj]]:
+        """The workloads `refs` name, by (kind, name), and their pods: one list per workload
+        kind and one of pods, each selecting these jobs by `gpuq.io/job-id in (...)` (in
+        pieces: _list), never every gpuq workload of the namespace, where finished ones stay
+        for ttl_after_finished_s with their pods. The job id is read back from the name; one
+        the name does not give (an id gpuq had to hash) is read with a GET of its workload,
+        whose label then selects its pods."""
+        objects: dict[tuple[str, str], Obj] = {}
+        ids: dict[str, set[str]] = defaultdict(set)
+        unnamed: list[ObjectRef] = []
+        for ref in refs:
+            label = job_label_of(ref.name)
+            if label is None:
+                unnamed.append(ref)
+            else:
+                ids[ref.kind].add(label)
+        for kind in sorted(ids):
+            for item in self._list(RESOURCES[kind], namespace, ids[kind]):
+                objects[(kind, item["metadata"]["name"])] = item
+        pod_ids = set().union(*ids.values())
+        for ref in unnamed:
+            try:
+                obj = self._call(
+                    f"get {ref.external_id}",
+                    partial(self.client.get, RESOURCES[ref.kind], ref.name, namespace=namespace),
+                    passthrough=(404,),
+                ).to_dict()
+            except ApiError:
+                continue  # gone
+            objects[(ref.kind, ref.name)] = obj
+            label = (obj["metadata"].get("labels") or {}).get(JOB_ID_LABEL)
+            if label:
+                pod_ids.add(label)
+        return objects, self._list(Pod, namespace, pod_ids)
 
     def _node_states(
         self, pods: Sequence[Obj]
@@ -939,16 +987,16 @@ class KubernetesBackend:
             passthrough=(404, 409, 422),
         )
 
-    def _list(self, resource: Any, namespace: str) -> list[Obj]:
-        return self._call(
-            f"list {resource.__name__} in {namespace}",
-            lambda: [
-                o.to_dict()
-                for o in self.client.list(
-                    resource, namespace=namespace, labels={JOB_ID_LABEL: None}
-                )
-            ],
-        )
+    def _list(self, resource: Any, namespace: str, job_ids: Iterable[str]) -> list[Obj]:
+        """The objects of these jobs (by their `gpuq.io/job-id`), in as many lists as the
+        selector's bound asks (selector_pieces)."""
+        out: list[Obj] = []
+        for piece in selector_pieces(sorted(job_ids)):
+            out += self._call(
+                f"list {resource.__name__} in {namespace}",
+                partial(self._list_by, resource, namespace, {JOB_ID_LABEL: ops.in_(piece)}),
+            )
+        return out
 
     # --- cancel ---------------------------------------------------------------------------
 
@@ -1064,40 +1112,51 @@ class KubernetesBackend:
         next piece goes on where this one stopped, so a download costs the log once plus
         the stamps, even inside a line that never ends (a progress bar's \r line, which a
         sinceTime resume re-reads from its start) and for the kubelet, which reads its file
-        from the start for every answer."""
+        from the start for every answer.
+
+        The pod listed can be deleted before its log is asked for (a 404: a stop, Volcano
+        killing the gang to restart it): the read is then made again as one begun after the
+        deletion (`gone` once the workload went, nothing yet while it is there)."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
             raise BackendError(str(exc), permanent=True) from None
         if stream != "stdout":
             return LogChunk(b"", offset, eof=True)
-        try:
-            workload = self._call(
-                f"get {external_id}",
-                lambda: self.client.get(RESOURCES[ref.kind], ref.name, namespace=ref.namespace),
-                passthrough=(404,),
-            ).to_dict()
-        except ApiError:  # deleted (a stopped attempt's, or by its TTL): its pods with it
-            return LogChunk(b"", offset, eof=True, gone=True)
-        labels = workload["metadata"].get("labels") or {}
-        selector = {
-            JOB_ID_LABEL: labels.get(JOB_ID_LABEL, ""),
-            ATTEMPT_LABEL: labels.get(ATTEMPT_LABEL, ""),
-        }
-        pods = self._call(
-            f"list pods of {external_id}",
-            lambda: [
-                p.to_dict() for p in self.client.list(Pod, namespace=ref.namespace, labels=selector)
-            ],
-        )
-        pod = rank0_pod(pods)
-        if pod is None:
-            return LogChunk(b"", offset, eof=False)
-        finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-        chunk = self._log_chunk(ref.namespace, pod, offset, limit, finished=finished)
-        return LogChunk(
-            chunk, offset + len(chunk), eof=finished and len(chunk) < limit, source=log_source(pod)
-        )
+        for _ in range(LOG_POD_TRIES):
+            try:
+                workload = self._call(
+                    f"get {external_id}",
+                    lambda: self.client.get(RESOURCES[ref.kind], ref.name, namespace=ref.namespace),
+                    passthrough=(404,),
+                ).to_dict()
+            except ApiError:  # deleted (a stopped attempt's, or by its TTL): its pods with it
+                return LogChunk(b"", offset, eof=True, gone=True)
+            labels = workload["metadata"].get("labels") or {}
+            selector = {
+                JOB_ID_LABEL: labels.get(JOB_ID_LABEL, ""),
+                ATTEMPT_LABEL: labels.get(ATTEMPT_LABEL, ""),
+            }
+            pods = self._call(
+                f"list pods of {external_id}", partial(self._list_by, Pod, ref.namespace, selector)
+            )
+            pod = rank0_pod(pods)
+            if pod is None:
+                return LogChunk(b"", offset, eof=False)
+            finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            try:
+                chunk = self._log_chunk(ref.namespace, pod, offset, limit, finished=finished)
+            except PodGone:
+                # Deleted since the list (a stop, Volcano killing the gang to restart it):
+                # answered as a read begun now, which finds the workload or not, and its pods.
+                continue
+            return LogChunk(
+                chunk,
+                offset + len(chunk),
+                eof=finished and len(chunk) < limit,
+                source=log_source(pod),
+            )
+        return LogChunk(b"", offset, eof=False)  # its pods keep going as they are listed
 
     def log_size(self, external_id: str, stream: str = "stdout") -> int | None:
         """Unknown: the pod log API tells no length (only a read to the end would)."""
@@ -1261,6 +1320,9 @@ class KubernetesBackend:
             if response.status_code == 400:  # container not started
                 response.close()
                 return None
+            if response.status_code == 404:  # deleted since it was listed
+                response.close()
+                raise PodGone(pod)
             if response.is_error:
                 response.read()
                 raise ApiError(request=response.request, response=response)
@@ -1430,6 +1492,8 @@ class KubernetesBackend:
             response = self._raw.get(f"api/v1/namespaces/{namespace}/pods/{pod}/log", params=params)
             if response.status_code == 400:  # container not started yet
                 return b""
+            if response.status_code == 404:  # deleted since it was listed
+                raise PodGone(pod)
             if response.is_error:
                 raise ApiError(request=response.request, response=response)
             return response.content
@@ -1472,6 +1536,23 @@ class KubernetesBackend:
         obj = self._call(f"get node {node}", lambda: self.client.get(Node, node)).to_dict()
         state = (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL, "")
         return state if state in MIG_LAYOUT_STATES else "unknown"
+
+
+def selector_pieces(job_ids: Sequence[str]) -> list[list[str]]:
+    """`job_ids` in order, cut so that each piece's `gpuq.io/job-id in (...)` is at most
+    SELECTOR_MAX_BYTES as sent (URL-encoded); none for none."""
+    pieces: list[list[str]] = []
+    empty = len(quote_plus(f"{JOB_ID_LABEL} in ()"))
+    size = empty
+    for job_id in job_ids:
+        cost = len(quote_plus(job_id))
+        if pieces and size + len(quote_plus(",")) + cost <= SELECTOR_MAX_BYTES:
+            pieces[-1].append(job_id)
+            size += len(quote_plus(",")) + cost
+        else:
+            pieces.append([job_id])
+            size = empty + cost
+    return pieces
 
 
 def log_source(pod: Mapping[str, Any]) -> str:

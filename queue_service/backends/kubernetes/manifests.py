@@ -127,6 +127,21 @@ def object_name(job_id: str, attempt: int) -> str:
     return dns_label(f"gpuq-{job_id}-{attempt}", NAME_MAX)
 
 
+_OBJECT_NAME = re.compile(r"gpuq-(.+)-([0-9]+)")
+
+
+def job_label_of(name: str) -> str | None:
+    """The `gpuq.io/job-id` label of the workload named `name` by object_name, read back from
+    the name; None when the name does not give it (an id made valid and hashed)."""
+    m = _OBJECT_NAME.fullmatch(name)
+    if m is None:
+        return None
+    job_id = m[1]
+    if object_name(job_id, int(m[2])) != name or label_value(job_id) != job_id:
+        return None
+    return job_id
+
+
 def namespace_for(team: str, settings: K8sSettings) -> str:
     return dns_label(settings.namespace.replace("{team}", team))
 

@@ -10,7 +10,10 @@ What it does like a real API server (see docs/kubernetes.md for what it does not
   admission webhooks), an immutable Job pod template and selector;
 - merge, strategic merge (applied as merge) and JSON patches (RFC 6902; a failed `test` or
   a missing path is the real server's bare 422);
-- list with labelSelector / fieldSelector / limit+continue and the list resourceVersion;
+- list with labelSelector (parsed as labels.Parse: set-based `in`/`notin`, label keys and
+  values checked) / fieldSelector / limit+continue and the list resourceVersion; a request
+  line of at most 1 MiB (the API server's MaxHeaderBytes; 431 past it); each request's JSON
+  answer counted (`Request.sent` bytes, `Request.items` listed objects);
   watch from a resourceVersion in revision order, ADDED/MODIFIED/DELETED (a label change
   crossing a selector is ADDED/DELETED, as the watch cache does), ERROR 410 Expired for a
   resourceVersion older than the kept history;
@@ -193,6 +196,10 @@ def status_body(
 # large" (kubernetes#112152). etcd's limit applies to the stored encoding (protobuf, strings
 # as UTF-8), a little smaller than the UTF-8 JSON measured here.
 MAX_BODY_BYTES = 3 * 1024 * 1024
+# The API server's http.Server takes 1 MiB of request line and headers (MaxHeaderBytes in
+# apiserver's secure_serving.go; Go's net/http reads 4 KiB past it before refusing) and
+# answers a longer one 431. Bounded here on the request line, where a selector travels.
+MAX_REQUEST_LINE = (1 << 20) + 4096
 MAX_STORED_BYTES = 1536 * 1024
 LOG_WRITE = 64 * 1024  # the pieces a log answer is written (and counted) in
 
@@ -227,35 +234,184 @@ def now_rfc3339(t: float | None = None) -> str:
 
 # --- selectors -------------------------------------------------------------------------------
 
-_REQ = re.compile(
-    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9][-A-Za-z0-9_./]*)\s*"
-    r"(?:(?P<op>==|=|!=)\s*(?P<val>[-A-Za-z0-9_.]*)|\s+(?P<setop>in|notin)\s*\((?P<set>[^)]*)\))?\s*"
+# labels.Parse (k8s.io/apimachinery/pkg/labels/selector.go): a lexer of identifiers and the
+# symbols below, whitespace between tokens; keys are qualified names and values label values.
+_SELECTOR_SYMBOLS = {"=", "==", "!=", "!", "(", ")", ",", ">", "<"}
+_LABEL_VALUE = re.compile(r"(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_NAME = re.compile(r"(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(
+    r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
 )
 
 
+def _selector_tokens(text: str) -> list[tuple[str, str]]:
+    """(kind, literal) pairs, kind "id", "sym" or "end"; a symbol is the longest run of
+    special characters that is one (`!=`, `==`), as the Go lexer scans it."""
+    out: list[tuple[str, str]] = []
+    i = 0
+    while True:
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        if i == len(text):
+            return [*out, ("end", "")]
+        if text[i] in "=!(),<>":
+            j, found = i, ""
+            while j < len(text) and text[j] in "=!(),<>":
+                if text[i : j + 1] in _SELECTOR_SYMBOLS:
+                    found = text[i : j + 1]
+                elif found:
+                    break
+                j += 1
+            if not found:
+                raise _selector_error(f"error expected: keyword found '{text[i:j]}'")
+            out.append(("sym", found))
+            i += len(found)
+            continue
+        j = i
+        while j < len(text) and text[j] not in "=!(),<> \t\r\n":
+            j += 1
+        out.append(("id", text[i:j]))
+        i = j
+
+
+def _selector_error(message: str) -> ApiError:
+    return ApiError(400, "BadRequest", message)
+
+
+def _check_key(key: str) -> None:
+    prefix, _, name = key.rpartition("/")
+    if (
+        not _LABEL_NAME.fullmatch(name)
+        or len(name) > 63
+        or ("/" in key and (not _DNS_SUBDOMAIN.fullmatch(prefix) or len(prefix) > 253))
+    ):
+        raise _selector_error(
+            f"unable to parse requirement: {key}: Invalid value: {key!r}: name part must"
+            " consist of alphanumeric characters, '-', '_' or '.', and must start and end with"
+            " an alphanumeric character (at most 63), with an optional DNS subdomain prefix"
+            " and '/'"
+        )
+
+
+def _check_value(key: str, value: str) -> None:
+    if len(value) > 63:
+        raise _selector_error(
+            f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}:"
+            " must be no more than 63 characters"
+        )
+    if not _LABEL_VALUE.fullmatch(value):
+        raise _selector_error(
+            f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}:"
+            " a valid label must be an empty string or consist of alphanumeric characters,"
+            " '-', '_' or '.', and must start and end with an alphanumeric character"
+        )
+
+
 def parse_label_selector(text: str) -> Callable[[dict[str, str]], bool]:
-    """Kubernetes label selector syntax: k=v, k==v, k!=v, k in (a,b), k notin (a,b), k, !k."""
+    """A label selector as the API server parses it (labels.Parse): `k`, `!k`, `k=v`, `k==v`,
+    `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k>1`, `k<1`, comma-separated (all must hold).
+    `in ()` is the set of the empty value, and an empty value between commas counts; a key
+    or value that is not a valid label key or value is a 400, as are tokens out of place."""
+    tokens = _selector_tokens(text)
     checks: list[Callable[[dict[str, str]], bool]] = []
-    parts = _split_selector(text)
-    for part in parts:
-        m = _REQ.fullmatch(part)
-        if not m or (m["neg"] and (m["op"] or m["setop"])):
-            raise ApiError(400, "BadRequest", f"unable to parse requirement: {part!r}")
-        key = m["key"]
-        if m["op"] in ("=", "=="):
-            checks.append(lambda lab, k=key, v=m["val"]: lab.get(k) == v)
-        elif m["op"] == "!=":
-            checks.append(lambda lab, k=key, v=m["val"]: lab.get(k) != v)
-        elif m["setop"]:
-            values = {v.strip() for v in m["set"].split(",") if v.strip()}
-            if m["setop"] == "in":
-                checks.append(lambda lab, k=key, vs=values: lab.get(k) in vs)
+    pos = 0
+
+    def take() -> tuple[str, str]:
+        nonlocal pos
+        pos += 1
+        return tokens[pos - 1]
+
+    def value_set() -> set[str]:
+        """`(a,b)`; an empty place ("()", "(,", ",,", ",)") holds the empty value."""
+        if take() != ("sym", "("):
+            raise _selector_error(
+                f"unable to parse requirement: found '{tokens[pos - 1][1]}' expected: '('"
+            )
+        values: set[str] = set()
+        want_value = True
+        while True:
+            kind, lit = take()
+            if kind == "id" and want_value:
+                values.add(lit)
+                want_value = False
+            elif (kind, lit) in (("sym", ","), ("sym", ")")):
+                if want_value:
+                    values.add("")
+                if lit == ")":
+                    return values
+                want_value = True
+            elif kind == "id":
+                raise _selector_error(
+                    f"unable to parse requirement: found '{lit}', expected: ',' or ')'"
+                )
             else:
-                checks.append(lambda lab, k=key, vs=values: lab.get(k) not in vs)
-        elif m["neg"]:
-            checks.append(lambda lab, k=key: k not in lab)
+                raise _selector_error(
+                    f"unable to parse requirement: found '{lit}', expected: ',', ')' or identifier"
+                )
+
+    while tokens[pos][0] != "end":
+        kind, lit = take()
+        absent = (kind, lit) == ("sym", "!")
+        if absent:
+            kind, lit = take()
+        if kind != "id":
+            raise _selector_error(
+                f"unable to parse requirement: found '{lit}', expected: identifier"
+            )
+        key = lit
+        _check_key(key)
+        if tokens[pos][0] == "end" or tokens[pos] == ("sym", ","):
+            checks.append(
+                (lambda lab, k=key: k not in lab) if absent else (lambda lab, k=key: k in lab)
+            )
+        elif absent:
+            raise _selector_error(f"found '{tokens[pos][1]}', expected: ',' or 'end of string'")
         else:
-            checks.append(lambda lab, k=key: k in lab)
+            _, op = take()
+            if op in ("in", "notin"):
+                values = value_set()
+                for v in sorted(values):
+                    _check_value(key, v)
+                if op == "in":
+                    checks.append(lambda lab, k=key, vs=values: k in lab and lab[k] in vs)
+                else:
+                    checks.append(lambda lab, k=key, vs=values: lab.get(k) not in vs)
+            elif op in ("=", "==", "!=", ">", "<"):
+                value = "" if tokens[pos][0] == "end" or tokens[pos] == ("sym", ",") else None
+                if value is None:
+                    kind, value = take()
+                    if kind != "id":
+                        raise _selector_error(
+                            f"unable to parse requirement: found '{value}', expected: identifier"
+                        )
+                _check_value(key, value)
+                if op in ("=", "=="):
+                    checks.append(lambda lab, k=key, v=value: k in lab and lab[k] == v)
+                elif op == "!=":
+                    checks.append(lambda lab, k=key, v=value: lab.get(k) != v)
+                else:
+                    if not re.fullmatch(r"[-+]?[0-9]+", value):
+                        raise _selector_error(
+                            f"unable to parse requirement: values[0][{key}]: Invalid value:"
+                            f" {value!r}: for 'Gt', 'Lt' operators, the value must be an integer"
+                        )
+                    checks.append(
+                        lambda lab, k=key, v=int(value), gt=op == ">": (
+                            bool(re.fullmatch(r"[-+]?[0-9]+", lab.get(k, "x")))
+                            and (int(lab[k]) > v if gt else int(lab[k]) < v)
+                        )
+                    )
+            else:
+                raise _selector_error(
+                    f"unable to parse requirement: found '{op}', expected: in, notin, =, ==,"
+                    " !=, gt, lt"
+                )
+        if tokens[pos] == ("sym", ","):
+            take()
+            if tokens[pos][0] != "id" and tokens[pos] != ("sym", "!"):
+                raise _selector_error(f"found '{tokens[pos][1]}', expected: identifier after ','")
+        elif tokens[pos][0] != "end":
+            raise _selector_error(f"found '{tokens[pos][1]}', expected: ',' or 'end of string'")
     return lambda labels: all(c(labels) for c in checks)
 
 
@@ -428,6 +584,8 @@ class Request:
     method: str
     path: str
     query: dict[str, str]
+    sent: int = 0  # the bytes of its JSON answer's body (a log's: log_bytes_sent)
+    items: int = 0  # the objects a list answer held
 
 
 @dataclass
@@ -1275,18 +1433,65 @@ class FakeApiServer:
 def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        _request: Request | None = None  # the one being answered
 
         def log_message(self, format: str, *args: Any) -> None:  # quiet
             pass
 
         def handle_one_request(self) -> None:
             try:
-                super().handle_one_request()
+                self._handle_one_request()
             except OSError:  # the client closed (a log answer it read no further), or a cut
                 self.close_connection = True
 
+        def _handle_one_request(self) -> None:
+            """BaseHTTPRequestHandler's, with the API server's bound on the request line in
+            place of Python's (64 KiB, a 414): a label selector travels in it."""
+            line = self.rfile.readline(MAX_REQUEST_LINE + 1)
+            if len(line) > MAX_REQUEST_LINE:
+                self._refuse_too_large()
+                return
+            if not line:
+                self.close_connection = True
+                return
+            self.raw_requestline = line
+            if not self.parse_request():
+                return  # answered
+            method = getattr(self, f"do_{self.command}", None)
+            if method is None:
+                self.send_error(501, f"Unsupported method ({self.command!r})")
+                return
+            method()
+            self.wfile.flush()
+
+        def _refuse_too_large(self) -> None:
+            """What Go's net/http writes for a request whose line and headers pass its read
+            limit, then closes; the rest of the request is read first (as its
+            closeWriteAndWait lets the client finish), so the client reads the answer."""
+            self.close_connection = True
+            public = "431 Request Header Fields Too Large"
+            self.wfile.write(
+                f"HTTP/1.0 {public}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                f"Connection: close\r\n\r\n{public}".encode()
+            )
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(2.0)
+            tail = b""
+            with contextlib.suppress(OSError):
+                while b"\r\n\r\n" not in tail:
+                    piece = self.rfile.read1(1 << 16)
+                    if not piece:
+                        break
+                    tail = tail[-3:] + piece
+
         def _send_json(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
             data = json.dumps(body).encode()
+            if self._request is not None:
+                listed = body.get("items") if isinstance(body, dict) else None
+                with api.store.lock:
+                    self._request.sent += len(data)
+                    self._request.items += len(listed or [])
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -1319,8 +1524,9 @@ def _handler(api: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def _dispatch(self, method: str) -> None:
             url = urlsplit(self.path)
             q = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            self._request = Request(method, url.path, q)
             with api.store.lock:
-                api.requests.append(Request(method, url.path, q))
+                api.requests.append(self._request)
             fault = api.take_fault(method, url.path)
             body = None
             if method in ("POST", "PUT", "PATCH"):

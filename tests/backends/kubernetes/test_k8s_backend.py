@@ -433,7 +433,14 @@ def test_poll_lists_once_per_kind_per_namespace_never_once_per_job(
     calls = api.calls()[before:]
     assert len(statuses) == 40 and all(s.state == R.QUEUED for s in statuses.values())
     assert sorted(c.path.rsplit("/", 1)[-1] for c in calls) == ["jobs", "jobs", "pods"]
-    assert all(c.method == "GET" and c.query["labelSelector"] == "gpuq.io/job-id" for c in calls)
+    # Each of the polled jobs alone: finished workloads of other jobs stay for their TTL.
+    job_ids = [i.rsplit("/", 1)[-1].removeprefix("gpuq-").removesuffix("-1") for i in ids]
+    selects = {c.path.split("/")[2]: c.query["labelSelector"] for c in calls if c.method == "GET"}
+    assert selects == {
+        "batch.volcano.sh": f"gpuq.io/job-id in ({','.join(job_ids[:30])})",
+        "batch": f"gpuq.io/job-id in ({','.join(job_ids[30:])})",
+        "v1": f"gpuq.io/job-id in ({','.join(job_ids)})",
+    }
 
 
 def test_429_honours_retry_after_then_succeeds(
