@@ -23,7 +23,7 @@ from queue_service.shape import ShapeProblem, shape_problem
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 MIG_PROFILE = re.compile(r"^[1-7]g\.[1-9][0-9]{0,3}gb(\+me)?\Z")
 GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
-IMAGE = re.compile(r"^[^\s\x00-\x1f]{1,512}\Z")
+IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f-\x9f]{1,512}\Z")
 # C0, DEL and C1 (U+0080-U+009F: NEL breaks a line, CSI starts a terminal escape).
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.

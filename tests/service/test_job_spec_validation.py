@@ -64,6 +64,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown cluster", {"cluster": "nowhere"}, "cluster"),
     ("gpu model with spaces", {"gpu_model": "A100 80GB"}, "gpu_model"),
     ("image with spaces", {"image": "nvcr.io/x y"}, "image"),
+    # DEL and C1 (CSI: ESC [ to 8-bit terminals) are no whitespace, and no image has them.
+    ("image with DEL", {"image": "nvcr.io/x\x7fy"}, "image"),
+    ("image with a C1 CSI", {"image": "nvcr.io/x\x9b2J"}, "image"),
     ("nccl_debug on one GPU", {"nccl_debug": True}, "nccl_debug"),
     ("array of words", {"array": "a-b"}, "array"),
     ("array range that ends before it starts", {"array": "5-1"}, "array"),
