@@ -345,7 +345,8 @@ def yaml_listing(
     if syntax is not None:
         line, message = syntax
         if line is not None and 1 <= line <= len(lines):
-            by_line.setdefault(line, []).append(message)
+            # The listing says the line; YAML's message (the API's) says it too.
+            by_line.setdefault(line, []).append(message.removeprefix(f"line {line}: "))
         else:
             loose.append(message)
     for path, messages in flatten_errors(detail or {}).items():
