@@ -167,15 +167,18 @@ def test_no_team_goes_above_nominal_plus_borrowing_limit(s: Snapshot) -> None:
 
 @FAST
 @given(snapshots())
-def test_a_reclaim_never_takes_a_team_below_its_nominal(s: Snapshot) -> None:
+def test_a_reclaim_takes_a_team_only_while_it_is_above_its_nominal(s: Snapshot) -> None:
     # What a team's running jobs hold on its quota once those leaving (before or by this
-    # cycle) are gone: a reclaim takes only what it holds above its nominal.
+    # cycle) are gone. As Kueue's minimal set, a victim is taken while its team is still
+    # above its nominal: all of the team's victims but the largest leave it above, so only
+    # the last may take it below (a job larger than what its team borrows goes too).
     d = schedule(s, Policy(), NOW)
     quota = {t.name: t.quotas[0] for t in s.teams}
     reclaimed = {p.job_id for p in d.preemptions if p.kind == "reclaim"}
     gone = {p.job_id for p in d.preemptions}
     before: dict[str, float] = defaultdict(float)
     after: dict[str, float] = defaultdict(float)
+    largest: dict[str, float] = defaultdict(float)
     for job in s.running:
         team = job.request.team
         q = quota.get(team)
@@ -183,11 +186,20 @@ def test_a_reclaim_never_takes_a_team_below_its_nominal(s: Snapshot) -> None:
             continue
         gpus = sum(len(a.gpus) for a in job.placement.allocs)
         before[team] += gpus
-        if job.request.id not in gone:
+        if job.request.id in gone:
+            largest[team] = max(largest[team], gpus)
+        else:
             after[team] += gpus
     for team in {j.request.team for j in s.running if j.request.id in reclaimed}:
-        floor = min(quota[team].nominal, before[team])
-        assert after[team] >= floor - 1e-9, (team, before[team], after[team], quota[team])
+        nominal = quota[team].nominal
+        assert before[team] > nominal + 1e-9, (team, before[team], quota[team])
+        assert after[team] + largest[team] > nominal + 1e-9, (
+            team,
+            before[team],
+            after[team],
+            largest[team],
+            quota[team],
+        )
 
 
 @FAST
