@@ -245,6 +245,7 @@ def test_a_reserved_job_is_never_delayed_by_backfill(s: Snapshot, policy: Policy
     assert at is not None
     busy: Counter[str] = Counter()
     grace = policy.preemption_grace_s
+    preempted = {p.job_id for p in d.preemptions}  # this cycle's: gone within the grace
     for job in s.running:
         ends = (
             [job.start_time + job.request.time_limit_s]
@@ -253,6 +254,8 @@ def test_a_reserved_job_is_never_delayed_by_backfill(s: Snapshot, policy: Policy
         )
         if job.preempting_since is not None:
             ends.append(job.preempting_since + grace)
+        if job.request.id in preempted:
+            ends.append(NOW + grace)
         if not ends or max(NOW, min(ends)) > at:
             for a in job.placement.allocs:
                 busy[a.node] += len(a.gpus)
