@@ -16,14 +16,12 @@ from django.db import connection
 from queue_service import backends
 from queue_service.backends.local import LocalBackend
 from queue_service.clusters.models import Cluster
-from queue_service.jobs.models import Job, SchedulerLock
-from queue_service.jobs.services import submit_job
+from queue_service.jobs.models import SchedulerLock
 from queue_service.tenancy.models import Quota
-from tests.conftest import lab_missing, spec
-from tests.service.test_job_flow import run_until
+from tests.conftest import lab_missing
+from tests.service.test_preemption_flow import _reclaim
 
 pytestmark = pytest.mark.django_db(transaction=True)
-S = Job.State
 
 
 def _cycle_lock_free() -> bool:
@@ -73,14 +71,7 @@ def probed_cluster(
 def test_the_stops_a_cycle_sends_run_after_it_lets_go_of_its_lock(
     probed_cluster: Cluster, people: Any
 ) -> None:
-    borrowers = [
-        submit_job(people["charlie"], spec(name=f"lang-{i}", command=["sleep", "60"])).job
-        for i in range(8)
-    ]
-    for job in borrowers:
-        run_until(job, lambda j: j.state == S.RUNNING)
-    mine = submit_job(people["alice"], spec(gpus_per_node=2, command=["sleep", "60"])).job
-    run_until(mine, lambda j: j.state == S.RUNNING, timeout=40)
+    _reclaim(people)  # language runs 8 1-GPU jobs; vision reclaims two of them
 
     assert ProbedBackend.free_at_stop, "the reclaim sent no stop"
     assert all(ProbedBackend.free_at_stop), ProbedBackend.free_at_stop
