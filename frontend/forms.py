@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from queue_service.echoes import CUT
 from queue_service.jobs.spec import NOTIFY_EVENTS, JobSpecSerializer, duration_text
 
 # The form's inputs, in the order they are read.
@@ -332,6 +333,10 @@ class YamlLine:
 # errors: each listed line is markup, and the textarea already echoes the text once.
 LISTING_WHOLE = 200
 LISTING_AROUND = 3
+# A listed line is cut past this many characters, then "…" (the textarea holds it whole): a
+# megabyte pasted on one line is not answered twice. Wider than echoes.py's 64 for a value,
+# as the line is where the eye looks for the mistake: a command line or an env value whole.
+LISTING_LINE_CHARS = 200
 
 
 def yaml_listing(
@@ -372,7 +377,10 @@ def yaml_listing(
     for i in shown:
         if i > previous + 1:
             listing.append(YamlLine(i - 1, "", gap=True))
-        listing.append(YamlLine(i, lines[i - 1], tuple(by_line.get(i, ()))))
+        line = lines[i - 1]
+        if len(line) > LISTING_LINE_CHARS:
+            line = line[:LISTING_LINE_CHARS] + CUT
+        listing.append(YamlLine(i, line, tuple(by_line.get(i, ()))))
         previous = i
     if previous < len(lines):
         listing.append(YamlLine(len(lines), "", gap=True))

@@ -1001,8 +1001,9 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     only its --notify, its line saying what was kept). The %N goes once to every array a
     selected job is in: with the first of its jobs' changes that the job's state allows,
     else alone, by its first job selected (before that job's own changes, which the server
-    refuses: a refused PATCH is not followed by the %N). A --notify refused for the account
-    or the site, not the job, is said once, however many jobs it refuses."""
+    refuses: a refused PATCH is not followed by the %N). A refusal of a value the request
+    sets (an unknown priority class, a time limit that is no duration, a --notify refused
+    for the account or the site) is said once, with how many more jobs it refused."""
     changes: dict[str, Any] = {}
     if args.new_priority is not None:
         changes["priority"] = args.new_priority
@@ -1022,16 +1023,20 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     tried = 0
     passed_over: list[CliError] = []
     refused: dict[str, CliError] = {}  # arrays whose task was not the user's, by id
-    # A refusal at `notify` alone is the site's (it sends no email), the owner's (no address)
-    # or the events': never the job's. Said once; that owner's other jobs are not sent it.
-    notify_said: set[str] = set()
-    notify_refused: set[str] = set()  # owners, where the selection tells them (not by id)
-    alike = 0  # jobs not updated for a notify refusal already said
+    # A 400 only at fields of `changes` refuses their values (an unknown class, no duration,
+    # past the site's limit), or for `notify` the site (it sends no email) or the owner (no
+    # address): never the job, so every job it refuses is told it in the same words. Said
+    # once, for the first; the rest counted. The job's own (its state's 409, its array's
+    # "not a task of an array": the %N is no field of `changes`) are said per job.
+    said_for: dict[str, str] = {}  # such a refusal -> the job it was said for
+    alike: dict[str, int] = {}  # such a refusal -> how many more jobs it refused
+    notify_refused: dict[str, str] = {}  # owner -> refusal: their other jobs are not sent it
 
     def patch(job: Mapping[str, Any], body: Mapping[str, Any], kept: str = "") -> bool:
-        nonlocal failed, tried, alike
+        nonlocal failed, tried
         if "notify" in body and job.get("user") in notify_refused:
-            failed, alike = failed + 1, alike + 1
+            failed += 1
+            alike[notify_refused[job["user"]]] += 1
             return False
         tried += 1
         try:
@@ -1048,13 +1053,13 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
                     refused[job["array"]["id"]] = exc
                 return False
             failed += 1
-            if exc.status == 400 and exc.fields == {"notify"}:
-                if job.get("user"):
-                    notify_refused.add(job["user"])
-                if str(exc) in notify_said:
-                    alike += 1
+            if exc.status == 400 and exc.fields and exc.fields <= set(changes) & set(body):
+                if exc.fields == {"notify"} and job.get("user"):
+                    notify_refused[job["user"]] = str(exc)
+                if str(exc) in said_for:
+                    alike[str(exc)] += 1
                     return False
-                notify_said.add(str(exc))
+                said_for[str(exc)], alike[str(exc)] = job["id"], 0
             print(f"gpuq: {job['id']}: {exc}", file=sys.stderr)
             return False
         answers.append(answer)
@@ -1125,9 +1130,11 @@ def cmd_update(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) 
     if jobs and not tried and not failed and not passed_over:
         # selected only to carry a %N, and in no array
         print(f"gpuq: no job to {args.command} matches", file=sys.stderr)
-    if alike:
-        more = f"{alike} more job{'s' if alike != 1 else ''}"
-        print(f"gpuq: {more} not updated, for the same reason", file=sys.stderr)
+    repeated = [(said_for[why], more) for why, more in alike.items() if more]
+    for first, more in repeated:
+        jobs_more = f"{more} more job{'s' if more != 1 else ''}"
+        which = f" as {first}" if len(repeated) > 1 else ""  # one reason: the one above
+        print(f"gpuq: {jobs_more} not updated, for the same reason{which}", file=sys.stderr)
     _say_passed_over(args.command, passed_over)
     if args.json:
         _dump(answers, out)

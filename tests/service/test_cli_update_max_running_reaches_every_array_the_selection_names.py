@@ -123,7 +123,9 @@ def test_update_by_filters_leaves_the_max_running_to_a_waiting_task_and_not_past
         [f"sweep[{i}]  priority high{tail}" for i, tail in ((1, ""), (2, limit))],
     )
     assert (refused.code, refused.out) == (1, "")
-    assert refused.err.count("priority: unknown priority class 'urgent'") == 2
+    # both waiting tasks refused in the same words: said once
+    assert refused.err.count("priority: unknown priority class 'urgent'") == 1
+    assert refused.err.endswith("gpuq: 1 more job not updated, for the same reason\n")
     assert JobArray.objects.get(pk=first.array_id).max_running == 2
     assert (
         JobEvent.objects.filter(code="updated", details__has_key="array_max_running").count() == 1

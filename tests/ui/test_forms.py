@@ -295,3 +295,27 @@ def test_a_yaml_syntax_error_outside_the_text_is_listed_apart() -> None:
     listing, loose = yaml_listing("a: b", None, {}, (9, "line 9: oops"))
     assert [line.errors for line in listing] == [()]
     assert loose == ["line 9: oops"]
+
+
+@pytest.mark.parametrize(
+    ("length", "shown"),
+    [(200, "whole"), (201, "cut"), (1_000_000, "cut")],
+    ids=["at-the-width", "one-past", "a-megabyte"],
+)
+def test_a_long_line_is_listed_cut_to_200_characters_keeping_its_number_and_errors(
+    length: int, shown: str
+) -> None:
+    long = ("command: echo " + "é" * length)[:length]
+    text = f"name: x\n{long}\nnodes: many\n"
+    listing, loose = yaml_listing(
+        text,
+        {"command": ["too long"], "nodes": ["A valid integer is required."]},
+        {"name": 1, "command": 2, "nodes": 3},
+        None,
+    )
+    assert [(line.number, line.text, line.errors) for line in listing] == [
+        (1, "name: x", ()),
+        (2, long if shown == "whole" else long[:200] + "…", ("command: too long",)),
+        (3, "nodes: many", ("nodes: A valid integer is required.",)),
+    ]
+    assert loose == []

@@ -44,3 +44,20 @@ def test_a_long_refused_file_lists_the_lines_around_each_error_and_marks_the_gap
     ]
     assert [line.errors for line in listing if line.number == 500 and not line.gap] == [("oops",)]
     assert loose == []
+
+
+def test_a_refused_one_line_megabyte_is_echoed_once_and_listed_cut(people: Any) -> None:
+    # The listing shows where the errors are; the textarea above holds the whole text.
+    alice = Client()
+    alice.force_login(people["alice"])
+    long = "nodes: many  # " + "x" * 1_000_000
+    text = f"name: x\ncommand: echo\n{long}\n"
+
+    response = alice.post("/submit/", {"mode": "yaml", "yaml": text})
+
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert page.count(long) == 1  # the textarea's
+    assert f"<code>{long[:200]}…</code>" in page
+    assert "line 3: nodes: A valid integer is required." in page
+    assert len(response.content) < len(text) + 20_000
