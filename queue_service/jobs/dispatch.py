@@ -48,7 +48,7 @@ from .services import (
     transition,
     unplaced,
 )
-from .spec import checkpoint_dir_of
+from .spec import LAUNCHER_ENV_PREFIXES, checkpoint_dir_of, launcher_option
 
 log = logging.getLogger(__name__)
 S = Job.State
@@ -127,7 +127,7 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         kind=job.kind,
         command=tuple(command) if isinstance(command, list) else command,
         image=spec.get("image"),
-        env=dict(spec.get("env") or {}),
+        env=handed_env(spec),
         nodes=spec["nodes"],
         gpus_per_node=spec["gpus_per_node"],
         gpu_model=job.gpu_model or spec.get("gpu_model"),
@@ -164,6 +164,14 @@ def dispatch_request(job: Job, resubmit: bool = False) -> DispatchRequest:
         stop_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
         resubmit=resubmit,
     )
+
+
+def handed_env(spec: dict[str, Any]) -> dict[str, str]:
+    """The spec's env less the names Slurm's commands read as their own options: a job
+    stored before the spec refused them keeps them in its spec, but no cluster gets them
+    (on the lab, `SRUN_EXPORT_ENV=NONE` started gpuq's srun without PATH). Every kind alike,
+    as the rule is the spec's; the job is told once (_tell_env_dropped)."""
+    return {k: v for k, v in (spec.get("env") or {}).items() if launcher_option(k) is None}
 
 
 def _footprint_memory_mb(job: Job) -> int | None:
@@ -420,6 +428,7 @@ def submit_admitted(job: Job, resubmit: bool = False) -> None:
         return  # else another submit of this attempt named it (and went on)
     job.external_id = result.external_id
     _tell_image_unused(job)
+    _tell_env_dropped(job)
     message = f"{'adopted' if result.adopted else 'submitted as'} {result.external_id}"
     details = {"submit_began": began.isoformat()}
     job.refresh_from_db(fields=["state", "updated_at"])
@@ -454,6 +463,28 @@ def _tell_image_unused(job: Job) -> None:
             f"cluster {job.cluster.name} runs the command on this machine, without containers:"
             f" image {image} is not used",
         )
+
+
+def _tell_env_dropped(job: Job) -> None:
+    """A job stored with env names refused since (handed_env) is told, once, which were
+    left out and why: it runs, without them, rather than failing for a rule it predates."""
+    dropped = sorted(set(job.spec.get("env") or {}) - set(handed_env(job.spec)))
+    if not dropped or job.events.filter(code="env_dropped").exists():
+        return
+    by_prefix: dict[str, list[str]] = {}
+    for name in dropped:
+        prefix = next(p for p in LAUNCHER_ENV_PREFIXES if name.startswith(p))
+        by_prefix.setdefault(prefix, []).append(name)
+    why = {p: LAUNCHER_ENV_PREFIXES[p] for p in by_prefix}
+    said = "; ".join(f"{', '.join(names)}: {why[p]}" for p, names in by_prefix.items())
+    name = job.cluster.name if job.cluster is not None else "its cluster"
+    note(
+        job,
+        "env_dropped",
+        f"handed to {name} without {', '.join(dropped)} of its env, names refused in a job's"
+        f" env since it was stored: {said}",
+        {"names": dropped, "why": why},
+    )
 
 
 def _stop_late_workload(job: Job, attempt: int, external_id: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -204,3 +205,46 @@ def test_a_team_with_its_own_account_runs_as_it_through_the_service(
     finally:  # both accounts' jobs: one left running would hold its node for later tests
         backend.account_connection("language").run("scancel -u $(id -un)")
         backend.connection.run("scancel -u $(id -un)")
+
+
+def test_a_job_stored_with_srun_options_in_its_env_runs_its_two_node_training_without_them(
+    slurm: Cluster, people: Any
+) -> None:
+    """Multi-node training starts one torchrun per node through gpuq's srun, which holds the
+    job's env: a job stored before SRUN_* names were refused would have its step started
+    without PATH (`SRUN_EXPORT_ENV=NONE`) or refused (`SRUN_CPUS_PER_TASK=2`). It is handed
+    over without them (test_a_job_stored_with_a_launcher_env_name_is_dispatched_without_it.py)
+    and runs."""
+    from queue_service.jobs.dispatch import read_logs
+
+    # torchrun is not installed in the lab: a stand-in on PATH prints what it sees.
+    bin_dir = Path("/tmp/gpuq-lab-bin-env")
+    bin_dir.mkdir(exist_ok=True)
+    stand_in = bin_dir / "torchrun"
+    stand_in.write_text('#!/bin/sh\necho "$SLURMD_NODENAME $SEED ${SRUN_EXPORT_ENV-none}"\n')
+    stand_in.chmod(0o755)
+    job = submit_job(
+        people["alice"],
+        {
+            "name": "old-env",
+            "kind": "training",
+            "command": ["train.py"],
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "gpu_model": "A100-SXM4-80GB",
+            "cluster": "lab",
+            "env": {"PATH": f"{bin_dir}:/usr/bin:/bin", "SEED": "7"},
+        },
+    ).job
+    old_env = {**job.spec["env"], "SRUN_EXPORT_ENV": "NONE", "SRUN_CPUS_PER_TASK": "2"}
+    Job.objects.filter(pk=job.pk).update(spec={**job.spec, "env": old_env})
+
+    wait([job], lambda j: j.is_terminal, timeout=120)
+
+    errors = read_logs(job, offset=0, limit=4096, stream="stderr").data
+    assert job.state == S.SUCCEEDED, (job.reason, errors)
+    text = read_logs(job, offset=0, limit=4096, stream="stdout").data.decode()
+    lines = [line.split(" ", 1) for line in text.splitlines()]
+    assert len({node for node, _ in lines}) == 2, text  # one torchrun per node
+    assert {seen for _, seen in lines} == {"7 none"}
+    assert job.events.filter(code="env_dropped").count() == 1

@@ -106,6 +106,9 @@ NODE_LIST_FRESH_S = 10.0
 # take 8 KiB a line (nginx's default). So the ids go in pieces of at most this many bytes
 # of selector as sent (about 100 UUIDs).
 SELECTOR_MAX_BYTES = 4096
+# httpx2's MAX_URL_LENGTH (_urlparse.py): the client refuses, with InvalidURL, a URL or any
+# part of it (path, query) that is longer, before sending anything.
+URL_MAX_CHARS = 65536
 # The kubelet's log timestamp (timestamps=true): RFC3339 with a fixed-width fraction, then
 # a space, at the start of every line (not of a line's later CRI entries: kubernetes#113481).
 LOG_PREFIX = re.compile(
@@ -437,6 +440,21 @@ class _LogStream:
         self.response.close()
 
 
+def _cut(text: str, most: int = 200) -> str:
+    return text if len(text) <= most else text[: most - 1] + "…"
+
+
+def _url_refused(exc: httpx2.InvalidURL) -> str:
+    """Why the HTTP client refused to send a request."""
+    if "too long" in str(exc):
+        return (
+            f"the request's URL is too long for the HTTP client ({URL_MAX_CHARS:,} characters"
+            " of the URL or of any part of it): a name, namespace or selector far longer than"
+            " Kubernetes takes"
+        )
+    return f"the request's URL cannot be sent: {_cut(str(exc))}"
+
+
 def _retry_after(response: httpx2.Response | None) -> float | None:
     if response is None:
         return None
@@ -529,6 +547,10 @@ class KubernetesBackend:
                     raise BackendError(f"{what}: HTTP {code}", permanent=True) from None
                 last = f"HTTP {code}"
                 delay = _retry_after(exc.response) or delay
+            except httpx2.InvalidURL as exc:
+                # Refused by the client before anything is sent (a name, namespace or selector
+                # too long, or holding what a URL cannot): the same request would be again.
+                raise BackendError(f"{_cut(what)}: {_url_refused(exc)}", permanent=True) from None
             except httpx2.TransportError as exc:
                 last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             except msgspec.DecodeError as exc:  # a proxy or a half-written answer
@@ -1116,7 +1138,8 @@ class KubernetesBackend:
 
         The pod listed can be deleted before its log is asked for (a 404: a stop, Volcano
         killing the gang to restart it): the read is then made again as one begun after the
-        deletion (`gone` once the workload went, nothing yet while it is there)."""
+        deletion (`gone` once the workload went, or is being deleted with no pod left;
+        nothing yet while it is there to make more)."""
         try:
             ref = ObjectRef.parse(external_id)
         except ValueError as exc:
@@ -1142,7 +1165,11 @@ class KubernetesBackend:
             )
             pod = rank0_pod(pods)
             if pod is None:
-                return LogChunk(b"", offset, eof=False)
+                # Being deleted (a stop's foreground deletion, waiting on gpuq's finalizer),
+                # it makes no pod again: its log went with the last. Otherwise its pods are
+                # still to come (Volcano restarting its gang): nothing yet.
+                gone = bool(workload["metadata"].get("deletionTimestamp"))
+                return LogChunk(b"", offset, eof=gone, gone=gone)
             finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             try:
                 chunk = self._log_chunk(ref.namespace, pod, offset, limit, finished=finished)

@@ -7,12 +7,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 from conftest import FakeClock, make_backend, request
 from k8s_fakeapi import FakeApiServer, Fault
 from k8s_sim import Sim
 from test_k8s_logs import download
 
 from queue_service.backends.kubernetes import KubernetesBackend
+from queue_service.backends.kubernetes.backend import rank0_pod
 
 MIB = 1 << 20
 
@@ -336,3 +338,50 @@ def test_the_log_of_an_attempt_whose_workload_was_deleted_is_said_to_be_gone(
 
     gone = b.logs(eid, offset=first.next_offset)
     assert (gone.data, gone.eof, gone.gone) == (b"", True, True)
+
+
+@pytest.mark.parametrize("workload", ["indexed", "volcano"])
+def test_the_log_of_an_attempt_whose_workload_is_being_deleted_with_no_pods_left_is_gone(
+    api: FakeApiServer, sim: Sim, clock: FakeClock, workload: str
+) -> None:
+    """A stop deletes the workload in the foreground: its pods go first, then it waits, held
+    by gpuq's finalizer, for a poll to report the end. Between the two no pod of it will come
+    again (a workload being deleted makes none), so a read then is of a log that is gone, as
+    once the workload went: not "nothing yet", which a follower would ask again for ever."""
+    b = make_backend(api, clock, workload=workload, image_default="busybox")
+    eid = b.submit(request(nodes=2)).external_id
+    pod = rank0_pod(sim.run(eid))
+    assert pod is not None
+    sim.log(pod, b"saving checkpoint\n")
+    first = b.logs(eid)
+
+    assert b.cancel(eid, grace_s=30) is True
+    sim.kubelet_confirms_stops()
+    _, held = sim.workload(eid)
+    assert held["metadata"].get("deletionTimestamp")  # being deleted, not yet gone
+    assert sim.pods(eid) == []
+
+    gone = b.logs(eid, offset=first.next_offset)
+
+    assert (first.data, gone.data, gone.next_offset, gone.eof, gone.gone) == (
+        b"saving checkpoint\n",
+        b"",
+        first.next_offset,
+        True,
+        True,
+    )
+
+
+def test_the_log_of_a_workload_between_its_pods_is_nothing_yet(
+    api: FakeApiServer, sim: Sim, clock: FakeClock
+) -> None:
+    """Volcano restarting a gang deletes its pods, not the workload: new ones come, so a read
+    then is nothing yet, neither the end nor gone."""
+    b = make_backend(api, clock, workload="volcano", image_default="busybox")
+    eid = b.submit(request(nodes=2)).external_id
+    sim.run(eid)
+    sim._remove_pods(eid)
+
+    chunk = b.logs(eid)
+
+    assert (chunk.data, chunk.eof, chunk.gone) == (b"", False, False)

@@ -1,8 +1,9 @@
 """A log read lists the workload's pods, then asks for rank 0's log: the pod can go in between
 (a stop, Volcano killing the gang to restart it, the workload deleted outright). The log's
 404 is then the pod being gone, answered as a read begun after the deletion is: nothing yet
-while the workload is there (its pods restarting or stopping), `gone` once it is not. Against
-the fake API server, whose `race` fault deletes the pod just before the log GET is served."""
+while the workload is there to make pods again (Volcano restarting its gang), `gone` once it
+is being deleted (a stop's, no pod left) or gone. Against the fake API server, whose `race`
+fault deletes the pod just before the log GET is served."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ def deleted_outright(sim: Sim, eid: str) -> None:
 # (how the pod goes, the workload's kind, the answer: data, eof, gone)
 CASES = [
     (volcano_kills_the_gang, "volcano", (b"", False, False)),
-    (stopped, "indexed", (b"", False, False)),
-    (stopped, "volcano", (b"", False, False)),
+    (stopped, "indexed", (b"", True, True)),
+    (stopped, "volcano", (b"", True, True)),
     (deleted_outright, "indexed", (b"", True, True)),
 ]
 
