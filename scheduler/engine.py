@@ -316,6 +316,8 @@ class _Cycle:
         # cycle, (end, GPUs), for one built later.
         self._quota_fluids: dict[tuple[str, str], Fluid] = {}
         self._quota_started: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        # Per quota: its jobs this cycle preempts, (end by their limits, when they leave, GPUs).
+        self._quota_preempted: dict[tuple[str, str], list[tuple[float | None, float, float]]] = {}
         self._team_quota: dict[str, tuple[str, str] | None] = {}
         # Jobs waiting for nodes ahead, (GPUs, limit), per quota, for a fluid built later.
         self._quota_ahead: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
@@ -841,10 +843,12 @@ class _Cycle:
 
     def hold_borrowed(self, r: JobRequest, model: str, gpus: float, at: float) -> None:
         """r, reserved from `at`, will borrow on its quota then: hold what it will borrow
-        (Ledger.hold_for), counting the team's jobs started this cycle that end by then."""
+        (Ledger.hold_for), counting the team's jobs started this cycle that end by then,
+        and those it preempts by when they leave."""
         k = self.ledger.key(r.team, model)
         started = self._quota_started.get(k, ()) if k is not None else ()
-        self.ledger.hold_for(r.team, model, gpus, at, self.idle_gpus(model, r), started)
+        preempted = self._quota_preempted.get(k, ()) if k is not None else ()
+        self.ledger.hold_for(r.team, model, gpus, at, self.idle_gpus(model, r), started, preempted)
 
     def hold_slice_quota(self, r: JobRequest, gpus: float | None, until: float | None) -> None:
         """hold_quota for a slice job that fits its team's nominal but waits for an instance:
@@ -1678,11 +1682,19 @@ class _Cycle:
             if kind == "leaving":
                 continue
             v = c.job.request
+            # A slice: its share (a job of no GPU on a MIG node holds none).
+            gpus = c.size or (self.mig_holders()[c.id][1] if c.id in self.mig_holders() else 0.0)
             if c.quota_key is not None and c.team != r.team:
                 # Another team's GPUs above its nominal (reclaim_budget): spent. Past zero
                 # (its last victim took it below its nominal) the quota has no more victims.
-                spent = c.size or self.mig_holders()[c.id][1]  # a slice: its share
-                self.reclaim_budget()[c.quota_key] -= spent
+                self.reclaim_budget()[c.quota_key] -= gpus
+            k = self.ledger.key(v.team, c.job.gpu_model)
+            if k is not None:
+                # It leaves within the grace, not at its limit: for its team's holds.
+                old = end_time(c.job, self.now, self.policy.preemption_grace_s)
+                leaves = self.now + self.policy.preemption_grace_s
+                gone = (old, leaves if old is None else min(old, leaves), gpus)
+                self._quota_preempted.setdefault(k, []).append(gone)
             if kind == "reclaim":
                 why = f"team {r.team} reclaimed its nominal {model} quota"
             else:

@@ -24,7 +24,10 @@ period is a free victim: its GPUs are coming back anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest
 class, most recently started) until the job fits, then any the job fits without is spared (a
-minimal set), first within the budget, and only where that fails past it; the cheapest nodes
+minimal set), first within the budget, and only where that fails past it. Where the budget
+kept a victim out and the walk falls short, a search that looks ahead takes each in turn
+unless no set would then remain (exact_victims): of 1, 1 and 4 with a budget of 2, for 5
+GPUs, the first 1 and the 4; whenever a set exists, one is found. The cheapest nodes
 win: those that take no team below its nominal, then those whose worst victim is borrowed
 rather than guaranteed, then those whose highest victim class is lowest (Kueue and Slurm
 take the lowest priority first), then those whose victims have run the fewest GPU-seconds
@@ -170,55 +173,61 @@ def plan(
                 continue
             if name in reserved:
                 continue
-            # First within the budget; only where that fails and the budget kept a victim
-            # out, again letting one victim per quota take it below its nominal (`over`).
-            over = False
-            while True:
-                have, skipped = len(st.free), False
-                taken: list[tuple[Candidate, str]] = []
-                spent: dict[tuple[str, str], float] = {}  # of the budget, on this node
-                for c in cands:
-                    if c.id in claimed:
+            # First within the budget, in preference order.
+            have, skipped = len(st.free), False
+            taken: list[tuple[Candidate, str]] = []
+            spent: dict[tuple[str, str], float] = {}  # of the budget, on this node
+            for c in cands:
+                if c.id in claimed:
+                    continue
+                if c.leaving:
+                    taken.append((c, "leaving"))
+                else:
+                    # Which kind of victim c may be for p, if any (inline, as victims_on: this
+                    # loop runs for every candidate of every search).
+                    if own_team_only and c.team != team:
                         continue
-                    if c.leaving:
-                        taken.append((c, "leaving"))
+                    if reclaims and c.reclaimable and c.team != team:
+                        kind = "reclaim"
+                    elif (
+                        priority
+                        and c.value < value
+                        and now - c.start >= min_runtime_s
+                        and c.job.preemptions < max_preemptions
+                        and (not quotas or c.team == team or (c.borrowed and c.reclaimable))
+                    ):
+                        kind = "priority"
                     else:
-                        # Which kind of victim c may be for p, if any (inline: this loop runs for
-                        # every candidate of every search).
-                        if own_team_only and c.team != team:
+                        continue
+                    k = c.quota_key
+                    if budget is not None and k is not None and c.team != team:
+                        # Another team's job: within its quota's budget left.
+                        left = budget.get(k, 0.0) - spent.get(k, 0.0)
+                        if c.size > left + 1e-9:
+                            skipped = True
                             continue
-                        if reclaims and c.reclaimable and c.team != team:
-                            kind = "reclaim"
-                        elif (
-                            priority
-                            and c.value < value
-                            and now - c.start >= min_runtime_s
-                            and c.job.preemptions < max_preemptions
-                            and (not quotas or c.team == team or (c.borrowed and c.reclaimable))
-                        ):
-                            kind = "priority"
-                        else:
-                            continue
-                        k = c.quota_key
-                        if budget is not None and k is not None and c.team != team:
-                            # Another team's job: while its quota is above its nominal (the
-                            # budget left); within the budget, unless `over`.
-                            left = budget.get(k, 0.0) - spent.get(k, 0.0)
-                            if c.size > left + 1e-9 and (not over or left <= 1e-9):
-                                skipped = True
-                                continue
-                            spent[k] = spent.get(k, 0.0) + c.size
-                        taken.append((c, kind))
-                    have += c.gpus[name]
-                    if have >= g:
-                        break
-                # Only a job within its team's nominal takes another team below its own: it
-                # has no budget to be reclaimed back from (no ping-pong).
-                if have >= g or over or not skipped or not reclaims:
+                        spent[k] = spent.get(k, 0.0) + c.size
+                    taken.append((c, kind))
+                have += c.gpus[name]
+                if have >= g:
                     break
-                over = True
+            over = False
             if have < g:
-                continue
+                if not skipped or budget is None:
+                    continue
+                # The walk took each victim the budget allowed: one it left out might have
+                # been part of a set that frees enough (its budget spent on others). Search
+                # exactly, still in preference order: within the budget, then, for a job
+                # within its team's nominal only (it has no budget to be reclaimed back
+                # from: no ping-pong), letting one victim per quota take it below.
+                found = victims_on(cands, p, claimed)
+                need = g - len(st.free)
+                reached = exact_victims(name, found, need, budget, team)
+                if reached is None and reclaims:
+                    reached, over = exact_victims(name, found, need, budget, team, past=True), True
+                if reached is None:
+                    continue
+                taken, have = reached[0], len(st.free) + reached[1]
             # Taken in preference order, an early small victim may prove unneeded once a
             # larger one is taken: spare, latest taken first, each the job fits without.
             for i in range(len(taken) - 1, -1, -1):
@@ -256,7 +265,10 @@ def plan(
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
         # The cheapest n nodes whose victims, together, stay within the budget (at most one
-        # victim per quota past its nominal).
+        # victim per quota past its nominal). Cheapest first, not a search: n nodes whose
+        # victims stay within it together are missed where a cheaper node taken first
+        # leaves too little of it for them, or where another of a node's victim sets would
+        # have (each node's was chosen against the whole budget).
         chosen = []
         victims: dict[str, tuple[Candidate, str]] = {}
         for cost in costs:
@@ -292,6 +304,144 @@ def plan(
         if best is None or score < best[0]:
             best = (score, candidate_plan)
     return None if best is None else best[1]
+
+
+def victims_on(
+    cands: Iterable[Candidate], p: Preemptor, claimed: set[str]
+) -> list[tuple[Candidate, str]]:
+    """The candidates that may be victims for p, with their kind ("leaving", "reclaim",
+    "priority"), in their order, whatever the budget (plan's walk has this inline)."""
+    found: list[tuple[Candidate, str]] = []
+    for c in cands:
+        if c.id in claimed:
+            continue
+        if c.leaving:
+            found.append((c, "leaving"))
+        elif p.own_team_only and c.team != p.team:
+            continue
+        elif p.reclaims and c.reclaimable and c.team != p.team:
+            found.append((c, "reclaim"))
+        elif (
+            p.priority
+            and c.value < p.value
+            and p.now - c.start >= p.min_runtime_s
+            and c.job.preemptions < p.max_preemptions
+            and (not p.quotas or c.team == p.team or (c.borrowed and c.reclaimable))
+        ):
+            found.append((c, "priority"))
+    return found
+
+
+def exact_victims(
+    name: str,
+    found: Sequence[tuple[Candidate, str]],
+    need: int,
+    budget: Mapping[tuple[str, str], float],
+    team: str,
+    past: bool = False,
+) -> tuple[list[tuple[Candidate, str]], int] | None:
+    """Victims of `found` (on node `name`, in preference order) that free `need` of its
+    GPUs and, of other teams than `team`, stay within each quota's budget (`past`: as
+    within_budget(strict=False), all but one per quota within it), whenever any do, and
+    the GPUs they free; None when none do. Each in turn is taken unless no such set would
+    then remain: a look-ahead, exact, over what those after it can free per quota (the
+    least budget they spend for each count of GPUs freed here, with one of them past it
+    and without), so that e.g. of 1, 1 and 4 with a budget of 2, for 5 GPUs, the first 1
+    and the 4 go. O(victims x need x quotas)."""
+    # First a bound, in one pass, before the tables: a quota's victims free here at most
+    # what they hold here, and no more than its budget (a victim holds here at most its
+    # size), plus, `past`, one victim's GPUs here.
+    most_here: dict[tuple[str, str], list[float]] = {}  # per quota: held here, largest
+    bound = 0.0
+    for c, kind in found:
+        h = c.gpus[name]
+        k = c.quota_key if kind != "leaving" and c.team != team else None
+        if k is None:
+            bound += h
+        elif (m := most_here.get(k)) is None:
+            most_here[k] = [h, h]
+        else:
+            m[0] += h
+            m[1] = max(m[1], h)
+    for k, (held, largest) in most_here.items():
+        bound += min(held, budget.get(k, 0.0) + (largest if past else 1e-9))
+    if bound < need - 1e-9:
+        return None
+    inf = math.inf
+    levels = range(need + 1)
+    start: tuple[list[float], list[float]] = ([0.0] + [inf] * need, [inf] * (need + 1))
+    n = len(found)
+    # Back to front: per quota, tables for the victims after each one (`after[i]`): [0] the
+    # least budget spent to free at least each count of GPUs here, [1] the same with one
+    # victim past the budget (not counted); and the GPUs those of no quota free (`free`).
+    after: list[dict[tuple[str, str], tuple[list[float], list[float]]]] = [{}] * n
+    free = [0] * (n + 1)
+    tables: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
+    quota_of: list[tuple[str, str] | None] = [None] * n
+    for i in range(n - 1, -1, -1):
+        c, kind = found[i]
+        after[i] = tables
+        h = c.gpus[name]
+        k = c.quota_key if kind != "leaving" and c.team != team else None
+        free[i] = free[i + 1] + (h if k is None else 0)
+        if k is None:
+            continue
+        quota_of[i] = k
+        a0, a1 = tables.get(k, start)
+        size = c.size
+        b0 = [min(a0[x], a0[x - h if x > h else 0] + size) for x in levels]
+        b1 = (
+            [
+                min(a1[x], a1[x - h if x > h else 0] + size, a0[x - h if x > h else 0])
+                for x in levels
+            ]
+            if past
+            else a1
+        )
+        tables = {**tables, k: (b0, b1)}
+
+    def most(
+        k: tuple[str, str], a: tuple[list[float], list[float]], spent: float, top: float
+    ) -> int:
+        """The most GPUs (up to need) that victims of quota k with their tables `a` free
+        here, those taken already having spent `spent` (the largest `top`)."""
+        b = budget.get(k, 0.0)
+        a0, a1 = a
+        for x in range(need, 0, -1):
+            if past:
+                if a0[x] < b - 1e-9 - (spent - top) or a1[x] < b - 1e-9 - spent:
+                    return x
+            elif a0[x] <= b + 1e-9 - spent:
+                return x
+        return 0
+
+    taken: list[tuple[Candidate, str]] = []
+    have = 0
+    spent: dict[tuple[str, str], tuple[float, float]] = {}  # per quota: spent, the largest
+    for i, (c, kind) in enumerate(found):
+        h = c.gpus[name]
+        k = quota_of[i]
+        if k is not None:
+            total, top = spent.get(k, (0.0, 0.0))
+            total, top = total + c.size, max(top, c.size)
+            b = budget.get(k, 0.0)
+            if (total - top >= b - 1e-9) if past else (total > b + 1e-9):
+                continue
+            short = need - have - h - free[i + 1]
+            for k2, a in after[i].items():
+                if short <= 0:
+                    break
+                short -= (
+                    most(k2, a, total, top) if k2 == k else most(k2, a, *spent.get(k2, (0.0, 0.0)))
+                )
+            if short > 0:
+                continue  # no set would remain with c
+            spent[k] = (total, top)
+        taken.append((c, kind))
+        have += h
+        if have >= need:
+            return taken, have
+    return None
 
 
 def price(victims: Iterable[tuple[Candidate, str]], now: float) -> tuple[int, float, float]:

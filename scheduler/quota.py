@@ -449,15 +449,18 @@ class Ledger:
         at: float,
         usable: float = math.inf,
         started: Sequence[tuple[float | None, float]] = (),
+        preempted: Sequence[tuple[float | None, float, float]] = (),
     ) -> None:
         """A job of `team` reserved from `at` (EASY backfill) will borrow on this quota then:
         what it would borrow of quota idle for good is from now on lent only to jobs that
         end by `at`, as backfill holds the reserved GPUs. What it borrows then is counted
         on the team's usage then: its running jobs on the quota that end by `at` (by their
-        limits; `started`: (end, GPUs) of those started since the snapshot) give theirs
-        back first, one of unknown end never. Of capacity nobody owns, at most `usable`:
-        the idle GPUs such a job could use (that capacity is idle GPUs, and a whole-GPU
-        job's hold must not keep a slice job off MIG GPUs it never runs on)."""
+        limits; `started`: (end, GPUs) of those started since the snapshot; `preempted`:
+        (end by its limit as held, when it leaves, GPUs) of those preempted since, which
+        leave within the grace) give theirs back first, one of unknown end never (unless
+        preempted). Of capacity nobody owns, at most `usable`: the idle GPUs such a job
+        could use (that capacity is idle GPUs, and a whole-GPU job's hold must not keep a
+        slice job off MIG GPUs it never runs on)."""
         k = self.key(team, model)
         if not self.enabled or k is None:
             return
@@ -467,6 +470,9 @@ class Ledger:
             for end, held_gpus in held:
                 if end is not None and end <= at:
                     used -= held_gpus
+        for end, leaves, held_gpus in preempted:
+            if (end is None or end > at) and leaves <= at:
+                used -= held_gpus
         # Beyond what the team borrows now: the loans its jobs give back by `at` serve it then.
         need = max(0.0, used + gpus - acc.quota.nominal) - acc.borrowed
         if need <= 1e-12:

@@ -158,3 +158,113 @@ def test_only_a_job_within_its_nominal_takes_another_team_below_its_own(
         Policy(preemptible_classes_preempt=True, preemption_loss_ratio=None),
     )
     assert [(p.job_id, p.kind) for p in d.preemptions] == ([("a1", kind)] if kind else [])
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    name: str
+    a_nominal: int  # a's budget is the 8 GPUs its jobs on n1 hold less this
+    a_jobs: tuple[tuple[str, int, float], ...]  # (id, GPUs, started), packed on n1 from GPU 0
+    c_on_n1: int  # c's GPUs on n1, from GPU 7 down; c holds 8 - that on n2 minus n2_free
+    n2_free: int  # fewer than B needs: B runs on n1 or nowhere
+    gpus: int  # B's, within b's nominal
+    victims: tuple[str, ...]  # reclaimed, in any order; () when B cannot preempt
+
+
+# One node's victim search (preempt.plan), in preference order: the most recently started
+# first. Every victim set under the rule is found, not only the first the walk in that order
+# takes (1 then 1 spend a's budget of 2, and the 4 could no longer go); of them, those whose
+# victims all come first, minus any B fits without; one that keeps a at its nominal first.
+NODE_CASES = [
+    NodeCase(
+        # Budget 2; 1, 1, 4 in that order, B needs 5 of n1: {1, 4} (the 1 within the
+        # budget, the 4 while a is still above its nominal); {1, 1, 4} would take a below it
+        # with two of them.
+        "the_first_small_one_and_the_large_one",
+        4,
+        (("a1x", 1, NOW - 300), ("a1y", 1, NOW - 600), ("a4", 4, NOW - 3600)),
+        2,
+        4,
+        5,
+        ("a1x", "a4"),
+    ),
+    NodeCase(
+        # As above with one GPU of n1 free: B needs 4 of its victims, which the 4 alone frees.
+        "the_large_one_alone_once_the_small_one_is_spared",
+        4,
+        (("a1x", 1, NOW - 300), ("a1y", 1, NOW - 600), ("a4", 4, NOW - 3600)),
+        1,
+        3,
+        5,
+        ("a4",),
+    ),
+    NodeCase(
+        # Budget 4; 2, 3, 3, B needs 6: only {3, 3} frees 6 (3 within the budget, the other
+        # crosses); the 2 first leaves room for one 3 only.
+        "the_two_later_ones_when_the_first_leaves_too_little",
+        4,
+        (("a2", 2, NOW - 300), ("a3x", 3, NOW - 600), ("a3y", 3, NOW - 900)),
+        0,
+        2,
+        6,
+        ("a3x", "a3y"),
+    ),
+    NodeCase(
+        # Budget 4 (a holds 7 on n1, nominal 3); 3, 2, 2, B needs 4: {2, 2} is within the
+        # budget, though the 3 comes first and {3, 2} frees 4 as well, a taken below its
+        # nominal.
+        "a_set_within_the_budget_over_an_earlier_one_past_it",
+        3,
+        (("a3", 3, NOW - 300), ("a2x", 2, NOW - 600), ("a2y", 2, NOW - 900)),
+        1,
+        3,
+        4,
+        ("a2x", "a2y"),
+    ),
+    NodeCase(
+        # Budget 1; 1, 1, 4, B needs 5: no set frees 5 (1 + 4 spends the budget before the
+        # 4, 1 + 1 before the second 1): no victim, B waits for capacity as before.
+        "none_when_no_set_under_the_rule_frees_enough",
+        5,
+        (("a1x", 1, NOW - 300), ("a1y", 1, NOW - 600), ("a4", 4, NOW - 3600)),
+        2,
+        4,
+        5,
+        (),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", NODE_CASES, ids=[c.name for c in NODE_CASES])
+def test_a_reclaim_finds_a_victim_set_under_the_rule_wherever_one_exists(case: NodeCase) -> None:
+    busy: list[RunningJob] = []
+    gpu = 0
+    for id_, gpus, since in case.a_jobs:
+        on = {"n1": range(gpu, gpu + gpus)}
+        busy.append(running(id_, on, team="a", started=since, limit=36000.0))
+        gpu += gpus
+    c_n2 = 8 - case.n2_free
+    busy.append(running("c1", {"n1": range(8 - case.c_on_n1, 8)}, team="c", limit=36000.0))
+    busy.append(running("c2", {"n2": range(c_n2)}, team="c", limit=36000.0))
+    teams = (
+        team("a", case.a_nominal, borrow=None),
+        team("b", case.gpus, borrow=None),
+        team("c", case.c_on_n1 + c_n2, borrow=None),  # at its nominal: no victim
+    )
+    b = job("B", team="b", gpus=case.gpus, model=A100, submit=NOW - 200, limit=3600.0)
+
+    d = decide(snap(nodes(2), teams, [b], busy))
+
+    reason = waits(d)["B"].reason
+    assert sorted((p.job_id, p.kind, p.message) for p in d.preemptions) == [
+        (v, "reclaim", RECLAIM_SENTENCE.format(by="B", team="b")) for v in sorted(case.victims)
+    ], reason.message
+    if case.victims:
+        assert d.preempting == (("B", ("n1",)),)
+        assert reason.code == "preempting"
+    else:
+        assert not d.preempting
+        assert (reason.code, reason.message) == (
+            "no_capacity",
+            f"needs 1 node x 5 free {A100}; the best now is 0 nodes",
+        )

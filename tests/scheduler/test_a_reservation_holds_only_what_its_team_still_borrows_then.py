@@ -110,3 +110,32 @@ def test_a_reservation_counts_its_teams_jobs_started_this_cycle_that_end_by_then
     wait = waits(d)["J"]
     assert wait.reserved and wait.estimated_start == NOW + 1000, wait.reason
     assert "S" in started(d), waits(d)["S"].reason
+
+
+@pytest.mark.parametrize("a1_limit", [6000.0, None], ids=["ends-after-the-start", "no-limit"])
+def test_a_reservation_counts_its_teams_job_preempted_this_cycle_as_gone_within_the_grace(
+    a1_limit: float | None,
+) -> None:
+    """a (nominal 4 here) borrows 4 with a1 (8 GPUs on n1, by its limit until NOW+5400, or
+    of unknown end). D (team d, within its nominal 4) reclaims a1 this cycle: a1 leaves
+    within the grace, long before J's reserved start at NOW+3000 (n2), when J then borrows
+    no more than a borrows now: J holds no quota, and S borrows 8 of c's 12 idle GPUs left
+    (by a1's limit J would hold 8 of them until then)."""
+    teams = [
+        team("a", 4, borrow=None),
+        team("b", 0, borrow=None),
+        team("c", 16),
+        team("d", 4, borrow=None),
+        team("e", 8, model=A100, lending=0),
+    ]
+    cluster = nodes(2) + nodes(2, model=H100, prefix="h")
+    a1 = running("a1", {"n1": range(8)}, team="a", started=NOW - 600, limit=a1_limit)
+    d_job = job("D", team="d", gpus=4, model=A100, submit=NOW - 300, limit=3600.0)
+
+    d = decide(snap(cluster, teams, [d_job, J, S], [E_JOB, a1]))
+
+    assert [(p.job_id, p.by_job_id, p.kind) for p in d.preemptions] == [("a1", "D", "reclaim")]
+    wait = waits(d)["J"]
+    assert wait.reserved and wait.estimated_start == NOW + 3000, wait.reason
+    assert "S" in started(d), waits(d)["S"].reason
+    assert started(d)["S"].borrowed
