@@ -345,9 +345,16 @@ def job_log(request: HttpRequest, pk: uuid.UUID) -> HttpResponse:
 
 
 MAX_LOG_SOURCE = 512  # a log's name as the poller carries it (a pod uid and a restart count)
-# States in which the job's current attempt has not started running (or never will have).
+# States in which the job's current attempt has not started running (or never will have);
+# a suspended job's next attempt starts once it is resumed (one held at submit never ran).
 NOT_STARTED = frozenset(
-    {Job.State.PENDING, Job.State.ADMITTED, Job.State.DISPATCHING, Job.State.QUEUED}
+    {
+        Job.State.PENDING,
+        Job.State.ADMITTED,
+        Job.State.DISPATCHING,
+        Job.State.QUEUED,
+        Job.State.SUSPENDED,
+    }
 )
 
 

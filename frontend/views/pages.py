@@ -192,7 +192,15 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
     states = QUEUE_STATES[state][1]
     if states is not None:
         qs = qs.filter(state__in=states)
+    teams = my_teams(request.user)
+    clusters = list(Cluster.objects.values_list("name", flat=True))
+    # A team or cluster the menus do not offer (one left, one removed) is not applied, as an
+    # unknown state is not: a menu reading "all my teams" over a filtered list would be untrue.
     team, cluster = request.GET.get("team", ""), request.GET.get("cluster", "")
+    if team not in {t.slug for t in teams}:
+        team = ""
+    if cluster not in clusters:
+        cluster = ""
     if team:
         qs = qs.filter(team__slug=team)
     if cluster:
@@ -220,8 +228,8 @@ def _queue_context(request: HttpRequest) -> dict[str, Any]:
         "team": team,
         "cluster": cluster,
         "states": [(k, label) for k, (label, _) in QUEUE_STATES.items()],
-        "teams": my_teams(request.user),
-        "clusters": list(Cluster.objects.values_list("name", flat=True)),
+        "teams": teams,
+        "clusters": clusters,
         "query": request.GET.urlencode(),
     }
 

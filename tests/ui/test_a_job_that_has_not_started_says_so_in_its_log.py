@@ -32,6 +32,7 @@ def alice(people: Any) -> Client:
         ("admitted", 0, "has not started yet"),
         ("dispatching", 1, "has not started yet"),
         ("queued", 1, "has not started yet"),  # its cluster has it, not yet running
+        ("suspended", 0, "has not started yet"),  # held at submit, or suspended while waiting
         ("running", 1, "Following stdout"),  # started: printed nothing yet
     ],
 )

@@ -19,6 +19,7 @@ from queue_service.jobs.models import Job, JobArray
 from queue_service.jobs.services import cancel_job, submit_job
 from queue_service.jobs.snapshot import run_cycle
 from queue_service.jobs.spec import JobSpecSerializer
+from queue_service.tenancy.models import Membership
 from tests.conftest import spec
 
 S = Job.State
@@ -319,9 +320,11 @@ def test_an_outsider_sees_his_teams_held_tasks_and_nothing_of_anothers(
 
 
 def test_the_live_queue_shows_held_tasks_as_one_row_with_the_pages_filters(
-    alice: Client, held_sweep: list[Job]
+    alice: Client, held_sweep: list[Job], people: Any, teams: dict[str, Any]
 ) -> None:
     two = held_sweep[2]
+    # A team of hers without the sweep (one she is not in is no filter: not in the menu).
+    Membership.objects.create(user=people["alice"], team=teams["language"], role="member")
 
     live = alice.get("/live/queue/", headers={"HX-Request": "true"}).content.decode()
     (row,) = held_row(live)
