@@ -28,6 +28,7 @@ IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f-\x9f]{1,512}\Z")
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 # NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE_SAYS = "has a NUL byte or a lone surrogate, which cannot be stored"
 RESERVED_ENV_PREFIXES = ("GPUQ_", "SLURM_")
 RESERVED_ENV = {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}
 # Names Slurm's commands read as their own options (docs/slurm.md, "Environment"): srun's
@@ -252,11 +253,14 @@ class CommandField(serializers.Field):
             for i, arg in enumerate(data):
                 if not isinstance(arg, str):
                     self.fail("invalid", message=f"argument {i} must be a string")
-                if UNSTORABLE.search(arg) or len(arg) > MAX_ARG_CHARS:
+                if len(arg) > MAX_ARG_CHARS:
                     self.fail(
                         "invalid",
-                        message=f"argument {i} is too long, or has a NUL byte or lone surrogate",
+                        message=f"argument {i} is too long: {len(arg):,} characters, at most"
+                        f" {MAX_ARG_CHARS:,}",
                     )
+                if UNSTORABLE.search(arg):
+                    self.fail("invalid", message=f"argument {i} {UNSTORABLE_SAYS}")
                 if (size := len(arg.encode())) > MAX_STRING_BYTES:
                     self.fail("invalid", message=_too_many_bytes(f"argument {i} is", size))
             if not data[0].strip():
@@ -291,8 +295,13 @@ class EnvField(serializers.DictField):
                 errors[name] = why
             elif isinstance(value, bool) or not isinstance(value, str | int | float):
                 errors[name] = "value must be a string or a number"
-            elif UNSTORABLE.search(str(value)) or len(str(value)) > MAX_ENV_VALUE_CHARS:
-                errors[name] = "value is too long, or has a NUL byte or lone surrogate"
+            elif len(str(value)) > MAX_ENV_VALUE_CHARS:
+                errors[name] = (
+                    f"value is too long: {len(str(value)):,} characters, at most"
+                    f" {MAX_ENV_VALUE_CHARS:,}"
+                )
+            elif UNSTORABLE.search(str(value)):
+                errors[name] = f"value {UNSTORABLE_SAYS}"
             elif (size := len(f"{name}={value}".encode())) > MAX_STRING_BYTES:
                 errors[name] = _too_many_bytes("NAME=value is", size)
             else:

@@ -101,6 +101,32 @@ def test_a_misspelt_field_is_refused_with_the_field_it_resembles(client_for: Any
     assert Job.objects.count() == 0
 
 
+# Which of the two it is, and the limit: a 100 KB value was told "too long, or has a NUL byte
+# or lone surrogate", neither which nor how long is allowed.
+TOO_LONG_OR_UNSTORABLE = [
+    ("env value too long", {"env": {"A": "x" * 32769}}, "env", "32,769 characters, at most 32,768"),
+    ("env value with NUL", {"env": {"A": "x\x00y"}}, "env", "has a NUL byte or a lone surrogate"),
+    ("argument too long", {"command": ["echo", "x" * 65537]}, "command", "at most 65,536"),
+    ("argument with NUL", {"command": ["echo", "a\x00"]}, "command", "has a NUL byte"),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "overrides", "field", "says"),
+    TOO_LONG_OR_UNSTORABLE,
+    ids=[c[0] for c in TOO_LONG_OR_UNSTORABLE],
+)
+def test_a_value_too_long_says_the_limit_and_one_unstorable_says_why(
+    client_for: Any, case: str, overrides: dict[str, Any], field: str, says: str
+) -> None:
+    response = client_for("alice").post("/api/v1/jobs/", spec(**overrides), format="json")
+    assert response.status_code == 400, response.content
+    message = str(response.json()[field])
+    assert says in message, message
+    assert ("too long" in message) == ("at most" in says), message
+    assert Job.objects.count() == 0
+
+
 @pytest.mark.parametrize(
     ("overrides", "also"),
     [({"nodes": 0}, "nodes"), ({"kind": "training", "mig_profile": "1g.10gb"}, "mig_profile")],
