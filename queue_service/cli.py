@@ -1170,10 +1170,13 @@ def updated(job: Mapping[str, Any], sent: Mapping[str, Any]) -> str:
 
 def cmd_logs(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
     """The job's output from the start; with -f, what follows too until the job ends (as
-    `tail -f`, or `kubectl logs -f`); --json: the API's chunks as read, in one list."""
+    `tail -f`, or `kubectl logs -f`), then exits as `submit -f` does: with the job's own
+    status; --json: the API's chunks as read, in one list."""
     if args.json:
         return _dump(list(log_chunks(api, args.id, args.stream)), out)
-    write_logs(api, args.id, args.stream, args.follow, args.interval, out)
+    if args.follow:
+        return exit_status([follow_streams(api, args.id, args.interval, {args.stream: out})])
+    write_logs(api, args.id, args.stream, out)
     return 0
 
 
@@ -1201,14 +1204,8 @@ def log_chunks(api: Api, ident: str, stream: str) -> Iterator[dict[str, Any]]:
             return
 
 
-def write_logs(
-    api: Api, ident: str, stream: str, follow: bool, interval_s: float, out: IO[str]
-) -> None:
-    """Write the bytes as the job wrote them, from offset 0 until the end of what there is
-    (or, following, until the job ends, through suspends and requeues)."""
-    if follow:
-        follow_streams(api, ident, interval_s, {stream: out})
-        return
+def write_logs(api: Api, ident: str, stream: str, out: IO[str]) -> None:
+    """Write the bytes as the job wrote them, from offset 0 until the end of what there is."""
     for chunk in log_chunks(api, ident, stream):
         _write(base64.b64decode(chunk["data_base64"]), out)
     if not chunk["eof"] and chunk["next_offset"] == 0:  # silence would look like an empty log

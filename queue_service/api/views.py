@@ -259,7 +259,8 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         query.is_valid(raise_exception=True)
         asked = query.validated_data
         if asked.get("attempt") is not None and asked["attempt"] > job.attempts:
-            raise ValidationError({"attempt": [f"the job has had {job.attempts} attempts so far"]})
+            had = {0: "no attempts", 1: "1 attempt"}.get(job.attempts, f"{job.attempts} attempts")
+            raise ValidationError({"attempt": [f"the job has had {had} so far"]})
         number = job.attempts if asked.get("attempt") is None else asked["attempt"]
         offset, limit = asked["offset"], asked["limit"]
         chunk = read_logs(job, offset=offset, limit=limit, stream=asked["stream"], attempt=number)
