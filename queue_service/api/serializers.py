@@ -423,8 +423,9 @@ class ClusterSerializer(serializers.ModelSerializer):
         return cluster.last_sync_error
 
 
-# C0 (tab and newline too: a token's name is one line of a listing), DEL and C1.
-TOKEN_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# C0 (tab and newline too: a token's name is one line of a listing), DEL and C1, and, as in
+# a job's name (spec.NAME_SPOOF), bidirectional controls and line separators.
+TOKEN_NAME_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
 
 
 class TokenSerializer(serializers.ModelSerializer):

@@ -26,6 +26,10 @@ GPU_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
 IMAGE = re.compile(r"^[^\s\x00-\x1f\x7f-\x9f]{1,512}\Z")
 # C0, DEL and C1 (U+0080-U+009F: NEL breaks a line, CSI starts a terminal escape).
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# In a name, also Unicode's bidirectional embeddings, overrides and isolates, which make it
+# display as other text ("report\u202egpj.exe" shows as "reportexe.jpg"), and its line and
+# paragraph separators, newlines to some renderers. Marks (U+200E, U+200F) and joiners stay.
+NAME_SPOOF = re.compile("[\u2028-\u202e\u2066-\u2069]")
 # NUL, and lone surrogates (JSON's "\ud800" escape): PostgreSQL can store neither.
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 UNSTORABLE_SAYS = "has a NUL byte or a lone surrogate, which cannot be stored"
@@ -573,9 +577,11 @@ class JobSpecSerializer(serializers.Serializer):
 
     def validate_name(self, value: str) -> str:
         # A tab too, as in a token's name: it breaks the columns `gpuq ls` prints. Names
-        # stored while a tab was taken keep it through an update: not the update's doing.
-        tab = "\t" in value and value != stored_value(self, "name")
-        if CONTROL.search(value) or "\n" in value or tab or not value.strip():
+        # stored while a tab (or a NAME_SPOOF character) was taken keep it through an
+        # update: not the update's doing.
+        stored = value == stored_value(self, "name")
+        late = ("\t" in value or NAME_SPOOF.search(value)) and not stored
+        if CONTROL.search(value) or "\n" in value or late or not value.strip():
             raise serializers.ValidationError("must be non-empty text without control characters")
         return value
 

@@ -29,6 +29,13 @@ CONTROLS = [
     ("DEL", "nightly\x7frun"),
     ("NEL (C1)", "nightly\x85run"),
     ("CSI (C1)", "nightly\x9b2J"),
+    # Unicode's format controls that make a name display as other text ("gpj.exe" shown as
+    # "exe.jpg"), and its line and paragraph separators, newlines to some renderers.
+    ("a right-to-left override", "report\u202egpj.exe"),
+    ("a left-to-right embedding", "x\u202ay"),
+    ("a first-strong isolate", "x\u2068y"),
+    ("a line separator", "nightly\u2028run"),
+    ("a paragraph separator", "nightly\u2029run"),
 ]
 
 
@@ -93,12 +100,11 @@ def test_an_update_naming_a_name_is_refused_at_name(client_for: Any, people: Any
     assert job.name == job.spec["name"] == "plain"
 
 
-def stored_with_a_tab(people: Any) -> Job:
-    """A job as stored while a tab was taken in a name: written straight to the database."""
+def stored_with_a_tab(people: Any, name: str = "nightly\trun") -> Job:
+    """A job as stored while a tab (or a bidirectional control) was taken in a name: written
+    straight to the database."""
     job = submit_job(people["alice"], spec(name="nightly")).job
-    Job.objects.filter(pk=job.pk).update(
-        name="nightly\trun", spec={**job.spec, "name": "nightly\trun"}
-    )
+    Job.objects.filter(pk=job.pk).update(name=name, spec={**job.spec, "name": name})
     job.refresh_from_db()
     return job
 
@@ -116,6 +122,7 @@ def test_a_job_stored_with_a_tab_in_its_name_is_shown_with_it(client_for: Any, p
     assert "nightly\trun" in html.content.decode()
 
 
+@pytest.mark.parametrize("name", ["nightly\trun", "report\u202egpj.exe"], ids=["tab", "override"])
 @pytest.mark.parametrize(
     ("change", "stored"),
     [
@@ -124,20 +131,24 @@ def test_a_job_stored_with_a_tab_in_its_name_is_shown_with_it(client_for: Any, p
     ],
 )
 def test_a_job_stored_with_a_tab_in_its_name_can_change_its_other_fields(
-    client_for: Any, people: Any, change: dict[str, Any], stored: tuple[str, Any]
+    client_for: Any, people: Any, change: dict[str, Any], stored: tuple[str, Any], name: str
 ) -> None:
-    job = stored_with_a_tab(people)
+    job = stored_with_a_tab(people, name)
 
     response = client_for("alice").patch(f"/api/v1/jobs/{job.pk}/", change, format="json")
 
     assert response.status_code == 200, response.content
     job.refresh_from_db()
     key, value = stored
-    assert (job.spec[key], job.spec["name"], job.name) == (value, "nightly\trun", "nightly\trun")
+    assert (job.spec[key], job.spec["name"], job.name) == (value, name, name)
 
 
 # Text is text: accents, other scripts, spaces inside a name.
-@pytest.mark.parametrize("name", ["resnet 50", "büro-lauf", "ノート", "sweep: lr=3e-4 (x2)"])
+@pytest.mark.parametrize(
+    "name",
+    # Right-to-left text with its mark, and an emoji of a zero-width joiner, are text too.
+    ["resnet 50", "büro-lauf", "ノート", "sweep: lr=3e-4 (x2)", "تجربة\u200f 2", "👩\u200d💻 run"],
+)
 def test_a_job_name_of_text_is_taken(client_for: Any, people: Any, name: str) -> None:
     response = client_for("alice").post("/api/v1/jobs/", spec(name=name), format="json")
 

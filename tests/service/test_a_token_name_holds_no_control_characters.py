@@ -24,6 +24,9 @@ CONTROLS = [
     ("DEL", "lap\x7ftop"),
     ("NEL (C1)", "lap\x85top"),
     ("CSI (C1)", "laptop\x9b2J"),
+    ("a right-to-left override", "laptop\u202epot"),
+    ("a pop directional isolate", "lap\u2069top"),
+    ("a line separator", "lap\u2028top"),
 ]
 
 
@@ -54,7 +57,11 @@ def test_a_token_name_with_a_control_character_is_refused_by_the_account_page(
 
 
 # Text is text: accents, other scripts, spaces inside a name.
-@pytest.mark.parametrize("name", ["laptop", "büro rechner", "ノート", "ci: nightly (x86)"])
+@pytest.mark.parametrize(
+    "name",
+    # Right-to-left text and its marks, and an emoji joined by a zero-width joiner, are text.
+    ["laptop", "büro rechner", "ノート", "ci: nightly (x86)", "حاسوب\u200f 2", "👩\u200d💻 dev"],
+)
 def test_a_token_name_of_text_is_taken(client_for: Any, people: Any, name: str) -> None:
     response = client_for("alice").post(
         "/api/v1/tokens/", data=json.dumps({"name": name}), content_type="application/json"
