@@ -660,18 +660,18 @@ def test_show_says_what_a_job_emails_about(
 
 
 def test_a_hostile_job_name_cannot_reach_the_terminal_raw(gpuq: Gpuq, job_file: Any) -> None:
-    # What the server lets through in a name (it refuses C0, tab included, and C1 controls):
-    # a right-to-left override that reverses what follows on screen; and a tab and C1's CSI,
-    # which 8-bit terminals read as ESC [ (here: clear the screen), as in a name stored
-    # before they were refused.
-    path = job_file(json.dumps({"name": "\u202eevil name", "command": ["true"]}))
-    job_id = submitted_id(gpuq("alice", "submit", path))
+    # A name stored before the server refused them: C1's CSI, which 8-bit terminals read as
+    # ESC [ (here: clear the screen), a right-to-left override that reverses what follows on
+    # screen, and a tab. A new name with one is refused, and the refusal does not echo it.
+    job_id = submitted_id(gpuq("alice", "submit", job_file('{"name": "x", "command": ["true"]}')))
     hostile = "\x9b2J\u202eevil\tname"
     Job.objects.filter(pk=job_id).update(name=hostile)
+    path = job_file(json.dumps({"name": "\u202eevil name", "command": ["true"]}))
 
     for argv in (["ls"], ["show", job_id], ["queue"], ["submit", path]):
-        out = gpuq("bob", *argv).out
-        assert not {"\x9b", "\u202e", "\t"} & set(out), argv
+        run = gpuq("bob", *argv)
+        assert not {"\x9b", "\u202e", "\t"} & set(run.out + run.err), argv
+    assert "name: must be" in gpuq("bob", "submit", path).err
     assert r"\x9b2J\u202eevil\tname" in gpuq("bob", "ls").out
     assert clean("plain name, ünïcode") == "plain name, ünïcode"
 
