@@ -241,11 +241,13 @@ class CommandField(serializers.Field):
         if isinstance(data, str):
             if not data.strip():
                 self.fail("invalid", message="must not be empty")
-            if UNSTORABLE.search(data) or len(data) > MAX_ARG_CHARS:
+            if len(data) > MAX_ARG_CHARS:
                 self.fail(
                     "invalid",
-                    message="must be under 64 KiB, without NUL bytes or lone surrogates",
+                    message=f"is too long: {len(data):,} characters, at most {MAX_ARG_CHARS:,}",
                 )
+            if UNSTORABLE.search(data):
+                self.fail("invalid", message=UNSTORABLE_SAYS)
             if (size := len(data.encode())) > MAX_STRING_BYTES:
                 self.fail("invalid", message=_too_many_bytes("is", size))
             return data

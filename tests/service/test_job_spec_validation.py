@@ -108,6 +108,8 @@ TOO_LONG_OR_UNSTORABLE = [
     ("env value with NUL", {"env": {"A": "x\x00y"}}, "env", "has a NUL byte or a lone surrogate"),
     ("argument too long", {"command": ["echo", "x" * 65537]}, "command", "at most 65,536"),
     ("argument with NUL", {"command": ["echo", "a\x00"]}, "command", "has a NUL byte"),
+    ("shell command too long", {"command": "x" * 65537}, "command", "65,537 characters, at most"),
+    ("shell command with NUL", {"command": "echo a\x00"}, "command", "has a NUL byte"),
 ]
 
 
