@@ -1683,7 +1683,7 @@ class _Cycle:
                 continue
             v = c.job.request
             # A slice: its share (a job of no GPU on a MIG node holds none).
-            gpus = c.size or (self.mig_holders()[c.id][1] if c.id in self.mig_holders() else 0.0)
+            gpus = c.size or self.mig_holders().get(c.id, (c, 0.0))[1]
             if c.quota_key is not None and c.team != r.team:
                 # Another team's GPUs above its nominal (reclaim_budget): spent. Past zero
                 # (its last victim took it below its nominal) the quota has no more victims.
