@@ -924,7 +924,8 @@ class _Cycle:
             # No node can ever hold it: that, not its quota, is what it waits for.
             groups = self.groups(r.gpu_model, r)
             best = max((grp.max_fitting_nodes(r.gpus_per_node) for grp in groups), default=0)
-            return _Failure(reasons.unsatisfiable(r, best), capacity=False)
+            widest = max((grp.width for grp in groups if grp.whole), default=0)
+            return _Failure(reasons.unsatisfiable(r, best, widest), capacity=False)
         preemptible = self.preemptible(r)
         allowed: list[tuple[str, bool]] = []
         refusal: Reason | None = None
@@ -1007,7 +1008,8 @@ class _Cycle:
             return None
         max_nodes = max((grp.max_fitting_nodes(g) for grp in groups), default=0)
         if max_nodes < n:
-            return _Failure(reasons.unsatisfiable(r, max_nodes), capacity=False)
+            widest = max((grp.width for grp in groups if grp.whole), default=0)
+            return _Failure(reasons.unsatisfiable(r, max_nodes, widest), capacity=False)
         best = self.best_nodes_now(groups, g)  # before holds change the picture
         waiting = self.preempt_for(r, gpus, groups, [m for m, _ in allowed], first_tier, on_nodes)
         note, self.not_worth = self.not_worth, None

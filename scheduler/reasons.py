@@ -51,12 +51,21 @@ def no_capacity(r: JobRequest, best_nodes: int) -> Reason:
     )
 
 
-def unsatisfiable(r: JobRequest, max_nodes: int) -> Reason:
+def unsatisfiable(r: JobRequest, max_nodes: int, widest: int = 0) -> Reason:
+    """`widest`: the most GPUs on one up node it may use, said when none has enough."""
+    details = (("nodes", r.nodes), ("gpus_per_node", r.gpus_per_node), ("max_nodes", max_nodes))
+    if max_nodes == 0 and 0 < widest < r.gpus_per_node:
+        return Reason(
+            "unsatisfiable",
+            f"needs {shape_text(r)}, but no node up in the cluster has {r.gpus_per_node} GPUs"
+            f" (the most on one is {widest})",
+            (*details, ("max_gpus_per_node", widest)),
+        )
     return Reason(
         "unsatisfiable",
         f"needs {shape_text(r)}, but only {_nodes(max_nodes)} of that kind"
         f" {'is' if max_nodes == 1 else 'are'} up in the cluster",
-        (("nodes", r.nodes), ("gpus_per_node", r.gpus_per_node), ("max_nodes", max_nodes)),
+        details,
     )
 
 
