@@ -1026,7 +1026,7 @@ def _apply_status(job: Job, status: JobStatus, *, stopped: bool = True) -> bool:
                 S.SUSPENDED,
                 expect=as_read,
                 code="suspended",
-                message=f"stopped ({status.native_state or remote}); suspended until resumed",
+                message=_suspended_says(remote, status.native_state),
                 exit_code=status.exit_code,
                 placement=[],
                 **fields,
@@ -1204,6 +1204,12 @@ def apply_mig_layout(node_id: int, config: str) -> None:
         )
         if not exc.permanent:
             raise
+
+
+def _suspended_says(remote: str, native: str | None) -> str:
+    # The cluster's "cancelled" is the stop itself; said, it reads as the job cancelled.
+    how = "" if remote == RemoteState.CANCELLED else f" (it ended {native or remote})"
+    return f"stopped as asked{how}; suspended until resumed"
 
 
 def _earliest_start(job: Job) -> datetime:
