@@ -243,6 +243,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ROUTES = {
     "gpuq.send_notification": {"queue": "mail"},
     "gpuq.deliver_notifications": {"queue": "mail"},
+    "gpuq.send_email_confirmation": {"queue": "mail"},
 }
 
 GPUQ_CYCLE_INTERVAL_S = env_float("GPUQ_CYCLE_INTERVAL_S", 5.0, minimum=0.1)
@@ -461,6 +462,8 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"refusal": {"()": "queue_service.logfilters.RefusalWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django.request": {"filters": ["refusal"]}},
     "root": {"handlers": ["console"], "level": env_log_level("GPUQ_LOG_LEVEL", "INFO")},
 }
