@@ -12,6 +12,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("me/", pages.account, name="account"),
     path("me/email/", pages.email_set, name="email-set"),
+    path("me/email/confirm/<str:token>/", pages.email_confirm, name="email-confirm"),
     path("cli/gpuq", pages.cli_download, name="cli-download"),
     path("me/tokens/", pages.token_create, name="token-create"),
     path("me/tokens/<int:pk>/revoke/", pages.token_revoke, name="token-revoke"),

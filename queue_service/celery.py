@@ -1,4 +1,5 @@
-"""The Celery app. Tasks live in queue_service/jobs/tasks.py; beat runs the cycle and syncs."""
+"""The Celery app. Tasks live in queue_service/jobs/tasks.py (and an account's mail in
+queue_service/tenancy/tasks.py); beat runs the cycle and syncs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "queue_service.settings")
 
 app = Celery("gpuq")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["queue_service.jobs"])
+app.autodiscover_tasks(["queue_service.jobs", "queue_service.tenancy"])
 
 
 def _beat_schedule() -> dict[str, dict[str, object]]:

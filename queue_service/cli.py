@@ -1215,7 +1215,8 @@ def write_logs(api: Api, ident: str, stream: str, out: IO[str]) -> None:
 
 
 def cmd_me(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> int:
-    """Who the token is, and the address a job's notify writes to (--email sets it)."""
+    """Who the token is, and the address a job's notify writes to (--email mails a link that
+    sets it, or clears it)."""
     if args.email is not None:
         body = json.dumps({"email": args.email}).encode()
         me = api.call("PATCH", "me/", body=body, content_type="application/json")
@@ -1227,6 +1228,8 @@ def cmd_me(api: Api, args: argparse.Namespace, out: IO[str], now: datetime) -> i
     print(f"user:   {clean(me['username'])}{' (site staff)' if me['is_staff'] else ''}", file=out)
     print(f"email:  {clean(me['email']) or 'none (a job cannot notify you)'}", file=out)
     print(f"teams:  {teams or 'none'}", file=out)
+    if me.get("pending_email"):  # the link mailed to a new address: `email` is still the old
+        print(clean(me["detail"]), file=out)
     return 0
 
 
@@ -1338,7 +1341,10 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("me", cmd_me, "who your token is, your teams, and where notify writes to")
     p.add_argument(
-        "--email", metavar="ADDRESS", help="set the address jobs' notify writes to ('' clears it)"
+        "--email",
+        metavar="ADDRESS",
+        help="have a link mailed to ADDRESS that makes it where jobs' notify writes to"
+        " ('' clears it at once)",
     )
     p = command("usage", cmd_usage, "a team's GPU-hours per user and its quotas in use (admins)")
     p.add_argument("team", type=team_slug)

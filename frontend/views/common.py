@@ -22,7 +22,17 @@ from queue_service.tenancy.services import teams_for
 
 # Pages a sign-in may go back to: the others answer only htmx or a form's POST, or are files.
 PAGES = frozenset(
-    {"dashboard", "submit", "queue", "clusters", "teams", "team-admin", "account", "job"}
+    {
+        "dashboard",
+        "submit",
+        "queue",
+        "clusters",
+        "teams",
+        "team-admin",
+        "account",
+        "email-confirm",
+        "job",
+    }
 )
 
 

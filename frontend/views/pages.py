@@ -15,7 +15,8 @@ from django.contrib.auth.views import LoginView
 from django.db.models import Count, F, Max, Min, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.utils.text import capfirst
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from rest_framework.exceptions import ValidationError
 
 from frontend import charts, forms
@@ -356,17 +357,43 @@ def token_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 @signed_in
 @require_POST
 def email_set(request: HttpRequest) -> HttpResponse:
-    """Set, change or (empty) clear the address a job's notify writes to."""
+    """Clear (empty) the address a job's notify writes to, or have a link mailed to a new one
+    (tenancy.services.set_email): it is set once its owner follows it (email_confirm)."""
     typed = request.POST.get("email", "")
     try:
-        address = team_services.set_email(request.user, typed)
+        pending = team_services.set_email(request.user, typed)
     except ValidationError as exc:
         problems = [m for ms in forms.flatten_errors(exc.detail).values() for m in ms]
         return _account(request, email_typed=typed, email_errors=problems, status=400)
-    if address:
-        messages.success(request, f"Jobs that ask for email now write to {address}.")
+    except team_services.MailNotSent as exc:
+        return _account(request, email_typed=typed, email_errors=[str(exc.detail)], status=503)
+    if pending:
+        text = team_services.pending_email_text(request.user, pending)
+        messages.success(request, f"{capfirst(text)}.")
+    elif request.user.email:
+        messages.success(request, f"Jobs that ask for email write to {request.user.email} already.")
     else:
         messages.success(request, "Email address removed: no job can email you now.")
+    return redirect("account")
+
+
+@signed_in
+@require_http_methods(["GET", "HEAD", "POST"])
+def email_confirm(request: HttpRequest, token: str) -> HttpResponse:
+    """The link mailed to a new address: GET shows it with a button (mail scanners follow
+    links, and must not confirm), whose POST makes it the account's."""
+    try:
+        if request.method != "POST":
+            address = team_services.email_token_address(request.user, token)
+            return render(
+                request,
+                "frontend/email_confirm.html",
+                {"address": address, "token": token, "done": address == request.user.email},
+            )
+        address = team_services.confirm_email(request.user, token)
+    except team_services.EmailLinkRefused as exc:
+        return render(request, "frontend/email_confirm.html", {"refused": exc.message}, status=400)
+    messages.success(request, f"Jobs that ask for email now write to {address}.")
     return redirect("account")
 
 

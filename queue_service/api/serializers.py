@@ -545,10 +545,23 @@ class MeSerializer(serializers.Serializer):
     email = TextField(
         allow_blank=True,
         max_length=254,
-        help_text="where a job's notify writes to; empty: nowhere (notify is then refused)",
+        help_text="where a job's notify writes to; empty: nowhere (notify is then refused). "
+        "A new address is not set at once: see `pending_email`",
     )
     is_staff = serializers.BooleanField(read_only=True)
     teams = MembershipOfMeSerializer(many=True, read_only=True)
+    pending_email = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="in a PATCH's answer, the new address a confirmation link was just mailed "
+        "to: `email` becomes it once you follow the link (within 3 days); otherwise null. "
+        "Clearing `email`, or setting the one it has, takes effect at once and mails nothing",
+    )
+    detail = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="with `pending_email`, the same in words; otherwise null",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         refuse_unknown(self.initial_data, ["email"], "only email can change here")

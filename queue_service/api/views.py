@@ -438,9 +438,10 @@ class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class MeView(APIView):
-    """The caller's own account (GET), and the address a job's `notify` writes to (PATCH)."""
+    """The caller's own account (GET), and the address a job's `notify` writes to (PATCH: a
+    new one once its owner follows the link mailed to it)."""
 
-    def _me(self, request: Request) -> Response:
+    def _me(self, request: Request, pending: str | None = None) -> Response:
         user = request.user
         teams = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
         return Response(
@@ -450,6 +451,8 @@ class MeView(APIView):
                     "email": user.email,
                     "is_staff": user.is_staff,
                     "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
+                    "pending_email": pending,
+                    "detail": pending and team_services.pending_email_text(user, pending),
                 }
             ).data
         )
@@ -458,15 +461,16 @@ class MeView(APIView):
     def get(self, request: Request) -> Response:
         return self._me(request)
 
-    @extend_schema(request=s.MeSerializer, responses={200: s.MeSerializer})
+    @extend_schema(request=s.MeSerializer, responses={200: s.MeSerializer, **errors(503)})
     def patch(self, request: Request) -> Response:
         if not isinstance(request.data, dict):
             raise ValidationError({"non_field_errors": ["the body must be a JSON object"]})
         body = s.MeSerializer(data=request.data, partial=True)
         body.is_valid(raise_exception=True)
+        pending = None
         if "email" in body.validated_data:
-            team_services.set_email(request.user, body.validated_data["email"])
-        return self._me(request)
+            pending = team_services.set_email(request.user, body.validated_data["email"])
+        return self._me(request, pending)
 
 
 class TokenViewSet(

@@ -21,6 +21,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from queue_service.clusters.models import Cluster
 from queue_service.tenancy.models import Membership, Team
+from queue_service.tenancy.services import site_sends_no_email
 from scheduler.reasons import gpus_text
 
 from . import notify
@@ -504,8 +505,7 @@ def check_notify(user: Any, spec: dict[str, Any], *, by: Any = None) -> None:
     asks, when someone else)."""
     if not spec.get("notify"):
         return
-    if settings.CELERY_BROKER_URL and settings.EMAIL_BACKEND.endswith("console.EmailBackend"):
-        # Workers would print the mail in their logs and call it sent.
+    if site_sends_no_email():
         raise ValidationError({"notify": ["this site sends no email (GPUQ_SMTP_URL is not set)"]})
     if not user.email and by is not None and by.pk != user.pk:
         raise ValidationError({"notify": [f"{user} has no email address to write to"]})

@@ -3,11 +3,17 @@ team within the limits site staff set on it; staff may act on any team."""
 
 from __future__ import annotations
 
+import logging
 import math
+import smtplib
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core import signing
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.mail import EmailMessage
 from django.core.validators import EmailValidator, MaxLengthValidator
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -17,6 +23,8 @@ from rest_framework.exceptions import APIException, PermissionDenied, Validation
 from queue_service.echoes import SHOWN_CHARS
 
 from .models import ApiToken, Membership, Quota, Team
+
+log = logging.getLogger(__name__)
 
 # Sums of GPU amounts within this of a ceiling are at it: MIG slices are sevenths, which
 # floats hold inexactly (1/7 + 5/7 + 9/7 + 6/7 is 3.0000000000000004). The scheduler's own.
@@ -256,11 +264,167 @@ def create_token(user: Any, name: str) -> tuple[ApiToken, str]:
 
 # RFC 5321's limit on a path (and Django's EmailField's max_length, as Notification.to).
 EMAIL_MAX_LENGTH = 254
+# A new address is where `notify` writes once its owner follows the link mailed to it (as
+# GitHub and GitLab confirm one): otherwise anyone could have gpuq mail someone else's inbox.
+EMAIL_CONFIRM_MAX_AGE = timedelta(days=3)
+EMAIL_CONFIRM_SALT = "gpuq.tenancy.confirm-email"
 
 
-def set_email(user: Any, address: str) -> str:
-    """Set the address a job's `notify` writes to (jobs.notify), or clear it with an empty one.
-    Surrounding whitespace is dropped; returns the address stored."""
+class MailNotSent(APIException):
+    """A 503: the link could not be mailed or queued now (a mail server or broker down)."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "mail_not_sent"
+
+
+def site_sends_no_email() -> bool:
+    """Workers with the console backend (GPUQ_SMTP_URL unset) would print mail in their logs
+    and call it sent. The embedded mode's console backend prints it where `make run` shows it."""
+    return bool(settings.CELERY_BROKER_URL) and settings.EMAIL_BACKEND.endswith(
+        "console.EmailBackend"
+    )
+
+
+def set_email(user: Any, address: str) -> str | None:
+    """Set the address a job's `notify` writes to (jobs.notify), as its owner asks. Surrounding
+    whitespace is dropped. An empty one clears it at once, the one it has is left as it is:
+    None. A new one is not stored: a link to confirm it is mailed to it (`confirm_email` stores
+    it), and it is returned."""
+    address = _checked_email(address)
+    if not address:
+        _store_email(user, "")
+        return None
+    if address == user.email:
+        return None
+    if site_sends_no_email():
+        raise ValidationError(
+            {
+                "email": [
+                    "this site sends no email (GPUQ_SMTP_URL is not set), "
+                    "so no address can be confirmed"
+                ]
+            }
+        )
+    if settings.CELERY_BROKER_URL:
+        from .tasks import send_email_confirmation as task
+
+        try:
+            task.delay(user.pk, address)
+        except Exception:
+            log.warning("could not queue the confirmation of %s", user.pk, exc_info=True)
+            raise MailNotSent(
+                "the confirmation link could not be queued for sending: try again later"
+            ) from None
+    else:  # the embedded mode: no worker to hand it to
+        try:
+            send_email_confirmation(user.pk, address)
+        except (OSError, smtplib.SMTPException):
+            log.warning("could not mail the confirmation of %s", user.pk, exc_info=True)
+            raise MailNotSent(
+                f"the confirmation link could not be sent to {address} now (the mail server "
+                "refused it or did not answer): try again later"
+            ) from None
+    return address
+
+
+def pending_email_text(user: Any, address: str) -> str:
+    """What a set_email that mailed a link to `address` tells its owner."""
+    now = user.email or "no address"
+    days = EMAIL_CONFIRM_MAX_AGE.days
+    return (
+        f"a confirmation link was sent to {address}; notify writes to {now} until you "
+        f"follow it (it works for {days} days)"
+    )
+
+
+def email_confirmation_token(user: Any, address: str) -> str:
+    """A signed, timed token for `user` to take `address`, while their address is the one it
+    is now (a link stops working once another has been followed)."""
+    return signing.dumps(
+        {"user": user.pk, "email": address, "was": user.email}, salt=EMAIL_CONFIRM_SALT
+    )
+
+
+def send_email_confirmation(user_id: int, address: str) -> None:
+    """Mail `address` the link that makes it the user's (by Celery's task, or in process)."""
+    from django.urls import reverse
+
+    user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
+    if user is None or user.email == address:
+        return  # gone, or confirmed already by an earlier link
+    token = email_confirmation_token(user, address)
+    link = settings.GPUQ_PUBLIC_URL + reverse("email-confirm", args=[token])
+    now = f"they go to {user.email}" if user.email else "no job can email the account"
+    body = (
+        f"The gpuq account {user.get_username()} asked to have its jobs' emails sent to this "
+        f"address. To confirm, open this link and press its button (it works for "
+        f"{EMAIL_CONFIRM_MAX_AGE.days} days):\n\n{link}\n\n"
+        f"Until then {now}. If it was not you, ignore this email: nothing changes.\n"
+    )
+    EmailMessage(
+        "[gpuq] Confirm your email address", body, settings.DEFAULT_FROM_EMAIL, [address]
+    ).send()
+
+
+class EmailLinkRefused(ValidationError):
+    """A link that sets no address: `message` says why (a 400 at `token`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__({"token": [message]})
+        self.message = message
+
+
+def email_token_address(user: Any, token: str) -> str:
+    """The address `token` confirms for `user`, or EmailLinkRefused: a token gpuq did not sign
+    (or cut short), one older than EMAIL_CONFIRM_MAX_AGE, one for another account, or one
+    made before the address changed. A link already followed gives the address it set."""
+    try:
+        what = signing.loads(
+            token, salt=EMAIL_CONFIRM_SALT, max_age=EMAIL_CONFIRM_MAX_AGE.total_seconds()
+        )
+    except signing.SignatureExpired:
+        days = EMAIL_CONFIRM_MAX_AGE.days
+        raise EmailLinkRefused(
+            f"This link has expired: links work for {days} days. "
+            "Ask for a new one on your account page."
+        ) from None
+    except (signing.BadSignature, ValueError):
+        raise EmailLinkRefused(
+            "This link is not one gpuq sent: it may have been cut short. Copy it whole from "
+            "the email, or ask for a new one on your account page."
+        ) from None
+    if (
+        not isinstance(what, dict)
+        or not isinstance(what.get("email"), str)
+        or not isinstance(what.get("was"), str)
+    ):
+        raise EmailLinkRefused("This link is not one gpuq sent.")
+    if what.get("user") != user.pk:
+        raise EmailLinkRefused(
+            "This link was sent for another account: sign in as that account to follow it."
+        )
+    if what["email"] != user.email and what["was"] != user.email:
+        raise EmailLinkRefused(
+            "Your address has changed since this link was sent, so it no longer works. "
+            "Ask for a new one on your account page."
+        )
+    return str(what["email"])
+
+
+def confirm_email(user: Any, token: str) -> str:
+    """Make the address `token` confirms `user`'s (EmailLinkRefused if it confirms none);
+    returns it. The user's row is locked: of two links followed at once, one sets its
+    address and the other finds it changed."""
+    with transaction.atomic():
+        locked = get_user_model().objects.select_for_update().get(pk=user.pk)
+        address = email_token_address(locked, token)
+        if address != locked.email:
+            _store_email(locked, address)
+    user.email = address
+    return address
+
+
+def _checked_email(address: str) -> str:
     address = address.strip()
     if address:
         problems: list[str] = []
@@ -271,9 +435,12 @@ def set_email(user: Any, address: str) -> str:
                 problems.extend(exc.messages)
         if problems:
             raise ValidationError({"email": problems})
+    return address
+
+
+def _store_email(user: Any, address: str) -> None:
     user.email = address
     user.save(update_fields=["email"])
-    return address
 
 
 def revoke_token(user: Any, token_id: int) -> None:

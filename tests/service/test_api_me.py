@@ -34,26 +34,35 @@ def test_each_person_reads_their_own_account(
         "email": "",
         "is_staff": who == "staff",
         "teams": memberships,
+        "pending_email": None,  # an address a PATCH just mailed a link to
+        "detail": None,
     }
 
 
-def test_setting_an_address_lets_notify_through_and_clearing_it_refuses_it_again(
-    client_for: Any, people: dict[str, Any]
+def test_a_new_address_waits_for_its_link_and_clearing_one_refuses_notify_again(
+    client_for: Any, people: dict[str, Any], mailoutbox: list[Any]
 ) -> None:
     alice = client_for("alice")
 
-    before = alice.post("/api/v1/jobs/", spec(notify=["end"]), format="json")
     set_ = alice.patch("/api/v1/me/", {"email": "  alice@example.org "}, format="json")
-    after = alice.post("/api/v1/jobs/", spec(notify=["end"]), format="json")
+    pending = alice.post("/api/v1/jobs/", spec(notify=["end"]), format="json")
+    people["alice"].email = "alice@example.org"  # as following the mailed link does
+    people["alice"].save()
+    confirmed = alice.post("/api/v1/jobs/", spec(notify=["end"]), format="json")
     cleared = alice.patch("/api/v1/me/", {"email": ""}, format="json")
+    after = alice.post("/api/v1/jobs/", spec(notify=["end"]), format="json")
 
-    assert before.status_code == 400 and "no email address" in before.json()["notify"][0]
-    assert (set_.status_code, set_.json()["email"]) == (200, "alice@example.org")
-    assert after.status_code == 201, after.content
+    assert set_.status_code == 200, set_.content
+    assert (set_.json()["email"], set_.json()["pending_email"]) == ("", "alice@example.org")
+    assert [m.to for m in mailoutbox] == [["alice@example.org"]]
+    assert pending.status_code == 400 and "no email address" in pending.json()["notify"][0]
+    assert confirmed.status_code == 201, confirmed.content
     assert (cleared.status_code, cleared.json()["email"]) == (200, "")
+    assert after.status_code == 400 and "no email address" in after.json()["notify"][0]
     people["bob"].refresh_from_db()
     assert people["bob"].email == ""  # only the caller's own
     assert Job.objects.count() == 1
+    assert len(mailoutbox) == 1  # clearing mails nothing
 
 
 @pytest.mark.parametrize(
@@ -64,11 +73,12 @@ def test_setting_an_address_lets_notify_through_and_clearing_it_refuses_it_again
         ({"email": "x" * 250 + "@b.org"}, "email", "no more than 254 characters"),
         ({"username": "root"}, "username", "only email can change here"),
         ({"is_staff": True}, "is_staff", "only email can change here"),
+        ({"pending_email": "a@b.org"}, "pending_email", "only email can change here"),
         (["email"], "non_field_errors", "must be a JSON object"),
     ],
 )
 def test_a_bad_change_names_the_field_and_changes_nothing(
-    client_for: Any, people: dict[str, Any], body: Any, field: str, says: str
+    client_for: Any, people: dict[str, Any], mailoutbox: list[Any], body: Any, field: str, says: str
 ) -> None:
     response = client_for("alice").patch("/api/v1/me/", body, format="json")
 
@@ -80,6 +90,7 @@ def test_a_bad_change_names_the_field_and_changes_nothing(
         "alice",
         False,
     )
+    assert mailoutbox == []
 
 
 def test_without_credentials_there_is_no_account_to_read() -> None:

@@ -134,6 +134,25 @@ def test_a_notification_is_sent_by_the_worker_after_the_move_commits(
     assert job.notifications.get().state == "sent"
 
 
+def test_a_new_addresss_confirmation_link_is_sent_by_the_mail_worker(
+    worker: str, client_for: Any, people: Any, mail_server: Inbox
+) -> None:
+    response = client_for("alice").patch(
+        "/api/v1/me/", {"email": "alice@example.org"}, format="json"
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not mail_server.mail:
+        time.sleep(0.2)
+
+    assert response.json()["pending_email"] == "alice@example.org"
+    assert [to for _, to, _ in mail_server.mail] == [["alice@example.org"]], Path(
+        worker
+    ).read_text()[-3000:]
+    assert "/me/email/confirm/" in mail_server.mail[0][2].get_content()
+    people["alice"].refresh_from_db()
+    assert people["alice"].email == ""
+
+
 def test_cancel_through_celery_stops_the_process(worker: str, client_for: Any) -> None:
     client = client_for("alice")
     job_id = client.post("/api/v1/jobs/", spec(command=["sleep", "60"]), format="json").json()["id"]

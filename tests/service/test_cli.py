@@ -1152,19 +1152,34 @@ def test_update_notify_changes_what_a_started_job_emails_about(
 
 
 def test_me_says_who_the_token_is_and_sets_where_notify_writes(
-    gpuq: Gpuq, people: dict[str, Any]
+    gpuq: Gpuq, people: dict[str, Any], mailoutbox: list[Any]
 ) -> None:
     before = gpuq("charlie", "me")
-    set_ = gpuq("charlie", "me", "--email", "charlie@example.org")
+    asked = gpuq("charlie", "me", "--email", "charlie@example.org")
     bad = gpuq("charlie", "me", "--email", "charlie at example")
+    people["charlie"].email = "charlie@example.org"  # as following the mailed link does
+    people["charlie"].save()
+    same = gpuq("charlie", "me", "--email", "charlie@example.org")
+    other = gpuq("charlie", "me", "--email", "charlie@lab.example.org")
     cleared = gpuq("charlie", "me", "--email", "")
 
     assert before.out == (
         "user:   charlie\nemail:  none (a job cannot notify you)\nteams:  language (admin)\n"
     )
-    assert "email:  charlie@example.org\n" in set_.out
+    assert asked.code == 0, asked.err
+    assert asked.out == before.out + (
+        "a confirmation link was sent to charlie@example.org; notify writes to no address"
+        " until you follow it (it works for 3 days)\n"
+    )
     assert bad.code == 1 and "email: Enter a valid email address." in bad.err
+    assert same.out.endswith("email:  charlie@example.org\nteams:  language (admin)\n")
+    assert other.out.endswith(
+        "email:  charlie@example.org\nteams:  language (admin)\n"
+        "a confirmation link was sent to charlie@lab.example.org; notify writes to"
+        " charlie@example.org until you follow it (it works for 3 days)\n"
+    )
     assert "email:  none" in cleared.out
+    assert [m.to for m in mailoutbox] == [["charlie@example.org"], ["charlie@lab.example.org"]]
     people["charlie"].refresh_from_db()
     assert people["charlie"].email == ""
     assert gpuq("staff", "me").out.startswith("user:   root (site staff)\n")

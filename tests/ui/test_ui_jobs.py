@@ -411,7 +411,7 @@ def test_an_array_from_the_form_opens_its_first_task_with_the_arrays_tasks_runni
     expect(page.get_by_role("link", name="task 2")).to_have_attribute("aria-current", "page")
 
 
-def test_an_address_set_on_the_account_page_is_where_a_job_from_the_form_tells_its_end(
+def test_an_address_confirmed_from_the_account_page_is_where_a_job_from_the_form_tells_its_end(
     people: Any, sign_in: Any, job_loop: Any
 ) -> None:
     from django.core import mail
@@ -420,6 +420,12 @@ def test_an_address_set_on_the_account_page_is_where_a_job_from_the_form_tells_i
     page.goto("/me/")
     page.get_by_label("Email address").fill("alice@example.org")
     page.get_by_role("button", name="Save").click()
+    expect(page.locator(".messages")).to_contain_text(
+        "A confirmation link was sent to alice@example.org; notify writes to no address"
+    )
+    [asked] = [m for m in mail.outbox if m.to == ["alice@example.org"]]
+    page.goto(re.search(r"http://\S+?(/me/email/confirm/\S+/)", asked.body)[1])
+    page.get_by_role("button", name="Confirm alice@example.org").click()
     expect(page.locator(".messages")).to_contain_text("now write to alice@example.org")
     page.get_by_label("Main").get_by_role("link", name="Submit").click()
     boxes = page.get_by_role("group", name="Email me when it")

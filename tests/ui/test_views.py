@@ -909,8 +909,8 @@ def test_without_an_email_address_the_notify_error_is_shown_at_the_boxes_and_not
     assert not Job.objects.exists()
 
 
-def test_the_account_page_sets_changes_and_clears_the_email_address(
-    alice: Client, people: Any
+def test_the_account_page_mails_a_link_to_a_new_address_and_clears_one_at_once(
+    alice: Client, people: Any, mailoutbox: list[Any]
 ) -> None:
     user = people["alice"]
     assert "No address yet: a job cannot email you until you set one." in words(
@@ -921,17 +921,32 @@ def test_the_account_page_sets_changes_and_clears_the_email_address(
 
     assert (response.status_code, response["Location"]) == (302, "/me/")
     user.refresh_from_db()
-    assert user.email == "alice@example.org"  # without the whitespace around it
+    assert user.email == ""  # not until the link is followed
+    page = words(alice.get("/me/").content.decode())
+    assert (
+        "A confirmation link was sent to alice@example.org; notify writes to no address until"
+        " you follow it (it works for 3 days)." in page
+    )  # the message, for the address without the whitespace around it
+    assert "No address yet" in page
+    [mail] = mailoutbox
+    assert mail.to == ["alice@example.org"]
+    link = re.search(r"http://\S+(/me/email/confirm/\S+/)", mail.body)[1]
+    assert alice.post(link).status_code == 302
+    user.refresh_from_db()
+    assert user.email == "alice@example.org"
     page = words(alice.get("/me/").content.decode())
     assert "Jobs that ask for email now write to alice@example.org." in page  # the message
     assert "write to alice@example.org; your teammates see it on those jobs' pages." in page
-    alice.post("/me/email/", {"email": "alice@lab.example.org"})
-    user.refresh_from_db()
-    assert user.email == "alice@lab.example.org"
+    again = words(
+        alice.post("/me/email/", {"email": "alice@example.org"}, follow=True).content.decode()
+    )
+    assert "Jobs that ask for email write to alice@example.org already." in again
+    assert len(mailoutbox) == 1  # the address it has: nothing mailed
     cleared = alice.post("/me/email/", {"email": ""}, follow=True)
     user.refresh_from_db()
     assert user.email == ""
     assert "Email address removed: no job can email you now." in words(cleared.content.decode())
+    assert len(mailoutbox) == 1
 
 
 @pytest.mark.parametrize(
@@ -960,13 +975,16 @@ def test_a_bad_email_address_is_shown_in_the_card_with_what_was_typed_and_change
     assert people["alice"].email == "alice@example.org"
 
 
-def test_setting_the_email_address_needs_a_session_and_a_post(alice: Client, people: Any) -> None:
+def test_setting_the_email_address_needs_a_session_and_a_post(
+    alice: Client, people: Any, mailoutbox: list[Any]
+) -> None:
     anonymous = Client().post("/me/email/", {"email": "eve@example.org"})
     # Signed in, back to the account page: the form's POST-only URL would be a 405.
     assert (anonymous.status_code, anonymous["Location"]) == (302, "/login/?next=/me/")
     assert alice.get("/me/email/?email=eve@example.org").status_code == 405
     people["alice"].refresh_from_db()
     assert people["alice"].email == ""
+    assert mailoutbox == []
 
 
 def test_the_job_page_says_whom_it_emails_and_how_each_email_went(
