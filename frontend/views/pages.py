@@ -368,7 +368,7 @@ def email_set(request: HttpRequest) -> HttpResponse:
     except team_services.MailNotSent as exc:
         return _account(request, email_typed=typed, email_errors=[str(exc.detail)], status=503)
     if pending:
-        text = team_services.pending_email_text(request.user, pending)
+        text = team_services.pending_email_text(request.user, pending, just_sent=True)
         messages.success(request, f"{capfirst(text)}.")
     elif request.user.email:
         messages.success(request, f"Jobs that ask for email write to {request.user.email} already.")
@@ -415,6 +415,7 @@ def _account(request: HttpRequest, status: int = 200, **extra: Any) -> HttpRespo
         {
             "tokens": list(ApiToken.objects.filter(user=request.user)),
             "teams": my_teams(request.user),
+            "pending_email": team_services.pending_email(request.user),
             "base_url": request.build_absolute_uri("/").rstrip("/"),
             **extra,
         },

@@ -553,9 +553,15 @@ class MeSerializer(serializers.Serializer):
     pending_email = serializers.CharField(
         read_only=True,
         allow_null=True,
-        help_text="in a PATCH's answer, the new address a confirmation link was just mailed "
-        "to: `email` becomes it once you follow the link (within 3 days); otherwise null. "
-        "Clearing `email`, or setting the one it has, takes effect at once and mails nothing",
+        help_text="the new address a confirmation link was mailed to, waiting: `email` becomes "
+        "it once you follow the link (once, within 3 days); otherwise null. Asking for another "
+        "replaces it (its link then no longer works); clearing `email`, or setting the one it "
+        "has, takes effect at once, drops it and mails nothing",
+    )
+    pending_email_expires = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="when the link to `pending_email` stops working; null without one",
     )
     detail = serializers.CharField(
         read_only=True,

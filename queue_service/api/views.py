@@ -26,7 +26,7 @@ from queue_service.jobs.models import Job, PriorityClass
 from queue_service.jobs.reports import team_usage
 from queue_service.jobs.spec import JobSpecSerializer
 from queue_service.tenancy import services as team_services
-from queue_service.tenancy.models import ApiToken, Membership, Quota, Team
+from queue_service.tenancy.models import ApiToken, Membership, PendingEmail, Quota, Team
 
 from . import serializers as s
 from .parsers import JSONParser, YAMLParser
@@ -438,12 +438,14 @@ class PriorityClassViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class MeView(APIView):
-    """The caller's own account (GET), and the address a job's `notify` writes to (PATCH: a
-    new one once its owner follows the link mailed to it)."""
+    """The caller's own account (GET: with a new address waiting for its link), and the
+    address a job's `notify` writes to (PATCH: a new one once its owner follows the link
+    mailed to it)."""
 
-    def _me(self, request: Request, pending: str | None = None) -> Response:
+    def _me(self, request: Request, just_sent: PendingEmail | None = None) -> Response:
         user = request.user
         teams = Membership.objects.filter(user=user).select_related("team").order_by("team__slug")
+        pending = just_sent or team_services.pending_email(user)
         return Response(
             s.MeSerializer(
                 {
@@ -451,8 +453,13 @@ class MeView(APIView):
                     "email": user.email,
                     "is_staff": user.is_staff,
                     "teams": [{"team": m.team.slug, "role": m.role} for m in teams],
-                    "pending_email": pending,
-                    "detail": pending and team_services.pending_email_text(user, pending),
+                    "pending_email": pending.email if pending else None,
+                    "pending_email_expires": pending.expires_at if pending else None,
+                    "detail": team_services.pending_email_text(
+                        user, pending, just_sent=just_sent is not None
+                    )
+                    if pending
+                    else None,
                 }
             ).data
         )

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.validators import MinValueValidator
@@ -97,3 +98,27 @@ class ApiToken(models.Model):
     @classmethod
     def new_key(cls) -> str:
         return cls.PREFIX + secrets.token_urlsafe(32)
+
+
+class PendingEmail(models.Model):
+    """A new notify address its owner asked for and has not confirmed yet (as allauth's
+    EmailConfirmation): one per user, the latest request. The link mailed for it carries its
+    nonce, so it works once, and only while this is the request waiting
+    (tenancy.services.set_email / confirm_email)."""
+
+    # How long the link works: from the request, as the page and the API say.
+    MAX_AGE = timedelta(days=3)
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="+"
+    )
+    email = models.CharField(max_length=254)
+    nonce = models.CharField(max_length=64)
+    requested_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.email} (asked {self.requested_at:%Y-%m-%d %H:%M})"
+
+    @property
+    def expires_at(self) -> datetime:
+        return self.requested_at + self.MAX_AGE

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import math
+import secrets
 import smtplib
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -17,12 +17,13 @@ from django.core.mail import EmailMessage
 from django.core.validators import EmailValidator, MaxLengthValidator
 from django.db import IntegrityError, transaction
 from django.db.models import Count
+from django.utils import timezone
 from rest_framework import status
 from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 
 from queue_service.echoes import SHOWN_CHARS
 
-from .models import ApiToken, Membership, Quota, Team
+from .models import ApiToken, Membership, PendingEmail, Quota, Team
 
 log = logging.getLogger(__name__)
 
@@ -266,8 +267,12 @@ def create_token(user: Any, name: str) -> tuple[ApiToken, str]:
 EMAIL_MAX_LENGTH = 254
 # A new address is where `notify` writes once its owner follows the link mailed to it (as
 # GitHub and GitLab confirm one): otherwise anyone could have gpuq mail someone else's inbox.
-EMAIL_CONFIRM_MAX_AGE = timedelta(days=3)
+EMAIL_CONFIRM_MAX_AGE = PendingEmail.MAX_AGE
 EMAIL_CONFIRM_SALT = "gpuq.tenancy.confirm-email"
+_EXPIRED = (
+    f"This link has expired: links work for {EMAIL_CONFIRM_MAX_AGE.days} days. "
+    "Ask for a new one on your account page."
+)
 
 
 class MailNotSent(APIException):
@@ -285,80 +290,127 @@ def site_sends_no_email() -> bool:
     )
 
 
-def set_email(user: Any, address: str) -> str | None:
+def set_email(user: Any, address: str) -> PendingEmail | None:
     """Set the address a job's `notify` writes to (jobs.notify), as its owner asks. Surrounding
-    whitespace is dropped. An empty one clears it at once, the one it has is left as it is:
-    None. A new one is not stored: a link to confirm it is mailed to it (`confirm_email` stores
-    it), and it is returned."""
+    whitespace is dropped. An empty one clears it at once, the one it has is left as it is;
+    either drops the request waiting for its link, if any, and returns None. A new one is not
+    set: it is stored as the request waiting, in place of any other (whose link then no longer
+    works), a link to confirm it is mailed to it (`confirm_email` sets it), and the request is
+    returned. A link that cannot be mailed or queued is MailNotSent, with the request that
+    waited before put back: no request waits that no mail announced."""
     address = _checked_email(address)
-    if not address:
-        _store_email(user, "")
-        return None
-    if address == user.email:
-        return None
-    if site_sends_no_email():
-        raise ValidationError(
-            {
-                "email": [
-                    "this site sends no email (GPUQ_SMTP_URL is not set), "
-                    "so no address can be confirmed"
-                ]
-            }
+    with transaction.atomic():
+        locked = _locked(user)
+        before = PendingEmail.objects.filter(user=locked).first()
+        if not address or address == locked.email:
+            PendingEmail.objects.filter(user=locked).delete()
+            if not address:
+                _store_email(locked, "")
+            user.email = locked.email
+            return None
+        if site_sends_no_email():
+            raise ValidationError(
+                {
+                    "email": [
+                        "this site sends no email (GPUQ_SMTP_URL is not set), "
+                        "so no address can be confirmed"
+                    ]
+                }
+            )
+        pending, _ = PendingEmail.objects.update_or_create(
+            user=locked,
+            defaults={
+                "email": address,
+                "nonce": secrets.token_urlsafe(16),
+                "requested_at": timezone.now(),
+            },
         )
+    # Mailed after the commit: the mail worker reads the request, and no row lock (on SQLite
+    # the whole database) is held while a mail server takes its time.
     if settings.CELERY_BROKER_URL:
         from .tasks import send_email_confirmation as task
 
         try:
-            task.delay(user.pk, address)
+            task.delay(user.pk, address, pending.nonce)
         except Exception:
             log.warning("could not queue the confirmation of %s", user.pk, exc_info=True)
+            _put_back(user, pending, before)
             raise MailNotSent(
                 "the confirmation link could not be queued for sending: try again later"
             ) from None
     else:  # the embedded mode: no worker to hand it to
         try:
-            send_email_confirmation(user.pk, address)
+            send_email_confirmation(user.pk, address, pending.nonce)
         except (OSError, smtplib.SMTPException):
             log.warning("could not mail the confirmation of %s", user.pk, exc_info=True)
+            _put_back(user, pending, before)
             raise MailNotSent(
                 f"the confirmation link could not be sent to {address} now (the mail server "
                 "refused it or did not answer): try again later"
             ) from None
-    return address
+    return pending
 
 
-def pending_email_text(user: Any, address: str) -> str:
-    """What a set_email that mailed a link to `address` tells its owner."""
+def _put_back(user: Any, unsent: PendingEmail, before: PendingEmail | None) -> None:
+    """Undo a request whose link did not go, unless a later request replaced it meanwhile."""
+    still = PendingEmail.objects.filter(user_id=user.pk, nonce=unsent.nonce)
+    if before is None:
+        still.delete()
+    else:
+        still.update(email=before.email, nonce=before.nonce, requested_at=before.requested_at)
+
+
+def pending_email(user: Any) -> PendingEmail | None:
+    """The request waiting for its link to be followed, while that link still works."""
+    return PendingEmail.objects.filter(
+        user_id=user.pk, requested_at__gt=timezone.now() - EMAIL_CONFIRM_MAX_AGE
+    ).first()
+
+
+def pending_email_text(user: Any, pending: PendingEmail, *, just_sent: bool = False) -> str:
+    """What the account says of a request waiting for its link: `just_sent`, in the answer
+    of the set_email that mailed it."""
     now = user.email or "no address"
-    days = EMAIL_CONFIRM_MAX_AGE.days
+    works = (
+        f"it works for {EMAIL_CONFIRM_MAX_AGE.days} days"
+        if just_sent
+        else f"it works until {pending.expires_at:%Y-%m-%d %H:%M} UTC"
+    )
     return (
-        f"a confirmation link was sent to {address}; notify writes to {now} until you "
-        f"follow it (it works for {days} days)"
+        f"a confirmation link was sent to {pending.email}; notify writes to {now} until you "
+        f"follow it ({works})"
     )
 
 
-def email_confirmation_token(user: Any, address: str) -> str:
-    """A signed, timed token for `user` to take `address`, while their address is the one it
-    is now (a link stops working once another has been followed)."""
+def email_confirmation_token(user: Any, pending: PendingEmail) -> str:
+    """A signed, timed token for `user` to take the address of the request `pending`: its
+    nonce makes it that request's alone (another request replaces it; following it ends it),
+    and `was` the address they have now (one changed otherwise, by staff, stops it)."""
     return signing.dumps(
-        {"user": user.pk, "email": address, "was": user.email}, salt=EMAIL_CONFIRM_SALT
+        {"user": user.pk, "email": pending.email, "nonce": pending.nonce, "was": user.email},
+        salt=EMAIL_CONFIRM_SALT,
     )
 
 
-def send_email_confirmation(user_id: int, address: str) -> None:
-    """Mail `address` the link that makes it the user's (by Celery's task, or in process)."""
+def send_email_confirmation(user_id: int, address: str, nonce: str = "") -> None:
+    """Mail `address` the link that makes it the user's (by Celery's task, or in process),
+    while it is the request waiting (`nonce`: a task queued before requests were stored has
+    none, and its link would not work)."""
     from django.urls import reverse
 
     user = get_user_model().objects.filter(pk=user_id, is_active=True).first()
     if user is None or user.email == address:
         return  # gone, or confirmed already by an earlier link
-    token = email_confirmation_token(user, address)
+    pending = PendingEmail.objects.filter(user=user, email=address, nonce=nonce).first()
+    if pending is None or pending.expires_at <= timezone.now():
+        return  # replaced, dropped or followed meanwhile, or out of time (the retries')
+    token = email_confirmation_token(user, pending)
     link = settings.GPUQ_PUBLIC_URL + reverse("email-confirm", args=[token])
     now = f"they go to {user.email}" if user.email else "no job can email the account"
     body = (
         f"The gpuq account {user.get_username()} asked to have its jobs' emails sent to this "
-        f"address. To confirm, open this link and press its button (it works for "
-        f"{EMAIL_CONFIRM_MAX_AGE.days} days):\n\n{link}\n\n"
+        f"address. To confirm, open this link and press its button (it works once, until "
+        f"{pending.expires_at:%Y-%m-%d %H:%M} UTC):\n\n{link}\n\n"
         f"Until then {now}. If it was not you, ignore this email: nothing changes.\n"
     )
     EmailMessage(
@@ -375,19 +427,23 @@ class EmailLinkRefused(ValidationError):
 
 
 def email_token_address(user: Any, token: str) -> str:
-    """The address `token` confirms for `user`, or EmailLinkRefused: a token gpuq did not sign
-    (or cut short), one older than EMAIL_CONFIRM_MAX_AGE, one for another account, or one
-    made before the address changed. A link already followed gives the address it set."""
+    """The address `token` confirms for `user`, or EmailLinkRefused (`_followed`). A link
+    already followed gives the address it set while the user still has it."""
+    return _followed(user, token)[0]
+
+
+def _followed(user: Any, token: str) -> tuple[str, PendingEmail | None]:
+    """The address `token` confirms for `user`, with the request it ends (None: a link
+    already followed, whose address the user has). EmailLinkRefused: a token gpuq did not sign
+    (or cut short), one older than EMAIL_CONFIRM_MAX_AGE (or of a request that is), one for
+    another account, one of a request replaced by a newer one, one used already or whose
+    request was dropped, or one made before staff changed the address."""
     try:
         what = signing.loads(
             token, salt=EMAIL_CONFIRM_SALT, max_age=EMAIL_CONFIRM_MAX_AGE.total_seconds()
         )
     except signing.SignatureExpired:
-        days = EMAIL_CONFIRM_MAX_AGE.days
-        raise EmailLinkRefused(
-            f"This link has expired: links work for {days} days. "
-            "Ask for a new one on your account page."
-        ) from None
+        raise EmailLinkRefused(_EXPIRED) from None
     except (signing.BadSignature, ValueError):
         raise EmailLinkRefused(
             "This link is not one gpuq sent: it may have been cut short. Copy it whole from "
@@ -403,25 +459,50 @@ def email_token_address(user: Any, token: str) -> str:
         raise EmailLinkRefused(
             "This link was sent for another account: sign in as that account to follow it."
         )
-    if what["email"] != user.email and what["was"] != user.email:
+    address = str(what["email"])
+    pending = PendingEmail.objects.filter(user_id=user.pk).first()
+    ours = pending is not None and pending.nonce == what.get("nonce") and pending.email == address
+    if address == user.email:
+        return address, pending if ours else None
+    if pending is None:
+        raise EmailLinkRefused(
+            "This link no longer works: it has been used already, or the change it asked "
+            "for was called off (your address was set or cleared since it was sent). Ask for "
+            "a new one on your account page."
+        )
+    if not ours:
+        raise EmailLinkRefused(
+            f"A newer link was sent since this one, to {pending.email}: only the latest one "
+            "works. Follow it, or ask for a new one on your account page."
+        )
+    if pending.expires_at <= timezone.now():
+        raise EmailLinkRefused(_EXPIRED)
+    if what["was"] != user.email:
         raise EmailLinkRefused(
             "Your address has changed since this link was sent, so it no longer works. "
             "Ask for a new one on your account page."
         )
-    return str(what["email"])
+    return address, pending
 
 
 def confirm_email(user: Any, token: str) -> str:
-    """Make the address `token` confirms `user`'s (EmailLinkRefused if it confirms none);
-    returns it. The user's row is locked: of two links followed at once, one sets its
-    address and the other finds it changed."""
+    """Make the address `token` confirms `user`'s (EmailLinkRefused if it confirms none), and
+    end its request, so that the link works once; returns it. The user's row is locked: of
+    two links followed at once, one sets its address and the other finds its request gone."""
     with transaction.atomic():
-        locked = get_user_model().objects.select_for_update().get(pk=user.pk)
-        address = email_token_address(locked, token)
+        locked = _locked(user)
+        address, pending = _followed(locked, token)
+        if pending is not None:
+            pending.delete()
         if address != locked.email:
             _store_email(locked, address)
     user.email = address
     return address
+
+
+def _locked(user: Any) -> Any:
+    """The user's row FOR UPDATE: one change of their address or its request at a time."""
+    return get_user_model().objects.select_for_update().get(pk=user.pk)
 
 
 def _checked_email(address: str) -> str:

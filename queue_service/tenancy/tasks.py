@@ -20,5 +20,5 @@ from . import services
     retry_backoff_max=3600,
     max_retries=10,
 )
-def send_email_confirmation(user_id: int, address: str) -> None:
-    services.send_email_confirmation(user_id, address)
+def send_email_confirmation(user_id: int, address: str, nonce: str = "") -> None:
+    services.send_email_confirmation(user_id, address, nonce)

@@ -34,7 +34,8 @@ def test_each_person_reads_their_own_account(
         "email": "",
         "is_staff": who == "staff",
         "teams": memberships,
-        "pending_email": None,  # an address a PATCH just mailed a link to
+        "pending_email": None,  # a new address waiting for its link to be followed
+        "pending_email_expires": None,
         "detail": None,
     }
 

@@ -30,6 +30,7 @@ from queue_service.jobs.dispatch import run_once
 from queue_service.jobs.models import Job, JobArray, JobEvent
 from queue_service.jobs.services import submit_job
 from queue_service.jobs.snapshot import run_cycle
+from queue_service.tenancy.models import PendingEmail
 from queue_service.tenancy.services import create_token
 from tests.conftest import spec
 from tests.service.test_a_preview_says_what_a_submit_would_do_first import (  # noqa: F401
@@ -1156,6 +1157,8 @@ def test_me_says_who_the_token_is_and_sets_where_notify_writes(
 ) -> None:
     before = gpuq("charlie", "me")
     asked = gpuq("charlie", "me", "--email", "charlie@example.org")
+    waiting = gpuq("charlie", "me")
+    expires = PendingEmail.objects.get(user=people["charlie"]).expires_at
     bad = gpuq("charlie", "me", "--email", "charlie at example")
     people["charlie"].email = "charlie@example.org"  # as following the mailed link does
     people["charlie"].save()
@@ -1170,6 +1173,10 @@ def test_me_says_who_the_token_is_and_sets_where_notify_writes(
     assert asked.out == before.out + (
         "a confirmation link was sent to charlie@example.org; notify writes to no address"
         " until you follow it (it works for 3 days)\n"
+    )
+    assert waiting.out == before.out + (
+        "a confirmation link was sent to charlie@example.org; notify writes to no address"
+        f" until you follow it (it works until {expires:%Y-%m-%d %H:%M} UTC)\n"
     )
     assert bad.code == 1 and "email: Enter a valid email address." in bad.err
     assert same.out.endswith("email:  charlie@example.org\nteams:  language (admin)\n")
