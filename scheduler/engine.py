@@ -1696,7 +1696,7 @@ class _Cycle:
                 old = end_time(c.job, self.now, self.policy.preemption_grace_s)
                 leaves = self.now + self.policy.preemption_grace_s
                 gone = (old, leaves if old is None else min(old, leaves), gpus)
-                self._quota_preempted.setdefault(k, []).append(gone)
+                self.quota_preempted(k, gone)
             if kind == "reclaim":
                 why = f"team {r.team} reclaimed its nominal {model} quota"
             else:
@@ -2274,13 +2274,36 @@ class _Cycle:
         if f is not None:
             f.take(gpus, r.time_limit_s, at=self.now)
 
+    def quota_preempted(self, k: tuple[str, str], gone: tuple[float | None, float, float]) -> None:
+        """A job on quota k this cycle preempts, (end by its limit, when it leaves, GPUs):
+        for hold_borrowed, and for quota_estimate's fluid, built later (quota_kind) or
+        already (a job of the team refused quota earlier in the walk: moved here)."""
+        self._quota_preempted.setdefault(k, []).append(gone)
+        f = self._quota_fluids.get(k)
+        if f is not None:
+            self.leaves_sooner(f, gone)
+
+    @staticmethod
+    def leaves_sooner(f: Fluid, gone: tuple[float | None, float, float]) -> None:
+        """A quota fluid's release of a preempted job, (end by its limit, when it leaves,
+        GPUs), moved to when it leaves. One at or before the fluid's clock is counted free by
+        then already (estimates took it, or it comes at the clock): it can come no sooner,
+        and moving it would count its GPUs twice."""
+        old, leaves, gpus = gone
+        if old is not None:
+            if old <= f.clock:
+                return
+            heapq.heappush(f.heap, (old, -gpus))  # cancels its release at the limit
+        heapq.heappush(f.heap, (leaves, gpus))
+
     def quota_estimate(self, k: int, r: JobRequest, gpus: float | None) -> float | None:
-        """When a job refused quota may start: when its team's running jobs on that quota,
-        and those ahead of it (refused alike, or waiting for nodes: held from now, a bound)
-        end by their limits enough for it to fit the team's nominal (borrowing may come
-        sooner; nothing promises it), and not before nodes could hold its shape. None when
-        that is not known (behind a job without a limit, larger than the nominal, refused
-        for its count of jobs, for any model of a team with several quotas)."""
+        """When a job refused quota may start: when its team's running jobs on that quota
+        (those this cycle preempts when they leave), and those ahead of it (refused alike,
+        or waiting for nodes: held from now, a bound) end by their limits enough for it to
+        fit the team's nominal (borrowing may come sooner; nothing promises it), and not
+        before nodes could hold its shape. None when that is not known (behind a job without
+        a limit, larger than the nominal, refused for its count of jobs, for any model of a
+        team with several quotas)."""
         if gpus is None:
             return None
         # What depends on r's kind (number k) only, once per kind: the quota's fluid, the floor.
@@ -2321,6 +2344,8 @@ class _Cycle:
             held = [(end, g) for end, g in ledger.held(k) if end is not None]
             held += self._quota_started.get(k, ())
             f = self._quota_fluids[k] = Fluid(acc.quota.nominal - acc.used, held, self.now)
+            for gone in self._quota_preempted.get(k, ()):
+                self.leaves_sooner(f, gone)
             for gpus, limit in self._quota_ahead.pop(k, ()):
                 f.take(gpus, limit)
         floor = self.shape_floor(r) if r.gpus_per_node and not r.mig_profile else -math.inf
