@@ -32,10 +32,13 @@ win: those that take no team below its nominal, then those whose worst victim is
 rather than guaranteed, then those whose highest victim class is lowest (Kueue and Slurm
 take the lowest priority first), then those whose victims have run the fewest GPU-seconds
 (the work a preemption may throw away: a gang that started an hour ago costs more than a
-1-GPU job that started a minute ago, though each is one victim). A job that displaces its
-own team's lower classes to fit its quota needs the quota they hold too: a node is priced
-with the team's jobs elsewhere that must also go when its victims there free too little of
-it."""
+1-GPU job that started a minute ago, though each is one victim). A gang's n nodes are the
+cheapest whose victims together stay under the rule: cheapest first, and where that leaves a
+node out for the budget (a cheaper one spent it), the cheapest choice of n by a bounded
+search (cheapest_combination), so that n nodes that stay under it together are not missed.
+A job that displaces its own team's lower classes to fit its quota needs the quota they hold
+too: a node is priced with the team's jobs elsewhere that must also go when its victims
+there free too little of it."""
 
 from __future__ import annotations
 
@@ -116,6 +119,20 @@ class Plan:
     victims: tuple[tuple[Candidate, str], ...]  # (candidate, kind)
 
 
+# A node priced for a plan: (below, worst, top, lost, not preferred, GPUs to free), its name,
+# its victims.
+Cost = tuple[tuple[int, int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
+# A plan's: (below, worst, top, lost), as plan() compares them.
+Score = tuple[int, int, float, float]
+Found = tuple[Score, list[Cost], dict[str, tuple[Candidate, str]]]
+
+# The combination search's bound, in nodes tried (each a look at its few victims): exact for
+# small groups (every choice of 3 of 20 nodes is 1,329 tries), and on a 1,000-node group,
+# whose pricing takes about as long as 2,000 tries (4 ms), a call costs at most about twice
+# what it did without; past it, the cheapest choice found by then (cheapest first's, if any).
+SEARCH_STEPS = 2_000
+
+
 def plan(
     index: FreeIndex,
     groups: Sequence[Group],
@@ -159,9 +176,7 @@ def plan(
             if extra is None:
                 continue  # p's team's jobs cannot free it, wherever p runs
             worst0, top0, lost0 = price(extra, now)
-        costs: list[
-            tuple[tuple[int, int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
-        ] = [
+        costs: list[Cost] = [
             ((0, worst0, top0, lost0, name not in prefer, 0), name, nobody)
             for count in range(g, group.width + 1)
             for name in group.buckets[count]
@@ -265,12 +280,13 @@ def plan(
             continue
         costs.sort(key=lambda c: (c[0], c[1]))
         # The cheapest n nodes whose victims, together, stay within the budget (at most one
-        # victim per quota past its nominal). Cheapest first, not a search: n nodes whose
-        # victims stay within it together are missed where a cheaper node taken first
-        # leaves too little of it for them, or where another of a node's victim sets would
-        # have (each node's was chosen against the whole budget).
-        chosen = []
+        # victim per quota past its nominal): cheapest first, and where that skips a node (a
+        # cheaper one taken first leaves too little of the budget for it), a search of the
+        # combinations (each node with the victim set priced here, chosen against the whole
+        # budget: another of its sets is not tried).
+        chosen: list[Cost] = []
         victims: dict[str, tuple[Candidate, str]] = {}
+        skipped = False
         for cost in costs:
             more = {c.id: (c, kind) for c, kind in cost[2] if c.id not in victims}
             if (
@@ -278,32 +294,136 @@ def plan(
                 and more
                 and not within_budget(budget, team, [*victims.values(), *more.values()])
             ):
+                skipped = True
                 continue
             chosen.append(cost)
             victims.update(more)
             if len(chosen) == n:
                 break
-        if len(chosen) < n:
+        picked = combined(chosen, victims, team, budget, quota, now) if len(chosen) == n else None
+        # Searched also when the nodes taken take a quota below its nominal together (each
+        # alone did not): n others may keep every quota at it, and such a plan wins.
+        if budget is not None and (skipped or (picked is not None and picked[0][0])):
+            picked = cheapest_combination(costs, n, team, budget, quota, now, picked)
+        if picked is None:
             continue
-        if quota is not None:
-            extra = quota_extras(list(victims.values()), team, quota)
-            if extra is None:
-                continue
-            victims.update((c.id, (c, kind)) for c, kind in extra)
-        new = [c for c, _ in victims.values() if not c.leaving]
-        below = max(c[0][0] for c in chosen)
-        if n > 1 and not below and budget is not None and new:
-            below = int(not within_budget(budget, team, victims.values(), strict=True))
-        score = (
-            below,
-            max(c[0][1] for c in chosen),
-            max((c.value for c in new), default=-math.inf),
-            sum(c.size * max(1.0, now - c.start) for c in new),
-        )
+        score, chosen, victims = picked
         candidate_plan = Plan(group, tuple(c[1] for c in chosen), tuple(victims.values()))
         if best is None or score < best[0]:
             best = (score, candidate_plan)
     return None if best is None else best[1]
+
+
+def combined(
+    chosen: list[Cost],
+    victims: dict[str, tuple[Candidate, str]],
+    team: str,
+    budget: Mapping[tuple[str, str], float] | None,
+    quota: tuple[float, Sequence[Candidate]] | None,
+    now: float,
+) -> Found | None:
+    """The score of the nodes `chosen` with their victims (`victims`, each once, in order;
+    updated with the quota's extras), and both; None when the quota's extras fall short."""
+    if quota is not None:
+        extra = quota_extras(list(victims.values()), team, quota)
+        if extra is None:
+            return None
+        victims.update((c.id, (c, kind)) for c, kind in extra)
+    new = [c for c, _ in victims.values() if not c.leaving]
+    below = max(c[0][0] for c in chosen)
+    if len(chosen) > 1 and not below and budget is not None and new:
+        below = int(not within_budget(budget, team, victims.values(), strict=True))
+    score = (
+        below,
+        max(c[0][1] for c in chosen),
+        max((c.value for c in new), default=-math.inf),
+        sum(c.size * max(1.0, now - c.start) for c in new),
+    )
+    return score, chosen, victims
+
+
+def cheapest_combination(
+    costs: Sequence[Cost],
+    n: int,
+    team: str,
+    budget: Mapping[tuple[str, str], float],
+    quota: tuple[float, Sequence[Candidate]] | None,
+    now: float,
+    found: Found | None,
+) -> Found | None:
+    """Of the choices of n of `costs` (sorted, cheapest first) whose victims together stay
+    within the budget (within_budget), the one of least score (combined), of those that tie
+    the first in that order; `found` (cheapest first's, the first such choice) to beat. Depth
+    first in that order, branch and bound: what a choice's nodes so far score (below, the
+    worst node, the highest class and the GPU-seconds of their victims) bounds every choice
+    that adds to them, and a choice past the budget stays past it. Within SEARCH_STEPS."""
+    best = found
+    m = len(costs)
+    path: list[int] = []  # indices into costs, increasing
+    union: dict[str, tuple[Candidate, str]] = {}  # the path's victims, each once, in order
+    added: list[list[str]] = []  # per level, the ids it added to union
+    spent: dict[tuple[str, str], float] = {}  # per quota, of the path's victims
+    largest: dict[tuple[str, str], float] = {}
+    undo: list[list[tuple[tuple[str, str], float, float]]] = []  # per level: spent, largest
+    # Per level, the path's (below, worst, top, lost): no choice adding to it scores less.
+    bounds: list[Score] = [(0, 0, -math.inf, 0.0)]
+    steps = 0
+    i = 0  # the next index to try after the path
+    while True:
+        below, worst, top, lost = bounds[-1]
+        # Every node from i on is priced at least costs[i]'s below (sorted).
+        if i > m - (n - len(path)) or (
+            best is not None and (max(below, costs[i][0][0]), worst, top, lost) >= best[0]
+        ):
+            if not path:
+                break
+            i = path.pop() + 1
+            for cid in added.pop():
+                del union[cid]
+            for k, s, big in undo.pop():
+                spent[k], largest[k] = s, big
+            bounds.pop()
+            continue
+        steps += 1
+        if steps > SEARCH_STEPS:
+            break
+        cost = costs[i]
+        more = [(c, kind) for c, kind in cost[2] if c.id not in union]
+        touched: dict[tuple[str, str], tuple[float, float]] = {}
+        top2, lost2 = top, lost
+        for c, kind in more:
+            if kind == "leaving":
+                continue
+            top2 = max(top2, c.value)
+            lost2 += c.size * max(1.0, now - c.start)
+            q = c.quota_key
+            if q is not None and c.team != team:
+                s, big = touched.get(q) or (spent.get(q, 0.0), largest.get(q, 0.0))
+                touched[q] = (s + c.size, max(big, c.size))
+        if any(s - big >= budget.get(k, 0.0) - 1e-9 for k, (s, big) in touched.items()):
+            i += 1  # past the budget, as is every choice adding to it
+            continue
+        below2 = below or int(any(s > budget.get(k, 0.0) + 1e-9 for k, (s, _) in touched.items()))
+        bound = (max(below2, cost[0][0]), max(worst, cost[0][1]), top2, lost2)
+        if best is not None and bound >= best[0]:
+            i += 1
+            continue
+        if len(path) + 1 == n:
+            victims = {**union, **{c.id: (c, kind) for c, kind in more}}
+            leaf = combined([*(costs[j] for j in path), cost], victims, team, budget, quota, now)
+            if leaf is not None and (best is None or leaf[0] < best[0]):
+                best = leaf
+            i += 1
+            continue
+        path.append(i)
+        added.append([c.id for c, _ in more])
+        union.update((c.id, (c, kind)) for c, kind in more)
+        undo.append([(k, spent.get(k, 0.0), largest.get(k, 0.0)) for k in touched])
+        for k, (s, big) in touched.items():
+            spent[k], largest[k] = s, big
+        bounds.append(bound)
+        i += 1
+    return best
 
 
 def victims_on(
