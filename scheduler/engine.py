@@ -316,6 +316,8 @@ class _Cycle:
         # cycle, (end, GPUs), for one built later.
         self._quota_fluids: dict[tuple[str, str], Fluid] = {}
         self._quota_started: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        # The same for jobs that preempt this cycle: (end, GPUs), for quota_kind only.
+        self._quota_preempting: dict[tuple[str, str], list[tuple[float, float]]] = {}
         # Per quota: its jobs this cycle preempts, (end by their limits, when they leave, GPUs).
         self._quota_preempted: dict[tuple[str, str], list[tuple[float | None, float, float]]] = {}
         self._team_quota: dict[str, tuple[str, str] | None] = {}
@@ -1617,6 +1619,7 @@ class _Cycle:
             held[name] = st.free[: max(0, r.gpus_per_node - coming)]
             self.index.hold(name, held[name])
         self.plan_preemptor(r, found, held)
+        self.quota_preempting(r, model, gpus, self.victims_gone_at)
 
     def plan_preemptor(self, r: JobRequest, found: Plan, held: Mapping[str, list[int]]) -> None:
         """Release times after a preemption, for reservations and estimates: the victims
@@ -1950,6 +1953,7 @@ class _Cycle:
                     grace = now + policy.preemption_grace_s
                     gone = max(gone, grace if old is None else min(old, grace))
             self.victims_gone_at = gone
+            self.quota_preempting(r, m, share, gone)
             if not freeing:
                 index.hold_room(node, gpu_index, start, r.id, profile)
             elif emptied:
@@ -2104,6 +2108,7 @@ class _Cycle:
             old = end_time(c.job, now, grace)  # a victim already leaving has less grace left
             gone = max(gone, now + grace if old is None else min(old, now + grace))
         self.victims_gone_at = gone
+        self.quota_preempting(r, model, share, gone)
         if whole:
             # The GPU empties for r: no other job takes its free instances meanwhile (in the
             # next cycles, the caller names r's node back: PendingJob.preempting_on).
@@ -2274,6 +2279,20 @@ class _Cycle:
         if f is not None:
             f.take(gpus, r.time_limit_s, at=self.now)
 
+    def quota_preempting(self, r: JobRequest, model: str, gpus: float, start: float) -> None:
+        """A job that preempts this cycle holds its team's quota from now (the ledger
+        commits it) until it ends, by its limit from `start`, when its victims have left:
+        for quota_estimate. Not for the holds (_quota_started), which decide starts."""
+        k = self.ledger.key(r.team, model)
+        if k is None:
+            return
+        limit = r.time_limit_s
+        if limit is not None:  # one without a limit holds it for good: no release
+            self._quota_preempting.setdefault(k, []).append((start + limit, gpus))
+        f = self._quota_fluids.get(k)
+        if f is not None:
+            f.take(gpus, limit, at=start)
+
     def quota_preempted(self, k: tuple[str, str], gone: tuple[float | None, float, float]) -> None:
         """A job on quota k this cycle preempts, (end by its limit, when it leaves, GPUs):
         for hold_borrowed, and for quota_estimate's fluid, built later (quota_kind) or
@@ -2298,8 +2317,9 @@ class _Cycle:
 
     def quota_estimate(self, k: int, r: JobRequest, gpus: float | None) -> float | None:
         """When a job refused quota may start: when its team's running jobs on that quota
-        (those this cycle preempts when they leave), and those ahead of it (refused alike,
-        or waiting for nodes: held from now, a bound) end by their limits enough for it to
+        (those this cycle preempts when they leave; one that preempts, by its limit from
+        when its victims have left), and those ahead of it (refused alike, or waiting for
+        nodes: held from now, a bound) end by their limits enough for it to
         fit the team's nominal (borrowing may come sooner; nothing promises it), and not
         before nodes could hold its shape. None when that is not known (behind a job without
         a limit, larger than the nominal, refused for its count of jobs, for any model of a
@@ -2343,6 +2363,7 @@ class _Cycle:
             acc = ledger.accounts[k]
             held = [(end, g) for end, g in ledger.held(k) if end is not None]
             held += self._quota_started.get(k, ())
+            held += self._quota_preempting.get(k, ())
             f = self._quota_fluids[k] = Fluid(acc.quota.nominal - acc.used, held, self.now)
             for gone in self._quota_preempted.get(k, ()):
                 self.leaves_sooner(f, gone)
