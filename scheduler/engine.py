@@ -316,7 +316,8 @@ class _Cycle:
         # cycle, (end, GPUs), for one built later.
         self._quota_fluids: dict[tuple[str, str], Fluid] = {}
         self._quota_started: dict[tuple[str, str], list[tuple[float, float]]] = {}
-        # The same for jobs that preempt this cycle: (end, GPUs), for quota_kind only.
+        # The same for jobs that preempt this cycle, by their limits from when their victims
+        # have left (quota_since): apart, as quota_taken's fluid takes from now.
         self._quota_preempting: dict[tuple[str, str], list[tuple[float, float]]] = {}
         # Per quota: its jobs this cycle preempts, (end by their limits, when they leave, GPUs).
         self._quota_preempted: dict[tuple[str, str], list[tuple[float | None, float, float]]] = {}
@@ -845,10 +846,10 @@ class _Cycle:
 
     def hold_borrowed(self, r: JobRequest, model: str, gpus: float, at: float) -> None:
         """r, reserved from `at`, will borrow on its quota then: hold what it will borrow
-        (Ledger.hold_for), counting the team's jobs started this cycle that end by then,
-        and those it preempts by when they leave."""
+        (Ledger.hold_for), counting the team's jobs started or preempting this cycle that
+        end by then, and those it preempts by when they leave."""
         k = self.ledger.key(r.team, model)
-        started = self._quota_started.get(k, ()) if k is not None else ()
+        started = self.quota_since(k) if k is not None else ()
         preempted = self._quota_preempted.get(k, ()) if k is not None else ()
         self.ledger.hold_for(r.team, model, gpus, at, self.idle_gpus(model, r), started, preempted)
 
@@ -876,10 +877,8 @@ class _Cycle:
         if acc.used + h.gpus + gpus <= acc.quota.nominal + 1e-9:
             return None
         # Room for both by the time the holder could start (the team's jobs ending by then,
-        # those started this cycle too)?
-        both = self.ledger.nominal_free_at(
-            r.team, model, h.gpus + gpus, self._quota_started.get(k, ())
-        )
+        # those started or preempting this cycle too)?
+        both = self.ledger.nominal_free_at(r.team, model, h.gpus + gpus, self.quota_since(k))
         if both is not None and both <= h.until:
             return None
         self.held_until = h.until
@@ -2282,7 +2281,7 @@ class _Cycle:
     def quota_preempting(self, r: JobRequest, model: str, gpus: float, start: float) -> None:
         """A job that preempts this cycle holds its team's quota from now (the ledger
         commits it) until it ends, by its limit from `start`, when its victims have left:
-        for quota_estimate. Not for the holds (_quota_started), which decide starts."""
+        for quota_estimate and the team's holds (quota_since)."""
         k = self.ledger.key(r.team, model)
         if k is None:
             return
@@ -2292,6 +2291,13 @@ class _Cycle:
         f = self._quota_fluids.get(k)
         if f is not None:
             f.take(gpus, limit, at=start)
+
+    def quota_since(self, k: tuple[str, str]) -> Sequence[tuple[float, float]]:
+        """(end, GPUs) of the jobs on quota k that start or preempt this cycle: the ledger
+        counts them in its usage, not among the running jobs whose ends it knows."""
+        started = self._quota_started.get(k, ())
+        preempting = self._quota_preempting.get(k)
+        return [*started, *preempting] if preempting else started
 
     def quota_preempted(self, k: tuple[str, str], gone: tuple[float | None, float, float]) -> None:
         """A job on quota k this cycle preempts, (end by its limit, when it leaves, GPUs):
@@ -2362,8 +2368,7 @@ class _Cycle:
         if f is None:
             acc = ledger.accounts[k]
             held = [(end, g) for end, g in ledger.held(k) if end is not None]
-            held += self._quota_started.get(k, ())
-            held += self._quota_preempting.get(k, ())
+            held += self.quota_since(k)
             f = self._quota_fluids[k] = Fluid(acc.quota.nominal - acc.used, held, self.now)
             for gone in self._quota_preempted.get(k, ()):
                 self.leaves_sooner(f, gone)

@@ -455,12 +455,12 @@ class Ledger:
         what it would borrow of quota idle for good is from now on lent only to jobs that
         end by `at`, as backfill holds the reserved GPUs. What it borrows then is counted
         on the team's usage then: its running jobs on the quota that end by `at` (by their
-        limits; `started`: (end, GPUs) of those started since the snapshot; `preempted`:
-        (end by its limit as held, when it leaves, GPUs) of those preempted since, which
-        leave within the grace) give theirs back first, one of unknown end never (unless
-        preempted). Of capacity nobody owns, at most `usable`: the idle GPUs such a job
-        could use (that capacity is idle GPUs, and a whole-GPU job's hold must not keep a
-        slice job off MIG GPUs it never runs on)."""
+        limits; `started`: (end, GPUs) of those started, or preempting, since the
+        snapshot; `preempted`: (end by its limit as held, when it leaves, GPUs) of those
+        preempted since, which leave within the grace) give theirs back first, one of
+        unknown end never (unless preempted). Of capacity nobody owns, at most `usable`:
+        the idle GPUs such a job could use (that capacity is idle GPUs, and a whole-GPU
+        job's hold must not keep a slice job off MIG GPUs it never runs on)."""
         k = self.key(team, model)
         if not self.enabled or k is None:
             return
