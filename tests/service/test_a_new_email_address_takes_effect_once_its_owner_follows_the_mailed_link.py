@@ -54,6 +54,13 @@ def words(page: str) -> str:
     return " ".join(re.sub(r"<[^>]+>", "", page).split())
 
 
+def refused_both(browser: Client, link: str, says: str) -> None:
+    """The link's page and its form's POST are each a 400 page that says `says`."""
+    for response in (browser.get(link), browser.post(link)):
+        assert response.status_code == 400
+        assert says in words(response.content.decode())
+
+
 def ask(client_for: Any, who: str, address: str) -> Any:
     return client_for(who).patch("/api/v1/me/", {"email": address}, format="json")
 
@@ -197,12 +204,11 @@ def test_an_expired_link_is_a_400_page_that_says_so(
 
     old = Then(salt=EMAIL_CONFIRM_SALT).sign_object(what)
 
-    shown = browser_of(alice).get(f"/me/email/confirm/{old}/")
-    posted = browser_of(alice).post(f"/me/email/confirm/{old}/")
-
-    for response in (shown, posted):
-        assert response.status_code == 400
-        assert "This link has expired: links work for 3 days." in words(response.content.decode())
+    refused_both(
+        browser_of(alice),
+        f"/me/email/confirm/{old}/",
+        "This link has expired: links work for 3 days.",
+    )
     alice.refresh_from_db()
     assert alice.email == "alice@old.example.org"
 
@@ -217,12 +223,7 @@ def test_no_one_else_following_alices_link_changes_either_address_or_request(
     ask(client_for, who, f"{who}@new.example.org")
     link = link_in(mailoutbox[0])
 
-    shown = browser_of(other).get(link)
-    posted = browser_of(other).post(link)
-
-    for response in (shown, posted):
-        assert response.status_code == 400
-        assert "This link was sent for another account" in words(response.content.decode())
+    refused_both(browser_of(other), link, "This link was sent for another account")
     alice.refresh_from_db()
     other.refresh_from_db()
     assert (alice.email, other.email) == ("alice@old.example.org", f"{who}@example.org")
@@ -366,14 +367,7 @@ def test_a_followed_link_cannot_set_its_address_again_once_the_address_changed_b
     ask(client_for, "alice", "alice@a.example.org")
     assert browser.post(link_in(mailoutbox[-1])).status_code == 302
 
-    shown = browser.get(to_b)
-    posted = browser.post(to_b)
-
-    for response in (shown, posted):
-        assert response.status_code == 400
-        assert "This link no longer works: it has been used already" in words(
-            response.content.decode()
-        )
+    refused_both(browser, to_b, "This link no longer works: it has been used already")
     alice.refresh_from_db()
     assert alice.email == "alice@a.example.org"
     assert len(mailoutbox) == 2
@@ -388,15 +382,12 @@ def test_asking_for_another_address_supersedes_the_waiting_link_which_says_so(
     one, two = (link_in(m) for m in mailoutbox)
     browser = browser_of(alice)
 
-    shown = browser.get(one)
-    posted = browser.post(one)
-
-    for response in (shown, posted):
-        assert response.status_code == 400
-        assert (
-            "A newer link was sent since this one, to alice@two.example.org: only the latest "
-            "one works." in words(response.content.decode())
-        )
+    refused_both(
+        browser,
+        one,
+        "A newer link was sent since this one, to alice@two.example.org: only the latest "
+        "one works.",
+    )
     alice.refresh_from_db()
     assert alice.email == "alice@old.example.org"
     assert client_for("alice").get("/api/v1/me/").json()["pending_email"] == (
