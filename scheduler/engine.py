@@ -877,8 +877,10 @@ class _Cycle:
         if acc.used + h.gpus + gpus <= acc.quota.nominal + 1e-9:
             return None
         # Room for both by the time the holder could start (the team's jobs ending by then,
-        # those started or preempting this cycle too)?
-        both = self.ledger.nominal_free_at(r.team, model, h.gpus + gpus, self.quota_since(k))
+        # those started or preempting this cycle too, those it preempts when they leave)?
+        both = self.ledger.nominal_free_at(
+            r.team, model, h.gpus + gpus, self.quota_since(k), self._quota_preempted.get(k, ())
+        )
         if both is not None and both <= h.until:
             return None
         self.held_until = h.until
@@ -1467,9 +1469,15 @@ class _Cycle:
                 continue
             victims = found.victims
             freed = sum(c.size for c, _ in victims if c.team == r.team)
-            if not self.worth_it(
-                victims, gpus, partial(self.ledger.nominal_free_at, r.team, m, gpus)
-            ):
+            ready_at = partial(
+                self.ledger.nominal_free_at,
+                r.team,
+                m,
+                gpus,
+                self.quota_since(key),
+                self._quota_preempted.get(key, ()),
+            )
+            if not self.worth_it(victims, gpus, ready_at):
                 continue
             self.apply_preemption(r, gpus, found)
             return reasons.preempting(
@@ -1978,9 +1986,13 @@ class _Cycle:
         self, r: JobRequest, model: str, share: float, for_instance: bool
     ) -> float | None:
         """When a slice job refused quota could start without preempting: once its team's
-        jobs on that quota end (by their limits) and, `for_instance`, an instance it may use
-        comes free."""
-        quota = self.ledger.nominal_free_at(r.team, model, share)
+        jobs on that quota end (by their limits; those started or preempting this cycle too,
+        those preempted this cycle when they leave) and, `for_instance`, an instance it may
+        use comes free."""
+        k = self.ledger.key(r.team, model)
+        started = self.quota_since(k) if k is not None else ()
+        preempted = self._quota_preempted.get(k, ()) if k is not None else ()
+        quota = self.ledger.nominal_free_at(r.team, model, share, started, preempted)
         instance = self.mig_free_at(r) if for_instance else self.now
         return None if quota is None or instance is None else max(quota, instance)
 

@@ -670,17 +670,26 @@ class Ledger:
         model: str,
         gpus: float,
         started: Sequence[tuple[float | None, float]] = (),
+        preempted: Sequence[tuple[float | None, float, float]] = (),
     ) -> float | None:
         """When the team's running jobs on this quota will have ended (by their time limits)
         enough for `gpus` more to fit its nominal; None if never known. `started`: (end,
-        GPUs) of jobs started on it since the snapshot (counted in its usage already)."""
+        GPUs) of jobs started on it since the snapshot (counted in its usage already);
+        `preempted`: (end by its limit as held, when it leaves, GPUs) of its running jobs
+        preempted since, which end when they leave (one of unknown end too)."""
         k = self.key(team, model)
         if k is None:
             return None
         acc = self.accounts[k]
         held = self._held.get(k, [])
-        if started:
+        if started or preempted:
             held = [*held, *started]
+        for end, leaves, gpus_gone in preempted:
+            # The job's own entry is not known, only its (end, GPUs): any equal one serves.
+            for i, (e, g) in enumerate(held):
+                if e == end and abs(g - gpus_gone) <= 1e-9:
+                    held[i] = (leaves, g)
+                    break
         return _fits_at(held, acc.used, acc.quota.nominal - gpus)
 
     def held(self, key: tuple[str, str]) -> Sequence[tuple[float | None, float]]:
