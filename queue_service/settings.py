@@ -76,13 +76,22 @@ def env_count(name: str, default: int, *, maximum: int) -> int:
     return int(raw)
 
 
-def env_count_or_unlimited(name: str, default: int) -> int | None:
+def _count_or_none(name: str, default: int, word: str) -> int | None:
+    """A whole number >= 1, or `word` (any case) for None."""
     raw = env(name, str(default)).strip().lower()
-    if raw == "unlimited":
+    if raw == word:
         return None
     if not _whole(raw) or int(raw) < 1:
-        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number >= 1 or 'unlimited'")
+        raise ImproperlyConfigured(f"{name}={raw!r} must be a whole number >= 1 or {word!r}")
     return int(raw)
+
+
+def env_count_or_unlimited(name: str, default: int) -> int | None:
+    return _count_or_none(name, default, "unlimited")
+
+
+def env_count_or_off(name: str, default: int) -> int | None:
+    return _count_or_none(name, default, "off")
 
 
 def env_seconds(name: str, default: int, *, maximum: float = TEN_YEARS_S) -> int:
@@ -265,6 +274,10 @@ GPUQ_PREEMPTION_GRACE_S = env_float("GPUQ_PREEMPTION_GRACE_S", 30.0)
 GPUQ_MIN_RUNTIME_S = env_float("GPUQ_MIN_RUNTIME_S", 0.0)
 # After this many preemptions a job is not preempted for priority again ("unlimited": never).
 GPUQ_MAX_PRIORITY_PREEMPTIONS = env_count_or_unlimited("GPUQ_MAX_PRIORITY_PREEMPTIONS", 2)
+# After this many preemptions (reclaim or priority) a job starts again only within its team's
+# nominal quota and is preempted no more ("off": never protected). The default is
+# scheduler.types.Policy's.
+GPUQ_PROTECT_AFTER_PREEMPTIONS = env_count_or_off("GPUQ_PROTECT_AFTER_PREEMPTIONS", 1)
 # A priority preemption may throw away at most this many GPU-seconds of work per GPU-second
 # of waiting it saves, the wait read from time limits ("off": any). Reclaim of nominal quota
 # is never weighed. The default is scheduler.types.Policy's.

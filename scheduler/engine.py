@@ -27,7 +27,7 @@ from .capacity import (
 from .order import Room, order_kinds, standings
 from .preempt import Candidate, Plan, Preemptor, within_budget
 from .preempt import plan as plan_preemption
-from .quota import Account, Demand, Ledger
+from .quota import Account, Demand, Ledger, Verdict
 from .types import (
     ANY_MODEL,
     Decisions,
@@ -196,12 +196,14 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        for both by its earliest start or their time limit ends before it: FIFO within a
        team, as EASY backfill judges it; a slice job that waits for an instance likewise,
        until one frees by the limits, and one whose GPU is laid out for it counts on its
-       quota at once), then placement (capacity.py): a single-node job
+       quota at once; a job the queue preempted Policy.protect_after_preemptions times
+       starts again only within its team's nominal, as a class that cannot be preempted
+       does, unless larger than it), then placement (capacity.py): a single-node job
        goes where it does not keep a node busy longer than the jobs already there (by time
        limits), else best fit, so nodes empty whole for gangs; a gang starts
        all-or-nothing on n best-fit nodes of one group. A group of equivalent jobs
-       (team, class, shape) that failed is not tried again this cycle: capacity and quota
-       only shrink while a cycle runs.
+       (team, class, shape, protection) that failed is not tried again this cycle:
+       capacity and quota only shrink while a cycle runs.
     4. Backfill (EASY): the first job per capacity group (GPU model, pool, cluster) that
        does not fit gets a reservation (backfill.py) holding the free GPUs it will need,
        and the quota it will borrow (of capacity nobody owns, no more than the idle GPUs it
@@ -212,12 +214,13 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        from teams running on borrowed quota (any of their jobs, up to what they hold above
        their nominal); a higher, non-preemptible class (any higher
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
-       the work it throws away is worth less than its wait (preempt.py). Searches are
-       bounded per cycle (Policy.max_preemption_searches); past the bound each team may
-       still search once to reclaim, so failing searches ahead never starve a guarantee,
-       and a job that preempted in an earlier cycle (PendingJob.preempting_on) still claims
-       its victims leaving its nodes (no new victim). Such a job is tried on its own, not
-       given its kind's verdict.
+       the work it throws away is worth less than its wait (preempt.py). A job protected
+       after its preemptions (step 3) is no victim of either; it preempts as its class
+       does. Searches are bounded per cycle (Policy.max_preemption_searches); past the
+       bound each team may still search once to reclaim, so failing searches ahead never
+       starve a guarantee, and a job that preempted in an earlier cycle
+       (PendingJob.preempting_on) still claims its victims leaving its nodes (no new
+       victim). Such a job is tried on its own, not given its kind's verdict.
        The minimal victims get the grace period; the job starts after. A slice job does
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
@@ -276,6 +279,8 @@ class _Cycle:
         self.mig_tables = mig.overrides_from(snapshot.mig_tables) or None
         # GPUs per running job, in snapshot order.
         self.running_gpus = [running_gpus(j, self.mig_tables) for j in snapshot.running]
+        # Jobs protected after their preemptions, by id, with how many they had.
+        self.protected = self.protected_jobs()
         self.ledger: Ledger
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -361,11 +366,81 @@ class _Cycle:
         return self.values.get(r.priority, 0)
 
     def preemptible(self, r: JobRequest) -> bool:
-        return self.preemptibles.get(r.priority, True)
+        """May r be preempted, running, and so borrow, starting? Not when its class cannot
+        be preempted, nor when it is protected after its preemptions (protected_jobs): for
+        quota and as a victim the two are alike."""
+        return self.preemptibles.get(r.priority, True) and r.id not in self.protected
 
     def preempts_for_priority(self, r: JobRequest) -> bool:
-        """May r preempt lower classes (Policy.preemptible_classes_preempt)?"""
-        return self.policy.preemptible_classes_preempt or not self.preemptible(r)
+        """May r preempt lower classes (Policy.preemptible_classes_preempt)? By its class:
+        a job protected after its preemptions gains no such power."""
+        return self.policy.preemptible_classes_preempt or not self.preemptibles.get(
+            r.priority, True
+        )
+
+    def protected_jobs(self) -> dict[str, int]:
+        """The jobs (pending and running) of a preemptible class the queue preempted
+        Policy.protect_after_preemptions times, with how many: each starts again only within
+        its team's nominal quota and is no victim again. Only those whose GPUs fit their
+        team's nominal on a quota they could use (of their model, else the team's "*"; for
+        any model, any of the team's): a larger job could never start so. None without
+        quotas (no nominal to start within)."""
+        after = self.policy.protect_after_preemptions
+        if after is None or not self.policy.quotas:
+            return {}
+        # One cheap pass over a deep queue: most jobs were never preempted.
+        jobs = [(p.request, p.preemptions) for p in self.s.pending if p.preemptions >= after]
+        jobs += [(j.request, j.preemptions) for j in self.s.running if j.preemptions >= after]
+        jobs = [(r, n) for r, n in jobs if self.preemptibles.get(r.priority, True)]
+        if not jobs:  # the usual case: no quota lookups
+            return {}
+        nominals = {t.name: {q.gpu_model: q.nominal for q in t.quotas} for t in self.s.teams}
+        protected: dict[str, int] = {}
+        for r, n in jobs:
+            gpus = request_gpus(r, self.mig_models, self.mig_tables)
+            quotas = nominals.get(r.team, {})
+            if r.gpu_model:
+                own = quotas.get(r.gpu_model, quotas.get(ANY_MODEL))
+                fits = [] if own is None else [own]
+            else:
+                fits = list(quotas.values())
+            if gpus is not None and any(gpus <= nominal + 1e-9 for nominal in fits):
+                protected[r.id] = n
+        return protected
+
+    def check_quota(
+        self,
+        r: JobRequest,
+        model: str,
+        gpus: float,
+        ends: float | None,
+        idle: Callable[[], float] | None = None,
+        ledger: Ledger | None = None,
+    ) -> Verdict:
+        """Ledger.check for r, preemptible or not as preemptible() says, and a protected
+        job's refusal saying why."""
+        return (ledger or self.ledger).check(
+            r.team,
+            model,
+            gpus,
+            self.preemptible(r),
+            ends,
+            idle=idle,
+            preempted=self.protected.get(r.id),
+        )
+
+    def commit_quota(
+        self,
+        r: JobRequest,
+        model: str,
+        gpus: float,
+        ends: float | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        """Ledger.commit for r, preemptible or not as preemptible() says."""
+        (ledger or self.ledger).commit(
+            r.team, model, gpus, self.preemptible(r), ends, protected=r.id in self.protected
+        )
 
     def groups(self, model: str | None, r: JobRequest) -> list[Group]:
         """The capacity groups a job may use: of that model, its pool and its cluster (MIG
@@ -395,7 +470,10 @@ class _Cycle:
         reqs = [p.request for p in pending]
         # Jobs of one kind (team, class, shape) are alike to the scheduler: what depends only
         # on the kind is worked out once per kind, and each job carries its kind's number. A
-        # number per job, unlike a tuple, gives the garbage collector nothing to track.
+        # number per job, unlike a tuple, gives the garbage collector nothing to track. A job
+        # protected after its preemptions is of a kind of its own, by their count (its
+        # reason says it): its quota's verdict is not another's. -1: not protected.
+        protected = self.protected
         numbers: dict[tuple[object, ...], int] = {}
         kind_of = [
             numbers.setdefault(
@@ -408,6 +486,7 @@ class _Cycle:
                     r.mig_profile,
                     r.pool,
                     r.cluster,
+                    protected.get(r.id, -1) if protected else -1,
                 ),
                 len(numbers),
             )
@@ -445,6 +524,7 @@ class _Cycle:
             policy.quotas,
             self.open_capacity,
             self.running_ends() if policy.quotas else (),
+            self.protected,
         )
         ids = [r.id for r in reqs]
         order = self.order(reqs, ids, kinds, kind_of, kind_demand)
@@ -935,7 +1015,7 @@ class _Cycle:
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         for m in models:
             idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
-            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends, idle=idle)
+            verdict = self.check_quota(r, m, gpus, ends, idle)
             if verdict.ok:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
@@ -995,7 +1075,7 @@ class _Cycle:
             # What a team borrows is held by its preemptible jobs (quota.py).
             borrowed = dict(allowed)[model] and preemptible
             allocs = allocate(self.index, fit, g, from_held)
-            self.ledger.commit(r.team, model, gpus, preemptible, ends)
+            self.commit_quota(r, model, gpus, ends)
             self.quota_taken(r, model, gpus, ends)
             self.starts.append(Start(r.id, Placement(allocs), model, borrowed))
             self.cycle_releases.append((ends, model, allocs))
@@ -1074,10 +1154,9 @@ class _Cycle:
             return reason
         gpus = float(r.nodes * r.gpus_per_node)
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
-        preemptible = self.preemptible(r)
         for m in self.models_for(r):
             idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
-            verdict = self.ledger.check(r.team, m, gpus, preemptible, ends, idle=idle)
+            verdict = self.check_quota(r, m, gpus, ends, idle)
             if verdict.ok:
                 return reason  # not expected; the verdict the kind reached stands
             if verdict.reason is not None:
@@ -1170,12 +1249,12 @@ class _Cycle:
         """Preemptible running jobs per node, in victim preference order."""
         if self._candidates is None:
             borrowed = self.borrowed_ids()
-            values, preemptibles = self.values, self.preemptibles
+            values, preemptibles, protected = self.values, self.preemptibles, self.protected
             on_node: dict[str, list[Candidate]] = {}
             for job in self.s.running:
                 r = job.request
                 leaving = job.preempting_since is not None
-                if not (leaving or preemptibles.get(r.priority, True)):
+                if not (leaving or (preemptibles.get(r.priority, True) and r.id not in protected)):
                     continue
                 allocs = job.placement.allocs
                 if len(allocs) == 1:  # the usual case, without a comprehension's frame
@@ -1263,7 +1342,7 @@ class _Cycle:
         over = self.ledger.borrowed_by_team()
         if not over:
             return set()
-        key, preemptibles = self.ledger.usage_key, self.preemptibles
+        key = self.ledger.usage_key
         teams = {team for team, _ in over}  # most teams borrow nothing: skip their jobs first
         by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
         for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
@@ -1271,7 +1350,7 @@ class _Cycle:
             if r.team not in teams:
                 continue
             k = key(r.team, job.gpu_model)
-            if k is not None and k in over and preemptibles.get(r.priority, True):
+            if k is not None and k in over and self.preemptible(r):
                 by_key.setdefault(k, []).append((job, gpus))
         result: set[str] = set()
         for k, jobs in by_key.items():
@@ -1613,7 +1692,7 @@ class _Cycle:
         model = found.group.key[0]
         # The preemptor's quota is its own from now on: otherwise its team's lower jobs
         # restart on it while the victims leave, and are preempted again.
-        self.ledger.commit(r.team, model, gpus, self.preemptible(r))
+        self.commit_quota(r, model, gpus)
         self.record_victims(r, model, found.victims)
         self.preempting.append((r.id, found.nodes))
         held: dict[str, list[int]] = {}
@@ -1758,7 +1837,7 @@ class _Cycle:
             if not self.mig_serves(r, m):
                 continue  # its quota for a model that never offers the profile is beside the point
             share = _fraction(m, profile, self.mig_tables) or gpus
-            verdict = self.ledger.check(r.team, m, share, self.preemptible(r), ends)
+            verdict = self.check_quota(r, m, share, ends)
             if not verdict.ok:
                 refusal = refusal or verdict.reason
                 over.append(m)
@@ -1774,7 +1853,7 @@ class _Cycle:
             )
             if took is not None:
                 node, slot = took
-                self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
+                self.commit_quota(r, m, share, ends)
                 self.quota_taken(r, m, share, ends)
                 alloc = NodeAlloc(node, (), slot)
                 # What a team borrows is held by its preemptible jobs (quota.py).
@@ -1800,7 +1879,7 @@ class _Cycle:
             m = self.index.nodes[target[0]].group[0]
             if m in admitted:
                 share = _fraction(m, profile, self.mig_tables) or gpus
-                self.ledger.commit(r.team, m, share, self.preemptible(r), ends)
+                self.commit_quota(r, m, share, ends)
                 self.quota_taken(r, m, share, ends)
             if self.mig_index.held_for(*target, r.id):
                 # Emptied for it: still its own until the relayout is applied and it starts.
@@ -1949,7 +2028,7 @@ class _Cycle:
             ready_at = partial(self.slice_ready_at, r, m, share, room is None)
             if not self.worth_losing(lost, share, ready_at):
                 continue
-            self.ledger.commit(r.team, m, share, preemptible)
+            self.commit_quota(r, m, share)
             self.record_victims(r, m, victims)
             gone = now
             for c, _ in victims:
@@ -2111,7 +2190,7 @@ class _Cycle:
             lost = sum(holders[c.id][1] * (now - c.start) for c, k in victims if k == "priority")
             if not self.worth_losing(lost, share, partial(self.mig_free_at, r)):
                 return None
-        self.ledger.commit(r.team, model, share, self.preemptible(r))
+        self.commit_quota(r, model, share)
         self.record_victims(r, model, victims)
         grace = policy.preemption_grace_s
         gone = now
@@ -2257,13 +2336,12 @@ class _Cycle:
             r = reqs[i]
             models = [r.gpu_model] if r.gpu_model else self.mig_models
             ends = None if r.time_limit_s is None else self.now + r.time_limit_s
-            preemptible = self.preemptible(r)
             for m in models:
                 if not self.mig_serves(r, m):
                     continue  # its share of m's quota would hold back others for nothing
                 share = _fraction(m, r.mig_profile or "", self.mig_tables) or gpus
-                if trial.check(r.team, m, share, preemptible, ends).ok:
-                    trial.commit(r.team, m, share, preemptible, ends)
+                if self.check_quota(r, m, share, ends, ledger=trial).ok:
+                    self.commit_quota(r, m, share, ends, ledger=trial)
                     # For the model its quota admits: an any-model job is planned there only.
                     checked = r if r.gpu_model else replace(r, gpu_model=m)
                     requests.append(self.mig_request(checked, first_tier=rank < self.first_tier))

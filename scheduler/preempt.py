@@ -19,7 +19,9 @@ victim ran less than the minimum run time or was already preempted
 Policy.max_priority_preemptions times, and only when it is worth it (the engine's check):
 the victims' GPU-seconds since they started at most Policy.preemption_loss_ratio times the
 GPU-seconds the job would otherwise wait for room by running jobs' time limits. Reclaim is
-never weighed so. Non-preemptible classes are never victims. A job already in its grace
+never weighed so. Non-preemptible classes are never victims, nor are jobs protected after
+their preemptions (Policy.protect_after_preemptions: the engine leaves them out of the
+candidates). A job already in its grace
 period is a free victim: its GPUs are coming back anyway.
 
 Per node, the victims are taken in preference order (already leaving, borrowed, lowest

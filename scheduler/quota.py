@@ -24,13 +24,15 @@ nominal 0 there: all it runs is borrowed, and reclaimable.
 Non-preemptible jobs of a team together stay within its nominal quota; the part of a team's
 usage above nominal is then always held by preemptible jobs, which another team reclaiming
 its guarantee can preempt. So one team's unpreemptible work never blocks another's nominal.
+A job protected after its preemptions (Policy.protect_after_preemptions) counts as
+non-preemptible here; the engine says which jobs are.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +51,9 @@ class Account:
     # Usage by non-preemptible jobs: never above nominal, so whatever a team borrows is held
     # by preemptible jobs and another team's guarantee can always be reclaimed.
     fixed: float = 0.0
+    # Of `fixed`, jobs of a preemptible class protected after being preempted
+    # (Policy.protect_after_preemptions): a refusal says they hold it too.
+    protected: float = 0.0
     running_jobs: int = 0
     # Idle nominal this account lends: for good (in Ledger.pool), or until `loan.at`.
     lent: float = 0.0
@@ -79,6 +84,7 @@ class _Use:
 
     used: float = 0.0
     fixed: float = 0.0
+    protected: float = 0.0
     jobs: int = 0
     held: list[tuple[float | None, float]] = field(default_factory=list)
 
@@ -94,10 +100,21 @@ OK_NOMINAL = Verdict(True)
 OK_BORROWED = Verdict(True, borrowed=True)
 
 
-def never_fits(team: str, q: Quota, gpus: float, preemptible: bool) -> Reason:
+def times_text(n: int) -> str:
+    return "1 time" if n == 1 else f"{n} times"
+
+
+def never_fits(
+    team: str, q: Quota, gpus: float, preemptible: bool, preempted: int | None = None
+) -> Reason:
     """Why a job larger than its team's quota could ever hold waits: until the quota is
-    raised, however long it waits."""
-    if preemptible:
+    raised, however long it waits. `preempted`: as for Ledger.check."""
+    if preempted is not None:
+        holds = (
+            f"a job preempted {times_text(preempted)} runs only within nominal quota,"
+            f" {gpus_text(q.nominal)}"
+        )
+    elif preemptible:
         holds = (
             f"the quota holds at most {gpus_text(q.nominal + (q.borrowing_limit or 0.0))}"
             f" (nominal {gpus_text(q.nominal)}, borrowing limit"
@@ -132,10 +149,12 @@ class Ledger:
         enabled: bool,
         capacity: Mapping[str, float] | None = None,
         ends: Sequence[float | None] = (),
+        protected: Container[str] = frozenset(),
     ) -> None:
         """`running` is (job, GPUs, preemptible); `capacity` the cluster's GPUs per model;
         `ends`, when given, when each running job ends for planning (None: unknown), in
-        `running` order."""
+        `running` order; `protected`, the ids of the running jobs not preemptible for being
+        protected after preemptions (Policy.protect_after_preemptions), not for their class."""
         self.enabled = enabled
         self.accounts: dict[tuple[str, str], Account] = {}
         for team in teams:
@@ -153,6 +172,8 @@ class Ledger:
             u.used += gpus
             if not preemptible:
                 u.fixed += gpus
+                if protected and job.request.id in protected:
+                    u.protected += gpus
             u.jobs += 1
             if ends:
                 u.held.append((ends[i], gpus))
@@ -169,6 +190,7 @@ class Ledger:
             acc = self.accounts[k]
             acc.used += u.used
             acc.fixed += u.fixed
+            acc.protected += u.protected
             acc.running_jobs += u.jobs
             if u.held:
                 self._held.setdefault(k, []).extend(u.held)
@@ -523,11 +545,14 @@ class Ledger:
         ends: float | None = None,
         *,
         idle: Callable[[], float] | None = None,
+        preempted: int | None = None,
     ) -> Verdict:
         """May the team start `gpus` more on this quota now, for a job ending at `ends`?
         `idle`: how many idle GPUs such a job could use, when not all of the model's (a
         whole-GPU job's: not MIG GPUs, nor other pools'), asked only for a refusal, which
-        says no more can be lent to it."""
+        says no more can be lent to it. `preempted`: for a job not preemptible because it
+        was preempted this many times (Policy.protect_after_preemptions), not for its
+        class: its refusal says so."""
         if not self.enabled:
             return OK_NOMINAL
         acc = self.account(team, model)
@@ -546,7 +571,7 @@ class Ledger:
         # never large enough): no wait helps, and "needs N more" would say one does.
         most = q.nominal + limit if preemptible else q.nominal
         if gpus > most + 1e-9:
-            return Verdict(False, reason=never_fits(team, q, gpus, preemptible))
+            return Verdict(False, reason=never_fits(team, q, gpus, preemptible, preempted))
         if q.max_running_jobs is not None and acc.running_jobs >= q.max_running_jobs:
             return Verdict(
                 False,
@@ -558,23 +583,7 @@ class Ledger:
                 ),
             )
         if not preemptible and acc.fixed + gpus > q.nominal + 1e-9:
-            return Verdict(
-                False,
-                reason=Reason(
-                    "quota_exhausted",
-                    f"team {team} runs {gpus_text(acc.fixed)} of {gpus_text(q.nominal)}"
-                    f" {q.gpu_model} GPUs in"
-                    " classes that cannot be preempted, which run only within nominal quota"
-                    f" (needs {gpus_text(gpus)})",
-                    (
-                        ("team", team),
-                        ("gpu_model", q.gpu_model),
-                        ("non_preemptible_used", acc.fixed),
-                        ("nominal", q.nominal),
-                        ("requested", gpus),
-                    ),
-                ),
-            )
+            return Verdict(False, reason=self.fixed_refusal(team, acc, gpus, preempted))
         after = acc.used + gpus
         if after <= q.nominal + 1e-9:
             return OK_NOMINAL
@@ -633,9 +642,53 @@ class Ledger:
             ),
         )
 
+    @staticmethod
+    def fixed_refusal(team: str, acc: Account, gpus: float, preempted: int | None) -> Reason:
+        """Why a job that is not preemptible does not fit what its team's non-preemptible
+        jobs leave of the nominal (`preempted`: as for check)."""
+        q = acc.quota
+        used = f"{gpus_text(acc.fixed)} of {gpus_text(q.nominal)} {q.gpu_model} GPUs"
+        details: tuple[tuple[str, Any], ...] = (
+            ("team", team),
+            ("gpu_model", q.gpu_model),
+            ("non_preemptible_used", acc.fixed),
+            ("nominal", q.nominal),
+            ("requested", gpus),
+        )
+        if acc.protected > 1e-9:
+            details += (("protected_used", acc.protected),)
+        if preempted is not None:
+            return Reason(
+                "quota_exhausted",
+                f"preempted {times_text(preempted)}, so it now runs only within team {team}'s"
+                f" nominal quota, where nothing preempts it again: team {team} runs {used}"
+                f" there (needs {gpus_text(gpus)})",
+                (*details, ("protected_after_preemptions", preempted)),
+            )
+        held = "classes that cannot be preempted"
+        if acc.protected > 1e-9:
+            held += (
+                f" or in jobs protected after being preempted ({gpus_text(acc.protected)} of them)"
+            )
+        return Reason(
+            "quota_exhausted",
+            f"team {team} runs {used} in {held}, which run only within nominal quota"
+            f" (needs {gpus_text(gpus)})",
+            details,
+        )
+
     def commit(
-        self, team: str, model: str, gpus: float, preemptible: bool, ends: float | None = None
+        self,
+        team: str,
+        model: str,
+        gpus: float,
+        preemptible: bool,
+        ends: float | None = None,
+        *,
+        protected: bool = False,
     ) -> None:
+        """`protected`: not preemptible for being protected after preemptions, not for its
+        class (counted as such in refusals)."""
         if not self.enabled:
             return
         acc = self.account(team, model)
@@ -644,6 +697,7 @@ class Ledger:
         before = acc.borrowed
         acc.used += gpus
         acc.fixed += 0.0 if preemptible else gpus
+        acc.protected += gpus if protected else 0.0
         acc.running_jobs += 1
         if acc.lent > 0.0:
             self._take_back(acc)

@@ -257,7 +257,7 @@ def simulate(
         if ended_by == "completed" or remaining[job_id] <= 1e-9:
             out.end = at
         else:
-            pending[job_id] = PendingJob(r, attempts=act.run)
+            pending[job_id] = PendingJob(r, attempts=act.run, preemptions=out.preemptions)
             waiting_per_team[r.team] = waiting_per_team.get(r.team, 0) + 1
 
     def nodes_now() -> tuple[Node, ...]:

@@ -160,6 +160,9 @@ class PendingJob:
     # preemptor and its preemption made again (a slice job: the GPU emptied for it there is
     # held for it, through its relayout, until it starts; or the one instance freed for it).
     preempting_on: tuple[str, ...] = ()
+    # How many times the queue preempted the job (RunningJob.preemptions likewise):
+    # Policy.protect_after_preemptions reads it.
+    preemptions: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +211,12 @@ class Policy:
     # without a cap a long low-class job restarts again and again and never finishes.
     # None: no cap.
     max_priority_preemptions: int | None = 2
+    # A job the queue preempted this many times (reclaim or priority) is protected: it starts
+    # again only within its team's nominal quota, as a non-preemptible class does, and is no
+    # victim again. So no job is thrown away over and over (ping-pong), and no guarantee is
+    # lost for it: it never borrows, so a reclaim never needs it. A job larger than its
+    # team's nominal could then never start: it stays unprotected. None: no protection.
+    protect_after_preemptions: int | None = 1
     # A priority preemption must be worth it: the victims' work since they started (GPU-
     # seconds) at most this many times what the job would otherwise wait (its GPUs times
     # the time until running jobs' limits make room). Otherwise it waits; a job about to
@@ -242,6 +251,10 @@ class Policy:
             raise ValueError(
                 f"fair_share_half_life_s must be positive, not {self.fair_share_half_life_s!r}"
             )
+        # 0 would protect every job before its first preemption: no job could ever borrow.
+        after = self.protect_after_preemptions
+        if after is not None and after < 1:
+            raise ValueError(f"protect_after_preemptions must be at least 1 or None, not {after!r}")
 
 
 # Reason and Wait are NamedTuples, immutable like the dataclasses here but built by

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import (
+    Case,
     Count,
     F,
     FloatField,
@@ -28,6 +29,7 @@ from django.db.models import (
     Sum,
     TextField,
     Value,
+    When,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Exp, Greatest, Least
@@ -41,7 +43,7 @@ from queue_service.tenancy.models import Quota, Team
 from scheduler import mig
 from scheduler import types as st
 
-from .models import Job, JobArray, JobRun, PriorityClass, SchedulerLock
+from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
 from .reports import GONE, array_states
 from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
@@ -165,6 +167,7 @@ def policy() -> st.Policy:
         preemption_grace_s=settings.GPUQ_PREEMPTION_GRACE_S,
         min_runtime_s=settings.GPUQ_MIN_RUNTIME_S,
         max_priority_preemptions=settings.GPUQ_MAX_PRIORITY_PREEMPTIONS,
+        protect_after_preemptions=settings.GPUQ_PROTECT_AFTER_PREEMPTIONS,
         preemption_loss_ratio=settings.GPUQ_PREEMPTION_LOSS_RATIO,
         preemptible_classes_preempt=settings.GPUQ_PREEMPTIBLE_CLASSES_PREEMPT,
     )
@@ -275,7 +278,7 @@ class Disabled:
 # the spec as text: held jobs' are never decoded), its attempts, its array's id, index,
 # limit and name, its `after` list (decoded: usually null), and its reason's code and
 # `on_nodes` (the nodes the last cycle preempted on, or re-laid out a GPU emptied on, for
-# it: PendingJob.preempting_on).
+# it: PendingJob.preempting_on), and how many times the queue preempted it.
 PendingRow = tuple[Any, ...]
 PENDING_FIELDS = (
     "id",
@@ -294,11 +297,31 @@ PENDING_FIELDS = (
     "after",
     "reason_code",
     "on_nodes",
+    "preemptions",
 )
 ID, SPEC, ATTEMPTS, ARRAY, INDEX, LIMIT, NAME, AFTER = 0, 4, 8, 9, 10, 11, 12, 13
-REASON_CODE, ON_NODES = 14, 15
+REASON_CODE, ON_NODES, PREEMPTIONS = 14, 15, 16
 PINNED, CLUSTER = 6, 7
 TEAM = 1  # the team's slug
+
+
+# The queue's preemptions of a job (RunningJob's are counted alike), in the same query as
+# its row, so as of the same view. Only a job once dispatched (attempts >= 1) can have been
+# preempted (to preempting from queued or running): the others, most of a deep queue, are
+# 0 without a look at their events.
+_PREEMPTIONS = Case(
+    When(attempts=0, then=Value(0)),
+    default=Coalesce(
+        Subquery(
+            JobEvent.objects.filter(job=OuterRef("pk"), to_state=S.PREEMPTING)
+            .order_by()
+            .values("job")
+            .annotate(n=Count("id"))
+            .values("n")
+        ),
+        0,
+    ),
+)
 
 
 def _pending_rows() -> list[PendingRow]:
@@ -309,6 +332,7 @@ def _pending_rows() -> list[PendingRow]:
             after=KeyTransform("after", "spec"),
             reason_code=KeyTextTransform("code", "reason"),
             on_nodes=KeyTransform("on_nodes", KeyTransform("details", "reason")),
+            preemptions=_PREEMPTIONS,
         )
         .order_by("submitted_at", "id")
         .values_list(*PENDING_FIELDS)
@@ -446,7 +470,8 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
         Job.objects.filter(state__in=Job.ACTIVE)
         .exclude(placement=[])
         .select_related("team", "priority_class", "cluster")
-        # Earlier preemptions: Policy.max_priority_preemptions stops priority preemption there.
+        # Earlier preemptions: Policy.max_priority_preemptions stops priority preemption there,
+        # and Policy.protect_after_preemptions makes the job no victim.
         .annotate(preemptions=Count("events", filter=Q(events__to_state=S.PREEMPTING)))
         # The open run's start: a job its cluster held and ran again restarted its time limit.
         .annotate(run_started=Subquery(_open_run_start))
@@ -493,6 +518,7 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
                 request=fitted,
                 attempts=row[ATTEMPTS],
                 preempting_on=tuple(on_nodes) if isinstance(on_nodes, list) else (),
+                preemptions=row[PREEMPTIONS],
             )
         )
     pending = tuple(pending_jobs)

@@ -109,7 +109,9 @@ class Driver:
                 del self.leaves_at[jid]
                 self.preempted[jid] += 1
                 self.duration[jid] -= self.now - job.start_time
-                self.pending[jid] = PendingJob(job.request, attempts=1)
+                self.pending[jid] = PendingJob(
+                    job.request, attempts=1, preemptions=self.preempted[jid]
+                )
 
     def run_until(self, until: float) -> None:
         while self.now <= until:

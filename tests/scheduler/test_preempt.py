@@ -257,7 +257,9 @@ def test_a_job_preempted_often_enough_is_not_preempted_for_priority_again(
     low = running("low", {"n1": range(8)}, priority="low", limit=86400.0)
     busy = [replace(low, preemptions=preempted_before)]
     s = snap(nodes(1), [team("a", 8)], [job("hi", priority="normal")], busy)
-    d = decide(s, replace(NORMAL_PREEMPTS, max_priority_preemptions=cap))
+    # The cap alone: without protection after preemptions, which would spare "low" at once.
+    policy = replace(NORMAL_PREEMPTS, max_priority_preemptions=cap, protect_after_preemptions=None)
+    d = decide(s, policy)
     assert [p.job_id for p in d.preemptions] == (["low"] if preempted else [])
 
 

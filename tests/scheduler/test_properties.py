@@ -80,9 +80,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
             )
             leaving = NOW - 5 if draw(st.integers(0, 9)) == 0 else None
             placement = Placement((NodeAlloc(n.name, tuple(range(gpu, gpu + width))),))
-            running.append(
-                RunningJob(r, NOW - draw(st.integers(0, 3000)), placement, n.gpu_model, leaving)
-            )
+            started_at = NOW - draw(st.integers(0, 3000))
+            preemptions = draw(st.sampled_from([0, 0, 1, 2]))
+            running.append(RunningJob(r, started_at, placement, n.gpu_model, leaving, preemptions))
             gpu += width
     pending = tuple(
         PendingJob(
@@ -96,11 +96,30 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
                 gpu_model=draw(st.sampled_from([None, None, A100, H100])),
                 time_limit_s=draw(st.sampled_from([None, 500.0, 3000.0])),
                 pool=draw(st.sampled_from([None, None, "train"])),
-            )
+            ),
+            preemptions=draw(st.sampled_from([0, 0, 0, 1])),
         )
         for i in range(draw(st.integers(0, 12)))
     )
     return Snapshot(nodes, teams, pending, tuple(running))
+
+
+def protected(s: Snapshot, after: int = 1) -> set[str]:
+    """The jobs Policy.protect_after_preemptions=after protects: of a preemptible class,
+    preempted that often, no larger than their team's nominal on a quota they could use."""
+    quota = {t.name: t.quotas[0] for t in s.teams}
+    jobs = [(p.request, p.preemptions) for p in s.pending]
+    jobs += [(j.request, j.preemptions) for j in s.running]
+    found = set()
+    for r, preemptions in jobs:
+        q = quota.get(r.team)
+        if preemptions < after or not PREEMPTIBLE[r.priority] or q is None:
+            continue
+        if q.gpu_model in ("*", r.gpu_model or q.gpu_model) and (
+            r.nodes * r.gpus_per_node <= q.nominal
+        ):
+            found.add(r.id)
+    return found
 
 
 def used_gpus(s: Snapshot, d: Decisions) -> Counter[tuple[str, int]]:
@@ -163,6 +182,35 @@ def test_no_team_goes_above_nominal_plus_borrowing_limit(s: Snapshot) -> None:
     }:
         limit = math.inf if quota[team].borrowing_limit is None else quota[team].borrowing_limit
         assert used[team] <= quota[team].nominal + limit + 1e-9
+
+
+@FAST
+@given(snapshots())
+def test_a_team_starts_jobs_that_cannot_be_preempted_only_within_its_nominal(
+    s: Snapshot,
+) -> None:
+    # Of a class that cannot be preempted, or protected after their preemptions: once one
+    # starts on a quota, they all (running and started) fit its nominal.
+    d = schedule(s, Policy(), NOW)
+    quota = {t.name: t.quotas[0] for t in s.teams}
+    spared = protected(s)
+    fixed: dict[str, float] = defaultdict(float)
+    for job in s.running:
+        r, q = job.request, quota.get(job.request.team)
+        if q is None or q.gpu_model not in ("*", job.gpu_model):
+            continue
+        if not PREEMPTIBLE[r.priority] or r.id in spared:
+            fixed[r.team] += sum(len(a.gpus) for a in job.placement.allocs)
+    teams = set()
+    pending = {p.request.id: p.request for p in s.pending}
+    for start in d.starts:
+        r = pending[start.job_id]
+        if not PREEMPTIBLE[r.priority] or r.id in spared:
+            assert not start.borrowed
+            fixed[r.team] += sum(len(a.gpus) for a in start.placement.allocs)
+            teams.add(r.team)
+    for team in teams:
+        assert fixed[team] <= quota[team].nominal + 1e-9, (team, fixed[team], quota[team])
 
 
 @FAST
@@ -284,9 +332,12 @@ def test_non_preemptible_jobs_are_never_victims_and_victims_are_running(
 ) -> None:
     d = schedule(s, policy, NOW)
     running = {j.request.id: j for j in s.running}
+    # A job protected after its preemptions is no victim again either.
+    spared = protected(s)
     for p in d.preemptions:
         victim = running[p.job_id]
         assert PREEMPTIBLE[victim.request.priority]
+        assert p.job_id not in spared
         assert victim.preempting_since is None
         assert p.message.startswith(f"preempted by job {p.by_job_id}: ")
     assert len({p.job_id for p in d.preemptions}) == len(d.preemptions)

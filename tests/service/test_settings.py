@@ -179,7 +179,13 @@ def test_the_policy_settings_default_to_the_schedulers_own_defaults() -> None:
         k: v
         for k, v in os.environ.items()
         if not k.startswith(
-            ("GPUQ_FAIR_SHARE", "GPUQ_PREEMPTION", "GPUQ_MIN_RUNTIME", "GPUQ_MAX_PRIORITY")
+            (
+                "GPUQ_FAIR_SHARE",
+                "GPUQ_PREEMPTION",
+                "GPUQ_MIN_RUNTIME",
+                "GPUQ_MAX_PRIORITY",
+                "GPUQ_PROTECT",
+            )
         )
     }
     environ.setdefault("SECRET_KEY", "test-only")

@@ -138,10 +138,14 @@ Step = Callable[[Job, Any], Job]
 def test_the_queues_own_preemptions_requeue_the_job_and_use_no_retry(
     people: Any,
     local_cluster: Any,
+    settings: Any,
     retries: dict[str, Any],
     steps: list[Step],
     after: list[tuple[str, int]],
 ) -> None:
+    # Retries, not protection, are under test: a job reclaimed once would otherwise run only
+    # within its team's nominal and never borrow (and be reclaimed) again.
+    settings.GPUQ_PROTECT_AFTER_PREEMPTIONS = None
     # Each team is guaranteed 4 of the 8 GPUs and may borrow 4: language runs a job no one
     # preempts on 4 of them, and the job under test on 4 more, which vision takes back.
     Quota.objects.filter(gpu_model="SIM-A100").update(nominal_gpus=4, borrowing_limit_gpus=4)
