@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from queue_service.jobs.models import Job
 from queue_service.jobs.services import submit_job
-from queue_service.jobs.snapshot import build_snapshot, policy
+from queue_service.jobs.snapshot import build_snapshot, policy, run_cycle
 from queue_service.settings import env_count_or_off
 from queue_service.tenancy.models import Quota
 from tests.conftest import spec
@@ -39,6 +39,38 @@ def test_a_pending_job_brings_the_queues_preemptions_of_it_to_the_scheduler(
 
     counts = {p.request.id: p.preemptions for p in snap.pending}
     assert counts == {str(borrower.pk): 1, str(fresh.pk): 0}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("setting", "borrows_again"),
+    [(1, False), (2, True), (None, True)],
+)
+def test_a_job_reclaimed_once_waits_for_its_teams_nominal_and_says_why(
+    people: Any, local_cluster: Any, settings: Any, setting: int | None, borrows_again: bool
+) -> None:
+    # The borrower, reclaimed by vision, is pending again; vision's job is then cancelled
+    # (reclaimed() does), so 4 GPUs are free, but only on borrowed quota: language's own
+    # job holds its nominal 4.
+    settings.GPUQ_PROTECT_AFTER_PREEMPTIONS = setting
+    Quota.objects.filter(gpu_model="SIM-A100").update(nominal_gpus=4, borrowing_limit_gpus=4)
+    _running(submit_job(people["charlie"], spec(name="own", gpus_per_node=4, priority="high")).job)
+    borrower = submit_job(people["charlie"], spec(name="borrower", gpus_per_node=4)).job
+    borrower = reclaimed(borrower, people)
+    assert borrower.state == S.PENDING
+
+    run_cycle()
+    borrower.refresh_from_db()
+
+    if borrows_again:
+        assert borrower.state == S.ADMITTED, borrower.reason
+    else:
+        assert borrower.state == S.PENDING
+        assert borrower.reason["code"] == "quota_exhausted", borrower.reason
+        assert borrower.reason["message"].startswith("preempted 1 time, so it now runs only"), (
+            borrower.reason
+        )
+        assert borrower.reason["details"]["protected_after_preemptions"] == 1
 
 
 @pytest.mark.parametrize("value", [1, 3, None])
