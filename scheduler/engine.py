@@ -392,7 +392,7 @@ class _Cycle:
         jobs = [(p.request, p.preemptions) for p in self.s.pending if p.preemptions >= after]
         jobs += [(j.request, j.preemptions) for j in self.s.running if j.preemptions >= after]
         jobs = [(r, n) for r, n in jobs if self.preemptibles.get(r.priority, True)]
-        if not jobs:  # the usual case: no quota lookups
+        if not jobs:  # the usual case: no quota lookups at all
             return {}
         nominals = {t.name: {q.gpu_model: q.nominal for q in t.quotas} for t in self.s.teams}
         protected: dict[str, int] = {}
@@ -475,23 +475,41 @@ class _Cycle:
         # reason says it): its quota's verdict is not another's. -1: not protected.
         protected = self.protected
         numbers: dict[tuple[object, ...], int] = {}
-        kind_of = [
-            numbers.setdefault(
-                (
-                    r.team,
-                    r.priority,
-                    r.nodes,
-                    r.gpus_per_node,
-                    r.gpu_model,
-                    r.mig_profile,
-                    r.pool,
-                    r.cluster,
-                    protected.get(r.id, -1) if protected else -1,
-                ),
-                len(numbers),
-            )
-            for r in reqs
-        ]
+        if protected:
+            kind_of = [
+                numbers.setdefault(
+                    (
+                        r.team,
+                        r.priority,
+                        r.nodes,
+                        r.gpus_per_node,
+                        r.gpu_model,
+                        r.mig_profile,
+                        r.pool,
+                        r.cluster,
+                        protected.get(r.id, -1),
+                    ),
+                    len(numbers),
+                )
+                for r in reqs
+            ]
+        else:  # the usual case: no job protected, the key as without the rule
+            kind_of = [
+                numbers.setdefault(
+                    (
+                        r.team,
+                        r.priority,
+                        r.nodes,
+                        r.gpus_per_node,
+                        r.gpu_model,
+                        r.mig_profile,
+                        r.pool,
+                        r.cluster,
+                    ),
+                    len(numbers),
+                )
+                for r in reqs
+            ]
         # Each kind's first job. Kinds are numbered in order of first appearance, so each
         # search starts where the previous kind's first job was: one pass over kind_of in C.
         kinds: list[JobRequest] = []
@@ -1013,9 +1031,10 @@ class _Cycle:
         allowed: list[tuple[str, bool]] = []
         refusal: Reason | None = None
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+        check, preempted = self.ledger.check, self.protected.get(r.id)  # check_quota, inlined
         for m in models:
             idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
-            verdict = self.check_quota(r, m, gpus, ends, idle)
+            verdict = check(r.team, m, gpus, preemptible, ends, idle=idle, preempted=preempted)
             if verdict.ok:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
@@ -1342,7 +1361,7 @@ class _Cycle:
         over = self.ledger.borrowed_by_team()
         if not over:
             return set()
-        key = self.ledger.usage_key
+        key, preemptibles, protected = self.ledger.usage_key, self.preemptibles, self.protected
         teams = {team for team, _ in over}  # most teams borrow nothing: skip their jobs first
         by_key: dict[tuple[str, str], list[tuple[RunningJob, float]]] = {}
         for job, gpus in zip(self.s.running, self.running_gpus, strict=True):
@@ -1350,7 +1369,12 @@ class _Cycle:
             if r.team not in teams:
                 continue
             k = key(r.team, job.gpu_model)
-            if k is not None and k in over and self.preemptible(r):
+            if (
+                k is not None
+                and k in over
+                and preemptibles.get(r.priority, True)
+                and r.id not in protected
+            ):
                 by_key.setdefault(k, []).append((job, gpus))
         result: set[str] = set()
         for k, jobs in by_key.items():
