@@ -159,6 +159,9 @@ class Job(models.Model):
     external_id = models.CharField(max_length=256, blank=True, default="")
     remote_state = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
+    # How many times the queue preempted it (its events to preempting), which the cycle reads
+    # with every job: kept on the row by transition() rather than counted from its events.
+    preemptions = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
 
     array = models.ForeignKey(

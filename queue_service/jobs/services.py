@@ -15,7 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
@@ -100,10 +100,17 @@ def transition(
         fields.setdefault("finished_at", now)
         fields.setdefault("queue_position", None)
         fields.setdefault("estimated_start", None)
+    # Counted in the move's own UPDATE, so the count is the job's events to preempting.
+    counted = {"preemptions": F("preemptions") + 1} if to == S.PREEMPTING else {}
     with transaction.atomic():
-        hit = Job.objects.filter(pk=job.pk, state=frm, **(expect or {})).update(state=to, **fields)
+        hit = Job.objects.filter(pk=job.pk, state=frm, **(expect or {})).update(
+            state=to, **fields, **counted
+        )
         if hit != 1:
             raise StaleState(f"job {job.id} is no longer {frm}")
+        if counted:
+            # The row's count, not the expression: a later save() must not add it again.
+            job.preemptions = Job.objects.values_list("preemptions", flat=True).get(pk=job.pk)
         JobEvent.objects.create(
             job=job, from_state=frm, to_state=to, code=code, message=message, details=details or {}
         )

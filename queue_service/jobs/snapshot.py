@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import (
-    Case,
     Count,
     F,
     FloatField,
@@ -29,7 +28,6 @@ from django.db.models import (
     Sum,
     TextField,
     Value,
-    When,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Cast, Coalesce, Exp, Greatest, Least
@@ -43,7 +41,7 @@ from queue_service.tenancy.models import Quota, Team
 from scheduler import mig
 from scheduler import types as st
 
-from .models import Job, JobArray, JobEvent, JobRun, PriorityClass, SchedulerLock
+from .models import Job, JobArray, JobRun, PriorityClass, SchedulerLock
 from .reports import GONE, array_states
 from .services import CLUSTER_HOLDS, StaleState, request_cycle, transition, unplaced
 
@@ -305,25 +303,6 @@ PINNED, CLUSTER = 6, 7
 TEAM = 1  # the team's slug
 
 
-# The queue's preemptions of a job (RunningJob's are counted alike), in the same query as
-# its row, so as of the same view. Only a job once dispatched (attempts >= 1) can have been
-# preempted (to preempting from queued or running): the others, most of a deep queue, are
-# 0 without a look at their events.
-_PREEMPTIONS = Case(
-    When(attempts=0, then=Value(0)),
-    default=Coalesce(
-        Subquery(
-            JobEvent.objects.filter(job=OuterRef("pk"), to_state=S.PREEMPTING)
-            .order_by()
-            .values("job")
-            .annotate(n=Count("id"))
-            .values("n")
-        ),
-        0,
-    ),
-)
-
-
 def _pending_rows() -> list[PendingRow]:
     return list(
         Job.objects.filter(state=S.PENDING)
@@ -332,7 +311,6 @@ def _pending_rows() -> list[PendingRow]:
             after=KeyTransform("after", "spec"),
             reason_code=KeyTextTransform("code", "reason"),
             on_nodes=KeyTransform("on_nodes", KeyTransform("details", "reason")),
-            preemptions=_PREEMPTIONS,
         )
         .order_by("submitted_at", "id")
         .values_list(*PENDING_FIELDS)
@@ -470,9 +448,6 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
         Job.objects.filter(state__in=Job.ACTIVE)
         .exclude(placement=[])
         .select_related("team", "priority_class", "cluster")
-        # Earlier preemptions: Policy.max_priority_preemptions stops priority preemption there,
-        # and Policy.protect_after_preemptions makes the job no victim.
-        .annotate(preemptions=Count("events", filter=Q(events__to_state=S.PREEMPTING)))
         # The open run's start: a job its cluster held and ran again restarted its time limit.
         .annotate(run_started=Subquery(_open_run_start))
     )

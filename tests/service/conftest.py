@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 import yaml
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from queue_service.clusters.models import Cluster
 from queue_service.jobs.dispatch import run_once, sync_cluster
@@ -134,3 +136,12 @@ def mail_server() -> Iterator[Inbox]:
     finally:
         controller.stop()
         asyncio.set_event_loop(None)
+
+
+@pytest.fixture
+def back_to_the_latest() -> Iterator[None]:
+    """A migration test leaves the database at the migration it tested: the tests after it
+    run on the latest schema."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -11,7 +11,10 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("back_to_the_latest"),
+]
 
 BEFORE = [("jobs", "0012_array_look")]
 AFTER = [("jobs", "0013_jobrun_external_id")]
