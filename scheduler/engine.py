@@ -383,19 +383,27 @@ class _Cycle:
         Policy.protect_after_preemptions times, with how many: each starts again only within
         its team's nominal quota and is no victim again. Only those whose GPUs fit their
         team's nominal on a quota they could use (of their model, else the team's "*"; for
-        any model, any of the team's): a larger job could never start so. None without
-        quotas (no nominal to start within)."""
+        any model, any of the team's): a larger job could never start so. Running ones only
+        while they fit it (protected_running). None without quotas (no nominal to start
+        within)."""
         after = self.policy.protect_after_preemptions
         if after is None or not self.policy.quotas:
             return {}
         # One cheap pass over a deep queue: most jobs were never preempted.
+        preemptible = self.preemptibles
         jobs = [(p.request, p.preemptions) for p in self.s.pending if p.preemptions >= after]
-        jobs += [(j.request, j.preemptions) for j in self.s.running if j.preemptions >= after]
-        jobs = [(r, n) for r, n in jobs if self.preemptibles.get(r.priority, True)]
-        if not jobs:  # the usual case: no quota lookups at all
+        jobs = [(r, n) for r, n in jobs if preemptible.get(r.priority, True)]
+        ran = [
+            (j, gpus)
+            for j, gpus in zip(self.s.running, self.running_gpus, strict=True)
+            if j.preemptions >= after and preemptible.get(j.request.priority, True)
+        ]
+        if not jobs and not ran:  # the usual case: no quota lookups at all
             return {}
         nominals = {t.name: {q.gpu_model: q.nominal for q in t.quotas} for t in self.s.teams}
         protected: dict[str, int] = {}
+        if ran:
+            protected.update(self.protected_running(ran, nominals))
         for r, n in jobs:
             gpus = request_gpus(r, self.mig_models, self.mig_tables)
             quotas = nominals.get(r.team, {})
@@ -406,6 +414,38 @@ class _Cycle:
                 fits = list(quotas.values())
             if gpus is not None and any(gpus <= nominal + 1e-9 for nominal in fits):
                 protected[r.id] = n
+        return protected
+
+    def protected_running(
+        self,
+        ran: Sequence[tuple[RunningJob, float]],
+        nominals: Mapping[str, Mapping[str, float]],
+    ) -> dict[str, int]:
+        """protected_jobs for running jobs: earliest started first, while they fit their
+        team's nominal with its non-preemptible jobs. One that borrows (it started before
+        the rule was on, or its team's nominal was cut since) stays a victim: else it would
+        hold another team's guarantee, as nothing that cannot be preempted may."""
+
+        def key(team: str, model: str) -> tuple[str, str] | None:
+            quotas = nominals.get(team, {})
+            found = model if model in quotas else ANY_MODEL if ANY_MODEL in quotas else None
+            return None if found is None else (team, found)
+
+        fixed: dict[tuple[str, str], float] = {}
+        for j, gpus in zip(self.s.running, self.running_gpus, strict=True):
+            if not self.preemptibles.get(j.request.priority, True):
+                k = key(j.request.team, j.gpu_model)
+                if k is not None:
+                    fixed[k] = fixed.get(k, 0.0) + gpus
+        protected: dict[str, int] = {}
+        for j, gpus in sorted(ran, key=lambda jg: (jg[0].start_time, jg[0].request.id)):
+            k = key(j.request.team, j.gpu_model)
+            if k is None:
+                continue
+            held = fixed.get(k, 0.0) + gpus
+            if held <= nominals[k[0]][k[1]] + 1e-9:
+                fixed[k] = held
+                protected[j.request.id] = j.preemptions
         return protected
 
     def check_quota(

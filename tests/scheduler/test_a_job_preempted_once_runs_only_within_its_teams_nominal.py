@@ -224,6 +224,37 @@ def test_a_running_job_larger_than_its_teams_nominal_is_still_reclaimed() -> Non
     assert [(p.job_id, p.kind) for p in d.preemptions] == [("big", "reclaim")]
 
 
+# -- running above the nominal (started before the rule, or the nominal cut since) -----------------
+
+
+@pytest.mark.parametrize(
+    ("high_on_b", "victims"),
+    [(False, ["b-new"]), (True, ["b-old", "b-new"])],
+    ids=["the-first-fits-the-nominal", "a-high-job-holds-the-nominal"],
+)
+def test_protected_jobs_above_their_teams_nominal_are_reclaimed_all_the_same(
+    high_on_b: bool, victims: list[str]
+) -> None:
+    # Team b (nominal 4) runs two 4-GPU jobs on n1, each once preempted: they borrow 4 GPUs
+    # (they started before protection was on, or b's nominal was cut). Protection covers
+    # them, earliest first, only while b's protected and non-preemptible jobs fit its
+    # nominal: the rest is borrowed and team a, asking for its nominal, reclaims it. With
+    # b's high job holding b's nominal (on n2), neither is covered: team a's 8 GPUs come
+    # from both.
+    asks = 8 if high_on_b else 4
+    teams = [team("a", asks, model=A100), team("b", 4, borrow=None, model=A100)]
+    busy = [
+        ran_after(running("b-old", {"n1": range(4)}, team="b", started=NOW - 5000), 1),
+        ran_after(running("b-new", {"n1": range(4, 8)}, team="b", started=NOW - 3000), 1),
+    ]
+    if high_on_b:
+        busy.append(running("b-hi", {"n2": range(4)}, team="b", priority="high"))
+        busy.append(running("b-fill", {"n2": range(4, 8)}, team="b", started=NOW - 9000))
+    d = decide(snap(nodes(2 if high_on_b else 1), teams, [job("a1", gpus=asks)], busy))
+    assert sorted(p.job_id for p in d.preemptions) == sorted(victims)
+    assert {p.kind for p in d.preemptions} == {"reclaim"}
+
+
 @pytest.mark.parametrize(
     ("nominal", "waits_for_quota"),
     [(1 / 7, True), (0.1, False)],

@@ -106,19 +106,34 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 
 def protected(s: Snapshot, after: int = 1) -> set[str]:
     """The jobs Policy.protect_after_preemptions=after protects: of a preemptible class,
-    preempted that often, no larger than their team's nominal on a quota they could use."""
+    preempted that often, no larger than their team's nominal on a quota they could use;
+    running ones earliest started first, while they fit that nominal with their team's
+    jobs that cannot be preempted."""
     quota = {t.name: t.quotas[0] for t in s.teams}
-    jobs = [(p.request, p.preemptions) for p in s.pending]
-    jobs += [(j.request, j.preemptions) for j in s.running]
     found = set()
-    for r, preemptions in jobs:
-        q = quota.get(r.team)
-        if preemptions < after or not PREEMPTIBLE[r.priority] or q is None:
+    for p in s.pending:
+        r, q = p.request, quota.get(p.request.team)
+        if p.preemptions < after or not PREEMPTIBLE[r.priority] or q is None:
             continue
         if q.gpu_model in ("*", r.gpu_model or q.gpu_model) and (
             r.nodes * r.gpus_per_node <= q.nominal
         ):
             found.add(r.id)
+    fixed: dict[str, float] = defaultdict(float)
+    candidates = []
+    for j in s.running:
+        r, q = j.request, quota.get(j.request.team)
+        if q is None or q.gpu_model not in ("*", j.gpu_model):
+            continue
+        if not PREEMPTIBLE[r.priority]:
+            fixed[r.team] += sum(len(a.gpus) for a in j.placement.allocs)
+        elif j.preemptions >= after:
+            candidates.append(j)
+    for j in sorted(candidates, key=lambda j: (j.start_time, j.request.id)):
+        gpus = sum(len(a.gpus) for a in j.placement.allocs)
+        if fixed[j.request.team] + gpus <= quota[j.request.team].nominal + 1e-9:
+            fixed[j.request.team] += gpus
+            found.add(j.request.id)
     return found
 
 
