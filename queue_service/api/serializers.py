@@ -52,6 +52,12 @@ class JobSerializer(serializers.ModelSerializer):
     cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     array = serializers.SerializerMethodField()
     gpus = serializers.SerializerMethodField()
+    preemptions = serializers.IntegerField(
+        read_only=True,
+        help_text="how many times the queue preempted it (a reclaim or a higher priority; not"
+        " its cluster's own preemptions); once GPUQ_PROTECT_AFTER_PREEMPTIONS, it starts"
+        " again only within its team's nominal quota and is not preempted again",
+    )
 
     class Meta:
         model = Job
@@ -76,6 +82,7 @@ class JobSerializer(serializers.ModelSerializer):
             "external_id",
             "remote_state",
             "attempts",
+            "preemptions",
             "exit_code",
             "submitted_at",
             "admitted_at",
