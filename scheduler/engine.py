@@ -393,11 +393,8 @@ class _Cycle:
         preemptible = self.preemptibles
         jobs = [(p.request, p.preemptions) for p in self.s.pending if p.preemptions >= after]
         jobs = [(r, n) for r, n in jobs if preemptible.get(r.priority, True)]
-        ran = [
-            (j, gpus)
-            for j, gpus in zip(self.s.running, self.running_gpus, strict=True)
-            if j.preemptions >= after and preemptible.get(j.request.priority, True)
-        ]
+        ran = [j for j in self.s.running if j.preemptions >= after]
+        ran = [j for j in ran if preemptible.get(j.request.priority, True)]
         if not jobs and not ran:  # the usual case: no quota lookups at all
             return {}
         nominals = {t.name: {q.gpu_model: q.nominal for q in t.quotas} for t in self.s.teams}
@@ -417,9 +414,7 @@ class _Cycle:
         return protected
 
     def protected_running(
-        self,
-        ran: Sequence[tuple[RunningJob, float]],
-        nominals: Mapping[str, Mapping[str, float]],
+        self, ran: Sequence[RunningJob], nominals: Mapping[str, Mapping[str, float]]
     ) -> dict[str, int]:
         """protected_jobs for running jobs: earliest started first, while they fit their
         team's nominal with its non-preemptible jobs. One that borrows (it started before
@@ -438,11 +433,11 @@ class _Cycle:
                 if k is not None:
                     fixed[k] = fixed.get(k, 0.0) + gpus
         protected: dict[str, int] = {}
-        for j, gpus in sorted(ran, key=lambda jg: (jg[0].start_time, jg[0].request.id)):
+        for j in sorted(ran, key=lambda j: (j.start_time, j.request.id)):
             k = key(j.request.team, j.gpu_model)
             if k is None:
                 continue
-            held = fixed.get(k, 0.0) + gpus
+            held = fixed.get(k, 0.0) + running_gpus(j, self.mig_tables)
             if held <= nominals[k[0]][k[1]] + 1e-9:
                 fixed[k] = held
                 protected[j.request.id] = j.preemptions
@@ -1070,6 +1065,7 @@ class _Cycle:
         preemptible = self.preemptible(r)
         allowed: list[tuple[str, bool]] = []
         refusal: Reason | None = None
+        others: tuple[Reason, ...] = ()  # other models' refusals, for a job for any model
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
         check, preempted = self.ledger.check, self.protected.get(r.id)  # check_quota, inlined
         for m in models:
@@ -1079,6 +1075,10 @@ class _Cycle:
                 allowed.append((m, verdict.borrowed))
             elif refusal is None:
                 refusal = verdict.reason
+            elif verdict.reason is not None:
+                others = (*others, verdict.reason)
+        if others and refusal is not None:
+            refusal = reasons.on_every_model((refusal, *others))
         if allowed and self.holds:
             kept = []
             held_until = math.inf
@@ -1213,14 +1213,15 @@ class _Cycle:
             return reason
         gpus = float(r.nodes * r.gpus_per_node)
         ends = None if r.time_limit_s is None else self.now + r.time_limit_s
+        refused = []
         for m in self.models_for(r):
             idle = partial(self.idle_gpus, m, r) if r.gpus_per_node else None
             verdict = self.check_quota(r, m, gpus, ends, idle)
             if verdict.ok:
                 return reason  # not expected; the verdict the kind reached stands
             if verdict.reason is not None:
-                return verdict.reason
-        return reason
+                refused.append(verdict.reason)
+        return reasons.on_every_model(refused) if refused else reason
 
     def idle_gpus(self, model: str, r: JobRequest) -> float:
         """The idle whole GPUs (free, or held for a job ahead) of `model` that r may use:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -129,6 +130,17 @@ def not_worth(lost_gpu_s: float, wait_gpu_s: float) -> PreemptionNote:
             {"lost_gpu_seconds": round(lost_gpu_s, 1), "wait_gpu_seconds": round(wait_gpu_s, 1)},
         ),
     )
+
+
+def on_every_model(refusals: Sequence[Reason]) -> Reason:
+    """A job for any GPU model that each of its team's quotas refuses: the first refusal's
+    code and details, the words of each (each names its model), and the models."""
+    words = list(dict.fromkeys(r.message for r in refusals))
+    if len(words) == 1:
+        return refusals[0]
+    first = refusals[0]
+    models = tuple(dict(r.details).get("gpu_model") for r in refusals)
+    return Reason(first.code, "; and ".join(words), (*first.details, ("gpu_models", models)))
 
 
 def with_note(reason: Reason, note: PreemptionNote) -> Reason:
