@@ -1898,6 +1898,7 @@ class _Cycle:
         if not any(self.mig_serves(r, m) for m in models):
             return reasons.mig_unoffered(r)  # as a whole-GPU job no node can hold
         over: list[str] = []  # the models whose quota refused it
+        refused: tuple[Reason, ...] = ()  # what their quotas said
         for m in models:
             if not self.mig_serves(r, m):
                 continue  # its quota for a model that never offers the profile is beside the point
@@ -1906,6 +1907,8 @@ class _Cycle:
             if not verdict.ok:
                 refusal = refusal or verdict.reason
                 over.append(m)
+                if verdict.reason is not None:
+                    refused = (*refused, verdict.reason)
                 continue
             held = self.held_back(r, m, share, ends) if self.holds else None
             if held is not None:
@@ -1931,6 +1934,8 @@ class _Cycle:
                         heapq.heappush(self._mig_ends.setdefault(kind, []), ends)
                 return None
         if not admitted and refusal is not None:
+            if len(refused) > 1 and refusal is refused[0]:
+                refusal = reasons.on_every_model(refused)
             waiting = self.preempt_slice_for_quota(r, gpus, over, on_nodes) if over else None
             note, self.not_worth = self.not_worth, None
             if waiting is not None:

@@ -1,14 +1,24 @@
-"""A job for any GPU model, of a team with a quota on several models, refused by each: its
-reason names what each quota says, not only the first model's (which would send its owner
-to ask for more of one model while the other is as full)."""
+"""A job for any GPU model (whole GPUs or a slice), of a team with a quota on several models,
+refused by each: its reason names what each quota says, not only the first model's (which
+would send its owner to ask for more of one model while the other is as full)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler.types import Quota, Team
+from scheduler.types import (
+    JobRequest,
+    MigInstance,
+    MigSlot,
+    NodeAlloc,
+    Placement,
+    Quota,
+    RunningJob,
+    Snapshot,
+    Team,
+)
 
-from .builders import A100, H100, decide, job, nodes, running, snap, started, waits
+from .builders import A100, H100, NOW, decide, job, mig_node, nodes, running, snap, started, waits
 
 
 def _two_models(a100_used: int, h100_used: int) -> tuple[list[Team], list, tuple]:
@@ -55,3 +65,26 @@ def test_a_job_for_any_model_one_quota_admits_starts_there() -> None:
     teams, busy, cluster = _two_models(8, 0)
     d = decide(snap(cluster, teams, [job("p", gpus=4)], busy))
     assert started(d)["p"].placement.allocs[0].node.startswith("h")
+
+
+def _slice_on(node: str, model: str) -> RunningJob:
+    r = JobRequest(f"r-{node}", "a", "normal", NOW - 700, 1, 0, model, "1g.10gb", 3600.0)
+    slot = MigSlot(0, "1g.10gb", 0, 1)
+    return RunningJob(r, NOW - 600, Placement((NodeAlloc(node, (), slot),)), model)
+
+
+def test_a_slice_job_for_any_model_refused_by_each_quota_is_told_what_each_says() -> None:
+    # Team a's quota of one 1g.10gb slice (1/7 of a GPU) on each model is used; both GPUs
+    # have free 1g.10gb instances.
+    layouts = {
+        n: [[MigInstance("1g.10gb", i, 1, f"r-{n}" if i == 0 else None) for i in range(7)]]
+        for n in ("m1", "h1")
+    }
+    cluster = (mig_node("m1", layouts["m1"]), mig_node("h1", layouts["h1"], model=H100))
+    a = Team("a", 1.0, (Quota(A100, 1 / 7, 0.0), Quota(H100, 1 / 7, 0.0)), ())
+    running_ = (_slice_on("m1", A100), _slice_on("h1", H100))
+    d = decide(Snapshot(cluster, (a,), (job("x", mig="1g.10gb"),), running_))
+    reason = waits(d)["x"].reason
+    assert reason.code == "quota_exhausted", reason
+    assert A100 in reason.message and H100 in reason.message, reason
+    assert dict(reason.details)["gpu_models"] == (A100, H100)
