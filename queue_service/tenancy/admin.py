@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from .models import ApiToken, Membership, Quota, Team
+from .models import ApiToken, Membership, PendingEmail, Quota, Team
 
 
 class _ReadOnlyInline(admin.TabularInline):
@@ -52,4 +52,22 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A token's key is made by tenancy.services.create_token and shown once to its
         # owner; one added here would have no key at all.
+        return False
+
+
+@admin.register(PendingEmail)
+class PendingEmailAdmin(admin.ModelAdmin):
+    """Read only, without the nonce: whoever has it can confirm the address for its owner,
+    and a request is made only by tenancy.services.set_email, which mails its link. Staff
+    may drop one; its link then no longer works."""
+
+    list_display = ["user", "email", "requested_at", "expires_at"]
+    fields = ["user", "email", "requested_at", "expires_at"]
+    readonly_fields = fields
+    search_fields = ["user__username", "email"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
