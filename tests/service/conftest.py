@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 import yaml
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.test import Client
 
 from queue_service.clusters.models import Cluster
 from queue_service.jobs.dispatch import run_once, sync_cluster
@@ -145,3 +147,12 @@ def back_to_the_latest() -> Iterator[None]:
     yield
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.fixture
+def site_admin(db: Any) -> Client:
+    """A superuser signed in to the Django admin; server errors come back as 500 answers."""
+    boss = get_user_model().objects.create_superuser("boss", "boss@example.org", "pw-boss")
+    client = Client(raise_request_exception=False)
+    client.force_login(boss)
+    return client

@@ -9,22 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from queue_service.jobs.models import Job, JobArray
 from queue_service.jobs.services import submit_job
 from queue_service.tenancy.models import ApiToken, Membership, Team
 from tests.conftest import spec
-
-
-@pytest.fixture
-def site_admin(db: Any) -> Client:
-    """A superuser signed in to the Django admin; server errors come back as 500 answers."""
-    boss = get_user_model().objects.create_superuser("boss", "boss@example.org", "pw-boss")
-    client = Client(raise_request_exception=False)
-    client.force_login(boss)
-    return client
 
 
 def team_form(team: Team, **changes: dict[str, str]) -> dict[str, str]:

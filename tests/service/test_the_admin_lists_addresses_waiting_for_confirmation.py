@@ -8,21 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from queue_service.tenancy.models import PendingEmail
 
 NONCE = "n0nce-that-confirms-the-address"
-
-
-@pytest.fixture
-def site_admin(db: Any) -> Client:
-    boss = get_user_model().objects.create_superuser("boss", "boss@example.org", "pw-boss")
-    client = Client(raise_request_exception=False)
-    client.force_login(boss)
-    return client
 
 
 @pytest.fixture
