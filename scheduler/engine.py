@@ -220,7 +220,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        bound each team may still search once to reclaim, so failing searches ahead never
        starve a guarantee, and a job that preempted in an earlier cycle
        (PendingJob.preempting_on) still claims its victims leaving its nodes (no new
-       victim). Such a job is tried on its own, not given its kind's verdict.
+       victim), and while jobs there are leaving starts nowhere else: GPUs free elsewhere
+       may be another preemptor's. Such a job is tried on its own, not given its kind's
+       verdict.
        The minimal victims get the grace period; the job starts after. A slice job does
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
@@ -312,6 +314,7 @@ class _Cycle:
         self._own: dict[str, list[Candidate]] | None = None
         # The candidates again, by what may make them victims (within_reach).
         self._leaving: list[Candidate] = []
+        self._leaving_nodes: set[str] | None = None  # leaving_on
         self._borrowed: list[Candidate] = []
         # Jobs of teams above their nominal not labelled borrowed, and what a reclaim may
         # still take per quota (reclaim_budget).
@@ -1108,16 +1111,19 @@ class _Cycle:
             )
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
-        # First where its preemption freed GPUs for it.
+        # First where its preemption freed GPUs for it. While jobs there are still leaving
+        # it waits for them: GPUs free elsewhere may be another preemptor's, freed for it,
+        # and that job would preempt again.
         fit = fit_on(self.index, groups, g, n, on_nodes) if on_nodes else None
-        if fit is None and n == 1 and g > 0 and self.policy.pack_by_end:
+        elsewhere = fit is None and not (on_nodes and self.leaving_on(on_nodes))
+        if elsewhere and n == 1 and g > 0 and self.policy.pack_by_end:
             fit = fit_by_end(
                 self.index, groups, g, math.inf if ends is None else ends, self.horizon()
             )
-        elif fit is None:
+        elif elsewhere:
             fit = best_fit(self.index, groups, g, n, {})
         from_held = False
-        if fit is None and self.reservations:
+        if elsewhere and fit is None and self.reservations:
             held_fit, holder = self.fit_with_held(groups, g, n)
             if held_fit is not None and holder is not None:
                 if ends is not None and ends <= holder.start:
@@ -1304,6 +1310,18 @@ class _Cycle:
         return self._events
 
     # -- preemption --------------------------------------------------------------------
+
+    def leaving_on(self, names: Sequence[str]) -> bool:
+        """Is a job leaving (preempted, in its grace period) on one of these nodes?"""
+        if self._leaving_nodes is None:
+            self._leaving_nodes = {
+                a.node
+                for job in self.s.running
+                if job.preempting_since is not None
+                for a in job.placement.allocs
+                if a.gpus
+            }
+        return not self._leaving_nodes.isdisjoint(names)
 
     def candidates(self) -> dict[str, list[Candidate]]:
         """Preemptible running jobs per node, in victim preference order."""
