@@ -104,8 +104,8 @@ def env_seconds(name: str, default: int, *, maximum: float = TEN_YEARS_S) -> int
     return int(raw)
 
 
-def env_float_or_off(name: str, default: float) -> float | None:
-    raw = env(name, str(default)).strip().lower()
+def env_float_or_off(name: str, default: float | None) -> float | None:
+    raw = env(name, "off" if default is None else str(default)).strip().lower()
     if raw == "off":
         return None
     try:
@@ -282,6 +282,10 @@ GPUQ_PROTECT_AFTER_PREEMPTIONS = env_count_or_off("GPUQ_PROTECT_AFTER_PREEMPTION
 # of waiting it saves, the wait read from time limits ("off": any). Reclaim of nominal quota
 # is never weighed. The default is scheduler.types.Policy's.
 GPUQ_PREEMPTION_LOSS_RATIO = env_float_or_off("GPUQ_PREEMPTION_LOSS_RATIO", 0.5)
+# A job refused quota that has waited this many seconds holds its team's nominal quota
+# against the team's later jobs, as a job waiting for nodes does ("off": never, the default,
+# as in scheduler.types.Policy: holding idles quota and costs utilization).
+GPUQ_QUOTA_HOLD_AFTER_S = env_float_or_off("GPUQ_QUOTA_HOLD_AFTER_S", None)
 # Whether preemptible classes (normal, low) preempt lower classes for priority, or only
 # non-preemptible ones (high) do. Reclaim of nominal quota is not affected.
 GPUQ_PREEMPTIBLE_CLASSES_PREEMPT = env_bool("GPUQ_PREEMPTIBLE_CLASSES_PREEMPT", False)

@@ -196,9 +196,11 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        for both by its earliest start or their time limit ends before it: FIFO within a
        team, as EASY backfill judges it; a slice job that waits for an instance likewise,
        until one frees by the limits, and one whose GPU is laid out for it counts on its
-       quota at once; a job the queue preempted Policy.protect_after_preemptions times
-       starts again only within its team's nominal, as a class that cannot be preempted
-       does, unless larger than it), then placement (capacity.py): a single-node job
+       quota at once; a whole-GPU job refused quota that has waited
+       Policy.quota_hold_after_s (off by default) likewise, until its quota estimate; a
+       job the queue preempted Policy.protect_after_preemptions times starts again only
+       within its team's nominal, as a class that cannot be preempted does, unless larger
+       than it), then placement (capacity.py): a single-node job
        goes where it does not keep a node busy longer than the jobs already there (by time
        limits), else best fit, so nodes empty whole for gangs; a gang starts
        all-or-nothing on n best-fit nodes of one group. A group of equivalent jobs
@@ -713,6 +715,8 @@ class _Cycle:
                         estimate = outcome.estimate
                         if estimate is None and outcome.reason.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
+                            if estimate is not None and self.holds_refused(r, outcome.reason):
+                                self.hold_quota(r, gpus, estimate)
                             estimate = _not_before_hold(
                                 estimate, outcome.reason, outcome.short_before
                             )
@@ -979,6 +983,17 @@ class _Cycle:
         if until is None or until <= self.now:
             return
         self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
+
+    def holds_refused(self, r: JobRequest, refusal: Reason) -> bool:
+        """Does r, refused quota, hold its team's nominal (Policy.quota_hold_after_s)? Not
+        when it is itself held back for an earlier job."""
+        after = self.policy.quota_hold_after_s
+        return (
+            after is not None
+            and self.policy.quotas
+            and self.now - r.submit_time >= after
+            and _HELD_FOR not in dict(refusal.details)
+        )
 
     def hold_borrowed(self, r: JobRequest, model: str, gpus: float, at: float) -> None:
         """r, reserved from `at`, will borrow on its quota then: hold what it will borrow

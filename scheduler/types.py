@@ -244,6 +244,12 @@ class Policy:
     # A single-node job goes first to a node it does not keep busy past its running jobs'
     # limits (capacity.fit_by_end); False: plain best fit, as the baselines place.
     pack_by_end: bool = True
+    # A job refused quota that has waited this long (and fits its team's nominal) holds that
+    # nominal against its team's later jobs, as one waiting for nodes does, so a gang is not
+    # passed for days by its team's smaller jobs (Slurm's bf_min_age_reserve). None: never
+    # (Kueue's BestEffortFIFO): holding idles quota, which cost utilization on generated
+    # workloads (docs/BENCHMARKS.md, thirty-ninth session).
+    quota_hold_after_s: float | None = None
 
     def __post_init__(self) -> None:
         # Usage decays as 2^(-age / half-life): zero would divide by zero mid-cycle.
@@ -251,6 +257,9 @@ class Policy:
             raise ValueError(
                 f"fair_share_half_life_s must be positive, not {self.fair_share_half_life_s!r}"
             )
+        hold = self.quota_hold_after_s
+        if hold is not None and not (0 <= hold < float("inf")):
+            raise ValueError(f"quota_hold_after_s must be a number >= 0 or None, not {hold!r}")
         # 0 would protect every job before its first preemption: no job could ever borrow.
         after = self.protect_after_preemptions
         if after is not None and after < 1:

@@ -168,6 +168,7 @@ def policy() -> st.Policy:
         protect_after_preemptions=settings.GPUQ_PROTECT_AFTER_PREEMPTIONS,
         preemption_loss_ratio=settings.GPUQ_PREEMPTION_LOSS_RATIO,
         preemptible_classes_preempt=settings.GPUQ_PREEMPTIBLE_CLASSES_PREEMPT,
+        quota_hold_after_s=settings.GPUQ_QUOTA_HOLD_AFTER_S,
     )
 
 

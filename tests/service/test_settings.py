@@ -128,6 +128,17 @@ def test_ratios_parse(monkeypatch: pytest.MonkeyPatch, raw: str, value: float | 
     assert env_float_or_off("GPUQ_R", 1.0) == value
 
 
+@pytest.mark.parametrize(("raw", "value"), [(None, None), ("off", None), ("259200", 259200.0)])
+def test_a_setting_off_by_default_parses(
+    monkeypatch: pytest.MonkeyPatch, raw: str | None, value: float | None
+) -> None:
+    if raw is None:
+        monkeypatch.delenv("GPUQ_R", raising=False)
+    else:
+        monkeypatch.setenv("GPUQ_R", raw)
+    assert env_float_or_off("GPUQ_R", None) == value
+
+
 @pytest.mark.parametrize("raw", ["-1", "half", "nan", "inf", ""])
 def test_a_bad_ratio_names_the_variable(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
     monkeypatch.setenv("GPUQ_R", raw)
@@ -185,6 +196,7 @@ def test_the_policy_settings_default_to_the_schedulers_own_defaults() -> None:
                 "GPUQ_MIN_RUNTIME",
                 "GPUQ_MAX_PRIORITY",
                 "GPUQ_PROTECT",
+                "GPUQ_QUOTA_HOLD",
             )
         )
     }
@@ -416,3 +428,11 @@ def test_the_local_backend_works_where_the_service_setting_says(
     own = Cluster.objects.create(name="there", kind="local", settings={"workdir": "/srv/x"})
     assert backend_for(default).workdir == tmp_path / "jobs" / f"cluster.{default.pk}"
     assert backend_for(own).workdir == Path("/srv/x")
+
+
+def test_the_quota_hold_setting_reaches_the_schedulers_policy(settings: Any) -> None:
+    from queue_service.jobs.snapshot import policy
+
+    assert policy().quota_hold_after_s is None
+    settings.GPUQ_QUOTA_HOLD_AFTER_S = 3 * 24 * 3600.0
+    assert policy().quota_hold_after_s == 259200.0
