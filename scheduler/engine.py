@@ -222,9 +222,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        bound each team may still search once to reclaim, so failing searches ahead never
        starve a guarantee, and a job that preempted in an earlier cycle
        (PendingJob.preempting_on) still claims its victims leaving its nodes (no new
-       victim), and while jobs there are leaving starts nowhere else: GPUs free elsewhere
-       may be another preemptor's. Such a job is tried on its own, not given its kind's
-       verdict.
+       victim), and while jobs there are leaving takes no GPUs on a node where another
+       such job waits: they were likely freed for it. Such a job is tried on its own, not
+       given its kind's verdict.
        The minimal victims get the grace period; the job starts after. A slice job does
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
@@ -317,6 +317,7 @@ class _Cycle:
         # The candidates again, by what may make them victims (within_reach).
         self._leaving: list[Candidate] = []
         self._leaving_nodes: set[str] | None = None  # leaving_on
+        self._preemptor_nodes: dict[str, set[str]] | None = None  # owed_to_another
         self._borrowed: list[Candidate] = []
         # Jobs of teams above their nominal not labelled borrowed, and what a reclaim may
         # still take per quota (reclaim_budget).
@@ -610,6 +611,7 @@ class _Cycle:
         kind_at = list(map(kind_of.__getitem__, order))
         id_at = list(map(ids.__getitem__, order))
         preempts = policy.preemption
+        hold_after = policy.quota_hold_after_s if policy.quotas else None
         for rank, (i, k, job_id) in enumerate(zip(order, kind_at, id_at, strict=True)):
             reason = settled[k]
             # A job that preempted in an earlier cycle (PendingJob.preempting_on) is tried on
@@ -715,7 +717,13 @@ class _Cycle:
                         estimate = outcome.estimate
                         if estimate is None and outcome.reason.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
-                            if estimate is not None and self.holds_refused(r, outcome.reason):
+                            if (
+                                hold_after is not None
+                                and estimate is not None
+                                and now - r.submit_time >= hold_after
+                                and _HELD_FOR not in dict(outcome.reason.details)
+                            ):
+                                # Waited long enough: it holds its team's nominal too.
                                 self.hold_quota(r, gpus, estimate)
                             estimate = _not_before_hold(
                                 estimate, outcome.reason, outcome.short_before
@@ -984,17 +992,6 @@ class _Cycle:
             return
         self.holds[k] = _Hold(gpus, until, r.id, self.value(r))
 
-    def holds_refused(self, r: JobRequest, refusal: Reason) -> bool:
-        """Does r, refused quota, hold its team's nominal (Policy.quota_hold_after_s)? Not
-        when it is itself held back for an earlier job."""
-        after = self.policy.quota_hold_after_s
-        return (
-            after is not None
-            and self.policy.quotas
-            and self.now - r.submit_time >= after
-            and _HELD_FOR not in dict(refusal.details)
-        )
-
     def hold_borrowed(self, r: JobRequest, model: str, gpus: float, at: float) -> None:
         """r, reserved from `at`, will borrow on its quota then: hold what it will borrow
         (Ledger.hold_for), counting the team's jobs started or preempting this cycle that
@@ -1126,19 +1123,29 @@ class _Cycle:
             )
         groups = [grp for m, _ in allowed for grp in self.groups(m, r)]
         g, n = r.gpus_per_node, r.nodes
-        # First where its preemption freed GPUs for it. While jobs there are still leaving
-        # it waits for them: GPUs free elsewhere may be another preemptor's, freed for it,
-        # and that job would preempt again.
+        # First where its preemption freed GPUs for it.
         fit = fit_on(self.index, groups, g, n, on_nodes) if on_nodes else None
-        elsewhere = fit is None and not (on_nodes and self.leaving_on(on_nodes))
-        if elsewhere and n == 1 and g > 0 and self.policy.pack_by_end:
+        own = fit is not None
+        if fit is None and n == 1 and g > 0 and self.policy.pack_by_end:
             fit = fit_by_end(
                 self.index, groups, g, math.inf if ends is None else ends, self.horizon()
             )
-        elif elsewhere:
+        elif fit is None:
             fit = best_fit(self.index, groups, g, n, {})
+        # While jobs on its own nodes are still leaving, it waits for them rather than take
+        # GPUs on a node another preemptor waits on: likely freed for that job, which would
+        # then preempt once more.
+        waits_for_own = (
+            fit is not None
+            and not own
+            and bool(on_nodes)
+            and self.owed_to_another(r.id, fit.nodes)
+            and self.leaving_on(on_nodes)
+        )
+        if waits_for_own:
+            fit = None
         from_held = False
-        if elsewhere and fit is None and self.reservations:
+        if fit is None and self.reservations and not waits_for_own:
             held_fit, holder = self.fit_with_held(groups, g, n)
             if held_fit is not None and holder is not None:
                 if ends is not None and ends <= holder.start:
@@ -1325,6 +1332,18 @@ class _Cycle:
         return self._events
 
     # -- preemption --------------------------------------------------------------------
+
+    def owed_to_another(self, job_id: str, names: Sequence[str]) -> bool:
+        """Is one of these nodes where another job preempted in an earlier cycle
+        (PendingJob.preempting_on) and waits for the GPUs freed there?"""
+        if self._preemptor_nodes is None:
+            self._preemptor_nodes = {}
+            for p in self.s.pending:
+                if p.preempting_on and not p.request.mig_profile:
+                    for name in p.preempting_on:
+                        self._preemptor_nodes.setdefault(name, set()).add(p.request.id)
+        waiting = self._preemptor_nodes
+        return any(waiting.get(name, {job_id}) - {job_id} for name in names)
 
     def leaving_on(self, names: Sequence[str]) -> bool:
         """Is a job leaving (preempted, in its grace period) on one of these nodes?"""

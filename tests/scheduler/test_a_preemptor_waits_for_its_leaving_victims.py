@@ -1,8 +1,9 @@
 """A job that preempted in an earlier cycle (PendingJob.preempting_on) waits for the jobs
-still leaving its nodes rather than start on GPUs free elsewhere: those may have been freed
-for another preemptor, which would then preempt one more job. Victims leave as they finish
-checkpointing, in any order, so a preemptor's own victims may be the last to go.
-Once nothing is leaving on its nodes, it starts wherever it fits, as any job does."""
+still leaving its nodes rather than take GPUs free on a node where another such job waits:
+those were likely freed for that job, which would then preempt one more. Victims leave as
+they finish checkpointing, in any order, so a preemptor's own victims may be the last to go.
+GPUs free where no other preemptor waits it takes at once; and once nothing is leaving on its
+nodes, it starts wherever it fits, as any job does."""
 
 from __future__ import annotations
 
@@ -50,6 +51,18 @@ def test_a_preemptor_waits_for_its_victim_rather_than_take_a_gpu_freed_for_a_gan
     assert d.preemptions == ()  # before: one started on n2's free GPU, the gang took b-2-2
     assert started(d) == {}
     assert {k: set(on) for k, on in d.preempting} == {"one": {"n1"}, "gang": {"n1", "n2"}}
+
+
+def test_a_preemptor_takes_a_gpu_free_where_no_other_preemptor_waits() -> None:
+    # one's victim b-1-3 is still leaving; b-2-3 ended on its own and nobody preempted on
+    # n2: one starts there now rather than wait out its victim's grace.
+    one = replace(job("one", gpus=1, submit=NOW - 100), preempting_on=("n1",))
+    run = borrowed(skip=((2, 3),), leaving=((1, 3),))
+
+    d = decide(snap(nodes(2, gpus=4), TEAMS, [one], run))
+
+    assert {k: gpus_of(s) for k, s in started(d).items()} == {"one": {"n2": (3,)}}
+    assert d.preemptions == ()
 
 
 def test_a_preemptor_with_nothing_leaving_on_its_nodes_starts_where_it_fits() -> None:

@@ -2,8 +2,10 @@
 the next cycles' snapshots hand them back (PendingJob.preempting_on), so that once its
 victims have left it runs there. The scheduler's side, where another preemptor took the
 GPUs freed for a gang and a fourth job was preempted, is in
-tests/scheduler/test_reclaims_over_several_cycles.py; here the service carries the nodes
-from one cycle to the next on real processes."""
+tests/scheduler/test_reclaims_over_several_cycles.py, and with the victims leaving in any
+order in tests/scheduler/test_a_preemptor_waits_for_its_leaving_victims.py (once, a victim
+leaving first let the 1-GPU job take the gang's GPU, and a fourth job was preempted); here
+the service carries the nodes from one cycle to the next on real processes."""
 
 from __future__ import annotations
 
