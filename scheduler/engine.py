@@ -1343,7 +1343,7 @@ class _Cycle:
                     for name in p.preempting_on:
                         self._preemptor_nodes.setdefault(name, set()).add(p.request.id)
         waiting = self._preemptor_nodes
-        return any(waiting.get(name, {job_id}) - {job_id} for name in names)
+        return any(waiting.get(name, set()) - {job_id} for name in names)
 
     def leaving_on(self, names: Sequence[str]) -> bool:
         """Is a job leaving (preempted, in its grace period) on one of these nodes?"""

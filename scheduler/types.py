@@ -244,11 +244,12 @@ class Policy:
     # A single-node job goes first to a node it does not keep busy past its running jobs'
     # limits (capacity.fit_by_end); False: plain best fit, as the baselines place.
     pack_by_end: bool = True
-    # A job refused quota that has waited this long (and fits its team's nominal) holds that
-    # nominal against its team's later jobs, as one waiting for nodes does, so a gang is not
-    # passed for days by its team's smaller jobs (Slurm's bf_min_age_reserve). None: never
-    # (Kueue's BestEffortFIFO): holding idles quota, which cost utilization on generated
-    # workloads (docs/BENCHMARKS.md, thirty-ninth session).
+    # A whole-GPU job refused quota that has waited this long (and fits its team's nominal,
+    # its start known from its team's time limits) holds that nominal against its team's
+    # later jobs, as one waiting for nodes does, so a gang is not passed for days by its
+    # team's smaller jobs (Slurm's bf_min_age_reserve). None: never (Kueue's
+    # BestEffortFIFO): holding idles quota, which cost utilization on generated workloads
+    # (docs/BENCHMARKS.md, thirty-ninth session).
     quota_hold_after_s: float | None = None
 
     def __post_init__(self) -> None:
