@@ -8,7 +8,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import chain
+from itertools import chain, compress
 from operator import attrgetter, itemgetter
 
 from . import mig, reasons
@@ -46,6 +46,7 @@ from .types import (
 )
 
 _preference = attrgetter("preference")
+_preempting_on = attrgetter("preempting_on")
 _at_node = itemgetter(0, 1)
 
 
@@ -188,7 +189,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        MIG instances (mig.MigIndex).
     2. Order: jobs that fit their team's nominal quota first (tier 0, as in Kueue: a
        guarantee before any borrowing), then within a tier priority-class value, then fair
-       share by progressive filling, then FIFO within a team, ties by id (order.py).
+       share by progressive filling, then FIFO within a team, ties by id (order.py); a job
+       that preempted in an earlier cycle (PendingJob.preempting_on) leads its tier and
+       class, so that no job ahead in fair share takes what its victims free.
        Baselines use submit order alone.
     3. Admit and place, walking the whole queue in order: quota with borrowing (quota.py;
        a team's first tier-0 job that waits for nodes holds its share of the team's
@@ -216,7 +219,8 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        from teams running on borrowed quota (any of their jobs, up to what they hold above
        their nominal); a higher, non-preemptible class (any higher
        class, with Policy.preemptible_classes_preempt) preempts lower preemptible ones when
-       the work it throws away is worth less than its wait (preempt.py). A job protected
+       the work it throws away is worth less than its wait (preempt.py); a job within its
+       team's nominal takes other teams' work before its own team's. A job protected
        after its preemptions (step 3) is no victim of either; it preempts as its class
        does. Searches are bounded per cycle (Policy.max_preemption_searches); past the
        bound each team may still search once to reclaim, so failing searches ahead never
@@ -803,6 +807,12 @@ class _Cycle:
             increments,
             standing,
             self.room(kinds, kind_demand) if policy.quotas else None,
+            # Jobs that preempted in an earlier cycle lead their tier and class: a job ahead
+            # in fair share would take the GPUs their victims free, and they would preempt
+            # again (ping-pong).
+            list(compress(range(len(self.s.pending)), map(_preempting_on, self.s.pending)))
+            if policy.preemption
+            else (),
         )
         return order
 

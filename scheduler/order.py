@@ -138,10 +138,14 @@ def order_kinds(
     increments: Sequence[float],
     standing: Mapping[str, Standing] | None,
     room: Room | None = None,
+    leading: Sequence[int] = (),
 ) -> tuple[list[int], int]:
     """order_keys for jobs numbered by kind: `kind_of` gives each job's kind, and the teams,
     values, increments and the room's keys and demands are per kind. Returns the order and
-    how many jobs lead it in tier 0 (tier 0 comes first).
+    how many jobs lead it in tier 0 (tier 0 comes first). The jobs `leading` (indices) go
+    first among those of their tier and class, in FIFO order: jobs that preempted in an
+    earlier cycle, whose victims are leaving or have left (as Kubernetes' nominated pods go
+    before others of their priority on the nodes preempted for them).
 
     Jobs of one kind differ only in submit time and id, so after the FIFO sort the work reads
     small per-kind tables, and it walks FIFO positions rather than job indices: in position
@@ -154,7 +158,7 @@ def order_kinds(
     kind_neg = [-v for v in values]
     neg = list(map(kind_neg.__getitem__, kinds))
     by_class = sorted(range(n), key=neg.__getitem__)  # stable: FIFO within a class
-    if standing is None and room is None:
+    if standing is None and room is None and not leading:
         return list(map(fifo.__getitem__, by_class)), n
     # In by_class order, the jobs of one (team, class) come in FIFO order and those of one
     # quota key in the team's own order: one pass keeps a running total for each. Without
@@ -197,6 +201,11 @@ def order_kinds(
         rest = rests[q] - demands[k]
         rests[q] = rest
         (first if rest >= -1e-9 else second).append(p)
+    if leading:
+        wanted = set(leading)
+        for p, i in enumerate(fifo):
+            if i in wanted:
+                before[p] = -math.inf
     # Sorting by_class stably by (tier, -value, before), as a few float sorts: one per
     # (tier, -value) pair, which C sorts fastest.
     result: list[int] = []

@@ -30,7 +30,10 @@ minimal set), first within the budget, and only where that fails past it. Where 
 kept a victim out and the walk falls short, a search that looks ahead takes each in turn
 unless no set would then remain (exact_victims): of 1, 1 and 4 with a budget of 2, for 5
 GPUs, the first 1 and the 4; whenever a set exists, one is found. The cheapest nodes
-win: those that take no team below its nominal, then those whose worst victim is borrowed
+win: those that take no team below its nominal, and, for a job within its team's nominal,
+none of its own team's jobs (other teams' before the preemptor's own, as Kueue orders
+candidates: its own team's victim would wait within that nominal and reclaim from them a
+grace later), then those whose worst victim is borrowed
 rather than guaranteed, then those whose highest victim class is lowest (Kueue and Slurm
 take the lowest priority first), then those whose victims have run the fewest GPU-seconds
 (the work a preemption may throw away: a gang that started an hour ago costs more than a
@@ -122,7 +125,8 @@ class Plan:
 
 
 # A node priced for a plan: (below, worst, top, lost, not preferred, GPUs to free), its name,
-# its victims.
+# its victims. below: 0, 1 a victim takes another team below its nominal, 2 a reclaiming
+# job takes its own team's.
 Cost = tuple[tuple[int, int, float, float, bool, int], str, tuple[tuple[Candidate, str], ...]]
 # A plan's: (below, worst, top, lost), as plan() compares them.
 Score = tuple[int, int, float, float]
@@ -253,9 +257,14 @@ def plan(
                     have -= c.gpus[name]
                     del taken[i]
             # 1: a victim takes a quota below its nominal (a node that does not is cheaper).
+            # 2: a job that reclaims takes its own team's: displaced within the nominal the
+            # job fits, it would wait there and reclaim from the borrowers a grace later
+            # (two victims for one), so other teams' work goes first, as in Kueue.
             below = 0
             if over and budget is not None and not within_budget(budget, team, taken, strict=True):
                 below = 1
+            if reclaims and any(kind == "priority" and c.team == team for c, kind in taken):
+                below = 2
             priced: Sequence[tuple[Candidate, str]] = taken
             if quota is not None:
                 extra = quota_extras(taken, team, quota)

@@ -3,7 +3,8 @@ nodes, each with the victims plan() prices it at (plan() for that node alone): i
 plan whenever some choice's victims together stay within the budget's rule (Kueue's: of each
 quota all victims but one, the largest, within what it holds above its nominal,
 preempt.within_budget); where the cheapest-first pass skips a node for that rule, it finds
-the cheapest choice by plan()'s score (below a nominal, the worst node, the highest class,
+the cheapest choice by plan()'s score (the reclaimer's own team's jobs, below a nominal,
+the worst node, the highest class,
 the GPU-seconds lost), as it does where the nodes that pass takes put a quota below its
 nominal together; otherwise what that pass takes, as before.
 Random nodes of two borrowing teams' jobs, some on two nodes, the reclaimer's own lower
@@ -89,12 +90,20 @@ def cases(draw: st.DrawFn) -> Case:
     return Case(count, jobs, on_node, budget, g, n)
 
 
+def below(case: Case, priced: Sequence[Victims]) -> int:
+    """2: a victim is the reclaimer's own team's; 1: one takes a quota below its nominal."""
+    union = list({c.id: (c, kind) for victims in priced for c, kind in victims}.values())
+    if any(kind == "priority" and c.team == RECLAIMER for c, kind in union):
+        return 2
+    return int(not within_budget(case.budget, RECLAIMER, union, strict=True))
+
+
 def score(case: Case, priced: Sequence[Victims]) -> tuple[int, int, float, float]:
     """plan()'s score of nodes with these priced victim sets."""
     union = list({c.id: (c, kind) for victims in priced for c, kind in victims}.values())
     new = [c for c, kind in union if kind != "leaving"]
     return (
-        int(not within_budget(case.budget, RECLAIMER, union, strict=True)),
+        below(case, priced),
         max(price(victims, NOW)[0] for victims in priced),
         max((c.value for c in new), default=-math.inf),
         sum(c.size * max(1.0, NOW - c.start) for c in new),
@@ -131,7 +140,7 @@ def test_a_gangs_victim_search_finds_nodes_within_the_budget_together_whenever_s
     order = sorted(
         priced,
         key=lambda x: (
-            int(not within_budget(case.budget, RECLAIMER, priced[x], strict=True)),
+            below(case, [priced[x]]),
             *price(priced[x], NOW),
             True,
             max(0, case.g - len(index.nodes[x].free)),

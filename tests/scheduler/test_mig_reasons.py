@@ -116,10 +116,11 @@ def test_a_slice_of_a_profile_no_fixed_layout_has_is_said_not_to_exist() -> None
     assert "(none exists)" in reason.message, reason.message
 
 
-def _first_preempted_low3(low3_left: bool) -> Snapshot:
+def _first_preempted_low3(low3_left: bool, first_class: str = "high") -> Snapshot:
     """m1: a 3g.40gb held by a high job, four 1g.10gb held by low jobs of team a; job
     `first` (team a) preempted low3 for its slice, which is leaving or has left; job
-    `other` (team b, ahead in fair share) wants a 1g.10gb too."""
+    `other` (team b, high, ahead in fair share) wants a 1g.10gb too. Of the same class,
+    `first` goes before `other` (a job that preempted leads its class)."""
     lay = [MigInstance("3g.40gb", 4, 4, "keep")]
     lay += [MigInstance("1g.10gb", s, 1, f"low{s}") for s in range(3)]
     lay += [MigInstance("1g.10gb", 3, 1, None if low3_left else "low3")]
@@ -130,7 +131,7 @@ def _first_preempted_low3(low3_left: bool) -> Snapshot:
     running.append(replace(keep, request=replace(keep.request, priority="high")))
     pending = [
         PendingJob(
-            request("first", mig="1g.10gb", priority="high", submit=NOW - 50),
+            request("first", mig="1g.10gb", priority=first_class, submit=NOW - 50),
             preempting_on=("m1",),
         ),
         job("other", team="b", mig="1g.10gb", priority="high", submit=NOW),
@@ -149,9 +150,9 @@ def test_an_instance_being_freed_for_a_preemptor_is_said_to_be_its() -> None:
 
 
 def test_a_free_instance_held_for_its_preemptor_is_not_said_to_be_taken_by_jobs_ahead() -> None:
-    # `other` is first in the order: nothing was taken ahead of it. It was told "(0 free,
-    # all taken by jobs ahead)".
-    d = decide(_first_preempted_low3(low3_left=True))
+    # `other`, of a higher class, is first in the order: nothing was taken ahead of it. It
+    # was told "(0 free, all taken by jobs ahead)".
+    d = decide(_first_preempted_low3(low3_left=True, first_class="normal"))
     assert "first" in started(d)
     reason = waits(d)["other"].reason
     assert d.waits[0].job_id == "other"  # first in the order: nothing was taken ahead
