@@ -1,17 +1,18 @@
 """Free whole-GPU capacity, indexed by (model, pool, cluster) and by free count.
 
 One FreeIndex is built per cycle from the nodes and the running jobs, then mutated as the
-cycle starts jobs and holds GPUs for reservations. Each group keeps one bucket per free
-count, so best fit ("the node with the fewest free GPUs that still fits") is a scan of at
-most gpus-per-node buckets instead of all nodes. A MIG node is there too, with no whole GPU
-(its slices are mig.py's): a job of no GPU may run on it, taking neither GPU nor slice.
+cycle starts jobs, holds GPUs for reservations and keeps them for preemptors. Each group
+keeps one bucket per free count, so best fit ("the node with the fewest free GPUs that
+still fits") is a scan of at most gpus-per-node buckets instead of all nodes. A MIG node is
+there too, with no whole GPU (its slices are mig.py's): a job of no GPU may run on it,
+taking neither GPU nor slice.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 
 from .types import Node, NodeAlloc, RunningJob
@@ -28,7 +29,10 @@ class NodeState:
     group: GroupKey
     total: int
     free: list[int]  # free GPU indices, ascending
-    held: list[int]  # free GPUs held for a reservation or a preemptor
+    held: list[int]  # free GPUs held for a reservation: a job ending before it may use them
+    # Free GPUs kept for a job this cycle preempts for, beside its victims': no job takes
+    # them (backfill would, judged by a reservation's start, and be preempted by it next).
+    kept: list[int] = field(default_factory=list)
 
 
 class Group:
@@ -124,10 +128,17 @@ class FreeIndex:
         return tuple(got)
 
     def hold(self, name: str, gpus: Sequence[int]) -> None:
-        st = self.nodes[name]
+        """Hold these free GPUs for a reservation (NodeState.held)."""
+        self._set_aside(self.nodes[name], gpus, self.nodes[name].held)
+
+    def keep(self, name: str, gpus: Sequence[int]) -> None:
+        """Take these free GPUs out of reach of every job this cycle (NodeState.kept)."""
+        self._set_aside(self.nodes[name], gpus, self.nodes[name].kept)
+
+    def _set_aside(self, st: NodeState, gpus: Sequence[int], into: list[int]) -> None:
         before = len(st.free)
         wanted = set(gpus)
-        st.held.extend(g for g in st.free if g in wanted)
+        into.extend(g for g in st.free if g in wanted)
         st.free = [g for g in st.free if g not in wanted]
         self._move(st, before)
 

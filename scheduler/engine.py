@@ -200,7 +200,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        team, as EASY backfill judges it; a slice job that waits for an instance likewise,
        until one frees by the limits, and one whose GPU is laid out for it counts on its
        quota at once; a whole-GPU job refused quota that has waited
-       Policy.quota_hold_after_s (off by default) likewise, until its quota estimate; a
+       Policy.quota_hold_after_s (off by default) likewise, until its quota estimate, and
+       one that preempted in an earlier cycle (PendingJob.preempting_on) at once: what its
+       preemption freed stays its own, the team's nominal here and the GPUs in step 4; a
        job the queue preempted Policy.protect_after_preemptions times starts again only
        within its team's nominal, as a class that cannot be preempted does, unless larger
        than it), then placement (capacity.py): a single-node job
@@ -213,7 +215,12 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        does not fit gets a reservation (backfill.py) holding the free GPUs it will need,
        and the quota it will borrow (of capacity nobody owns, no more than the idle GPUs it
        could use); a later job may take held GPUs or that quota only if
-       its time limit ends before the reservation starts. Without backfill (fifo) the
+       its time limit ends before the reservation starts. A job that preempted in an earlier
+       cycle and is refused quota until a known time is reserved likewise, from then
+       (keep_freed), else a job that would outlast its wait takes the GPUs its victims
+       freed and is preempted by it once more; it stays in Decisions.preempting, its
+       reason naming the nodes (reasons.keeping), so the claim holds cycle after cycle (a
+       slice job so keeps the instance or GPU held for it). Without backfill (fifo) the
        first job that does not fit stops everything behind it.
     5. Preempt: a job that does not fit and fits its team's nominal quota reclaims GPUs
        from teams running on borrowed quota (any of their jobs, up to what they hold above
@@ -233,9 +240,14 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        the same with running slice jobs: those holding an instance it may use, or all of a
        GPU's holders (the idle GPU is then re-laid out; with Policy.mig_repartition only).
        A GPU being emptied so is held for the job: no other job takes its free instances
-       until it is idle; one instance freed for it on a GPU others keep using is held
-       alike. No slice is preempted for an instance while an idle GPU could be re-laid out
-       for the job. A job that may preempt for priority but is over its team's quota
+       until it is idle, and once idle and re-laid out for it, it stays the job's (its
+       preempting_on names the node, not the GPU: mig.MigIndex.reserve_on matches each
+       such job to a GPU laid out with its profile before any to other GPUs there); one
+       instance freed for it on a GPU others keep using is held alike. No slice is
+       preempted for an instance while an idle GPU could be re-laid out for the job.
+       A whole-GPU job's free GPUs beside its victims' are kept for it: no job takes them,
+       not even one that ends before a reservation there (capacity.FreeIndex.keep).
+       A job that may preempt for priority but is over its team's quota
        displaces its own team's lower classes on that quota, enough to fit it within the
        nominal; a slice job only where it then has an instance (one free or an idle GPU,
        held for it; or one its victims free).
@@ -700,6 +712,14 @@ class _Cycle:
                         if result.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
                             estimate = _not_before_hold(estimate, result, until)
+                            if on_nodes and estimate is not None:
+                                # It preempted for its place: the instance or GPU its victims
+                                # freed stays its own (named back next cycle), and so does
+                                # its share of the team's nominal, as for a whole-GPU job.
+                                if _HELD_FOR not in dict(result.details):
+                                    self.hold_slice_quota(r, gpus, estimate)
+                                self.preempting.append((r.id, on_nodes))
+                                result = reasons.keeping(result, on_nodes)
                     if result.code in ("mig_unavailable", "mig_relayout") and not policy.backfill:
                         blocked = True
                     waits.append(Wait(r.id, result, len(waits) + 1, estimate))
@@ -718,21 +738,32 @@ class _Cycle:
                             held = self.reserved_for.get(r.id)
                             self.hold_quota(r, gpus, None if held is None else held.start)
                     else:
-                        estimate = outcome.estimate
-                        if estimate is None and outcome.reason.code == "quota_exhausted":
+                        estimate, reason = outcome.estimate, outcome.reason
+                        if estimate is None and reason.code == "quota_exhausted":
                             estimate = self.quota_estimate(k, r, gpus)
                             if (
-                                hold_after is not None
-                                and estimate is not None
-                                and now - r.submit_time >= hold_after
+                                estimate is not None
+                                and (
+                                    on_nodes
+                                    or (
+                                        hold_after is not None and now - r.submit_time >= hold_after
+                                    )
+                                )
                                 and _HELD_FOR not in dict(outcome.reason.details)
                             ):
-                                # Waited long enough: it holds its team's nominal too.
+                                # It preempted for its place, or waited long enough: it
+                                # holds its team's nominal too.
                                 self.hold_quota(r, gpus, estimate)
                             estimate = _not_before_hold(
                                 estimate, outcome.reason, outcome.short_before
                             )
-                        waits.append(Wait(r.id, outcome.reason, len(waits) + 1, estimate))
+                            if on_nodes and estimate is not None:
+                                estimate = self.keep_freed(r, estimate)
+                                # Named back next cycle, so what it freed stays its own.
+                                self.preempting.append((r.id, on_nodes))
+                                reason = reasons.keeping(reason, on_nodes)
+                        kept = r.id in self.reserved_for
+                        waits.append(Wait(r.id, reason, len(waits) + 1, estimate, kept))
             if blocked:
                 # Strict FIFO: nothing passes this job; a bad request still says what is wrong.
                 fifo_blocked = reasons.fifo_blocked(r.id)
@@ -1221,6 +1252,25 @@ class _Cycle:
             where=tuple(grp.key for grp in groups),
         )
 
+    def keep_freed(self, r: JobRequest, until: float) -> float:
+        """r preempted in an earlier cycle (PendingJob.preempting_on) and is refused quota
+        until `until` (its team's own jobs hold the nominal it reclaimed, and end by then):
+        it keeps the GPUs its victims freed as an EASY reservation from then, so a job that
+        would outlast that wait does not take them, to be reclaimed by r once more. One
+        reservation per capacity group, as for a job waiting for nodes. Its start."""
+        if not self.policy.backfill or not r.gpus_per_node:
+            return until
+        groups = [grp for m in self.models_for(r) for grp in self.groups(m, r)]
+        if self.reservations if not self.policy.priorities else self.reserved_in(groups):
+            return until
+        res = reserve(self.index, groups, r.gpus_per_node, r.nodes, self.events(), r.id)
+        if res is None:
+            return until
+        res = replace(res, start=max(res.start, until))
+        self.reservations.append(res)
+        self.reserved_for[r.id] = res
+        return res.start
+
     def reserved_in(self, groups: Sequence[Group]) -> bool:
         """Is a job ahead reserved in one of these groups?"""
         keys = {grp.key for grp in groups}
@@ -1273,7 +1323,7 @@ class _Cycle:
         for name in self.held_nodes():
             st = nodes.get(name)
             if st is not None and st.group in keys:
-                idle += len(st.held)
+                idle += len(st.held) + len(st.kept)
         return float(idle)
 
     def held_nodes(self) -> set[str]:
@@ -1830,7 +1880,7 @@ class _Cycle:
             # them, its victims gone already.
             coming = sum(c.gpus.get(name, 0) for c, _ in found.victims)
             held[name] = st.free[: max(0, r.gpus_per_node - coming)]
-            self.index.hold(name, held[name])
+            self.index.keep(name, held[name])
         self.plan_preemptor(r, found, held)
         self.quota_preempting(r, model, gpus, self.victims_gone_at)
 
@@ -1931,11 +1981,13 @@ class _Cycle:
         caller names that job (PendingJob.preempting_on): it is held for it, idle or not."""
         index = mig.MigIndex(self.s.nodes, self.mig_tables)
         index.mark_leaving({j.request.id for j in self.s.running if j.preempting_since is not None})
-        named = [p for p in self.s.pending if p.preempting_on and p.request.mig_profile]
-        for p in sorted(named, key=lambda p: p.request.id):
-            r = p.request
-            assert r.mig_profile is not None
-            index.reserve_on(p.preempting_on, r.id, r.mig_profile, r.gpu_model, r.pool, r.cluster)
+        named = sorted(
+            mig.Named(r.id, r.mig_profile, p.preempting_on, r.gpu_model, r.pool, r.cluster)
+            for p in self.s.pending
+            if p.preempting_on and (r := p.request).mig_profile
+        )
+        if named:
+            index.reserve_on(named)
         return index
 
     def mig_request(self, r: JobRequest, *, first_tier: bool = False) -> mig.MigRequest:
@@ -2606,7 +2658,7 @@ class _Cycle:
             up = self.index.nodes
             free = dict.fromkeys(self.index.groups, 0)
             for st in up.values():
-                free[st.group] += len(st.free) + len(st.held)
+                free[st.group] += len(st.free) + len(st.held) + len(st.kept)
             ends: dict[GroupKey, list[tuple[float, int]]] = {key: [] for key in free}
             for job, at in zip(self.s.running, self.running_ends(), strict=True):
                 if at is not None:

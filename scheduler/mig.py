@@ -363,6 +363,18 @@ class MigRequest:
     cluster: str | None = None  # when set, only GPUs of nodes in that cluster qualify
 
 
+class Named(NamedTuple):
+    """A slice job that preempted on these nodes in an earlier cycle
+    (PendingJob.preempting_on), for MigIndex.reserve_on."""
+
+    job_id: str
+    profile: str
+    nodes: tuple[str, ...]
+    gpu_model: str | None = None
+    pool: str | None = None
+    cluster: str | None = None
+
+
 # What a request selects instances by: (profile, GPU model, pool, cluster).
 Signature = tuple[str, str | None, str | None, str | None]
 # Interchangeable instances: (GPU model, (pool, cluster), the profile's spec or name).
@@ -526,35 +538,56 @@ class MigIndex:
             held = self._reserved.get((node, gpu)) or {}
             self._reserved[(node, gpu)] = {**held, job_id: profile}
 
-    def reserve_on(
-        self,
-        nodes: Collection[str],
-        job_id: str,
-        profile: str,
-        gpu_model: str | None,
-        pool: str | None,
-        cluster: str | None = None,
-    ) -> None:
-        """Hold for job_id what the last cycle's preemption freed for it on these nodes
+    def reserve_on(self, named: Sequence[Named]) -> None:
+        """Hold for each job what the last cycle's preemption freed for it on its nodes
         (PendingJob.preempting_on): an instance it may use on a GPU others keep using, free
-        or held by a job that is leaving (it preempted that holder: hold_freed); else a GPU
-        still being emptied, else an idle one (its victims have left), else one held for
-        other jobs with room for it too. The instance first: the node's name does not say
-        which preemption was whose, and a job that preempted one instance, taking a GPU
-        emptied for another job there, would leave that job nothing."""
-        gpus = [
-            g
-            for g in self._gpus
-            if g.node in nodes
-            and g.accepts(gpu_model, pool, cluster)
-            and _spec(g.table, profile) is not None
-        ]
+        or held by a job that is leaving (it preempted that holder: hold_freed); else an idle
+        GPU already laid out with a free instance of its profile (re-laid out for it), else
+        a GPU still being emptied, else an idle one (its victims have left), else one held
+        for other jobs with room for it too. Each step for every job before the next: the
+        node's name does not say which preemption was whose, and a job taking the GPU
+        emptied or re-laid out for another there would leave that job nothing, and it would
+        preempt again."""
         reserved = self._reserved
-        freed = self._freed_for
-        # A free one first: it can start now, and leaves the leaving ones to their preemptors.
+        left = []
+        for job in named:
+            gpus = [
+                g
+                for g in self._gpus
+                if g.node in job.nodes
+                and g.accepts(job.gpu_model, job.pool, job.cluster)
+                and _spec(g.table, job.profile) is not None
+            ]
+            if not self._claim_freed(job.job_id, job.profile, gpus):
+                left.append((job, gpus))
+        fits: tuple[Callable[[_Gpu, Named], bool], ...] = (
+            lambda g, j: (
+                g.idle
+                and not g.fixed
+                and g.order not in reserved
+                and any(_names(g, i, j.profile) for i in g.instances)
+            ),
+            lambda g, j: g.order in reserved and reserved[g.order] is None,
+            lambda g, j: g.idle and not g.fixed and g.order not in reserved,
+            lambda g, j: self._room_with(g, j.job_id, j.profile),
+        )
+        for rule in fits:
+            rest = []
+            for job, gpus in left:
+                gpu = next((g for g in gpus if rule(g, job)), None)
+                if gpu is None:
+                    rest.append((job, gpus))
+                else:
+                    self.reserve(*gpu.order, job.job_id, job.profile)
+            left = rest
+
+    def _claim_freed(self, job_id: str, profile: str, gpus: Sequence[_Gpu]) -> bool:
+        """reserve_on's first step: an instance of the profile on a GPU others keep using,
+        free (it can start now) before one whose holder is leaving."""
+        reserved, freed = self._reserved, self._freed_for
         for leaving in (False, True):
             for gpu in gpus:
-                # An idle GPU that can be re-laid out is plan()'s (the GPU rules below).
+                # An idle GPU that can be re-laid out is plan()'s (reserve_on's later steps).
                 if gpu.order in reserved or (gpu.idle and not gpu.fixed):
                     continue
                 for inst in gpu.instances:
@@ -565,17 +598,8 @@ class MigIndex:
                         and _names(gpu, inst, profile)
                     ):
                         freed[key] = job_id
-                        return
-        fits: tuple[Callable[[_Gpu], bool], ...] = (
-            lambda g: g.order in reserved and reserved[g.order] is None,
-            lambda g: g.idle and not g.fixed and g.order not in reserved,
-            lambda g: self._room_with(g, job_id, profile),
-        )
-        for rule in fits:
-            for gpu in gpus:
-                if rule(gpu):
-                    self.reserve(*gpu.order, job_id, profile)
-                    return
+                        return True
+        return False
 
     def hold_freed(self, node: str, gpu: int, victim: str, job_id: str) -> None:
         """Hold for job_id the instance `victim` (preempted for it) leaves on this GPU."""

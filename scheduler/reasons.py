@@ -147,6 +147,12 @@ def with_note(reason: Reason, note: PreemptionNote) -> Reason:
     return Reason(reason.code, reason.message + note[0], (*reason.details, note[1]))
 
 
+def keeping(reason: Reason, on_nodes: tuple[str, ...]) -> Reason:
+    """A quota refusal of a job that preempted on `on_nodes` and keeps what its preemption
+    freed there until its quota frees (the caller hands them back as for "preempting")."""
+    return Reason(reason.code, reason.message, (*reason.details, ("on_nodes", on_nodes)))
+
+
 def _gpu_time(gpu_s: float) -> str:
     return f"{gpu_s:.0f} GPU-seconds" if gpu_s < 3600 else f"{gpu_s / 3600:.1f} GPU-hours"
 

@@ -326,7 +326,8 @@ class Decisions:
     relayouts: tuple[MigRelayout, ...] = ()
     # Free-form counters for observability ("considered", "groups_skipped", ...).
     stats: tuple[tuple[str, float], ...] = field(default=())
-    # Jobs waiting for their victims to leave (or for the relayout of the GPU they emptied),
-    # with the nodes they will run on (their Wait reason's "on_nodes"): the caller hands
-    # these back as PendingJob.preempting_on.
+    # Jobs waiting for their victims to leave (or for the relayout of the GPU they emptied,
+    # or for their quota, keeping what their preemption freed), with the nodes they will run
+    # on (their Wait reason's "on_nodes"): the caller hands these back as
+    # PendingJob.preempting_on.
     preempting: tuple[tuple[str, tuple[str, ...]], ...] = ()

@@ -277,8 +277,11 @@ class Disabled:
 # the spec as text: held jobs' are never decoded), its attempts, its array's id, index,
 # limit and name, its `after` list (decoded: usually null), and its reason's code and
 # `on_nodes` (the nodes the last cycle preempted on, or re-laid out a GPU emptied on, for
-# it: PendingJob.preempting_on), and how many times the queue preempted it.
+# it, or those it keeps while refused quota: PendingJob.preempting_on), and how many times
+# the queue preempted it.
 PendingRow = tuple[Any, ...]
+# The reason codes whose `on_nodes` are a claim the next cycle hands back.
+CLAIMING_REASONS = ("preempting", "mig_relayout", "quota_exhausted")
 PENDING_FIELDS = (
     "id",
     "team__slug",
@@ -487,8 +490,10 @@ def build_snapshot(now: datetime) -> tuple[st.Snapshot, dict[str, Cluster], Held
             continue
         if fitted.gpus_per_node != spec["gpus_per_node"]:
             held.charged[fitted.id] = footprint_note(fitted.gpus_per_node, spec)
-        # mig_relayout: a GPU emptied for it stays its own until it starts there.
-        on_nodes = row[ON_NODES] if row[REASON_CODE] in ("preempting", "mig_relayout") else None
+        # mig_relayout: a GPU emptied for it stays its own until it starts there;
+        # quota_exhausted with on_nodes: it preempted, and keeps what that freed until its
+        # quota frees (scheduler.reasons.keeping).
+        on_nodes = row[ON_NODES] if row[REASON_CODE] in CLAIMING_REASONS else None
         pending_jobs.append(
             st.PendingJob(
                 request=fitted,

@@ -106,6 +106,7 @@ class Staggered(Driver):
             self.submit(r, duration)
 
     def applied(self, d: Decisions) -> None:
+        super().applied(d)
         for p in d.preemptions:
             if self.running[p.job_id].preempting_since == self.now:  # preempted just now
                 # It leaves by the end of a cycle step within its grace: 0 to 3 steps.

@@ -28,6 +28,7 @@ def test_the_snapshot_hands_a_preemptor_back_the_nodes_it_preempted_on(
     teams: Any, local_cluster: Any, people: Any
 ) -> None:
     waiting = submit_job(people["alice"], spec(name="preemptor")).job
+    refused = submit_job(people["alice"], spec(name="refused")).job
     other = submit_job(people["alice"], spec(name="other")).job
     on_nodes = {"victims": 1, "on_nodes": ["local/n2"]}
     Job.objects.filter(pk=waiting.pk).update(
@@ -37,7 +38,15 @@ def test_the_snapshot_hands_a_preemptor_back_the_nodes_it_preempted_on(
             "details": on_nodes,
         }
     )
-    # Only a preempting reason's nodes count: another reason naming nodes is no claim.
+    # A preemptor refused quota for a while keeps what it freed (scheduler.reasons.keeping).
+    Job.objects.filter(pk=refused.pk).update(
+        reason={
+            "code": "quota_exhausted",
+            "message": "team uses 2 of 2 GPUs",
+            "details": {"used": 2, "on_nodes": ["local/n2"]},
+        }
+    )
+    # Only those reasons' nodes count: another reason naming nodes is no claim.
     Job.objects.filter(pk=other.pk).update(
         reason={"code": "no_capacity", "message": "no room", "details": on_nodes}
     )
@@ -45,7 +54,11 @@ def test_the_snapshot_hands_a_preemptor_back_the_nodes_it_preempted_on(
     snap, _, _ = build_snapshot(timezone.now())
 
     got = {p.request.id: p.preempting_on for p in snap.pending}
-    assert got == {str(waiting.pk): ("local/n2",), str(other.pk): ()}
+    assert got == {
+        str(waiting.pk): ("local/n2",),
+        str(refused.pk): ("local/n2",),
+        str(other.pk): (),
+    }
 
 
 def test_the_snapshot_hands_a_slice_preemptor_back_its_node_while_its_gpu_is_re_laid_out(
