@@ -7,7 +7,6 @@ The whole-GPU counterpart is test_properties_over_cycles.py."""
 from __future__ import annotations
 
 import math
-import random
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
@@ -18,7 +17,15 @@ from scheduler.types import Decisions, JobRequest, MigInstance, Node, Policy, Qu
 
 from .builders import A100, NOW, mig_node
 from .test_mig_over_several_cycles import MigDriver
-from .test_properties_over_cycles import GRACE, SLOW, STEP, Staggered, check_cycle
+from .test_properties_over_cycles import (
+    POLICIES,
+    SLOW,
+    STEP,
+    Staggered,
+    assert_every_admissible_job_finished,
+    check_cycle,
+    run,
+)
 
 # A100 80 GB placements, as ../shared/specs/mig.md §Geometry gives them: profile ->
 # (compute slices, memory slices, allowed starts). 7 compute and 8 memory slices per GPU.
@@ -183,37 +190,11 @@ def leaving(drv: StaggeredMig, job_id: str) -> bool:
     return drv.running[job_id].preempting_since is not None
 
 
-def run(w: Workload, policy: Policy) -> StaggeredMig:
-    drv = StaggeredMig(w.nodes, w.teams, policy, step=STEP, rng=random.Random(w.seed))
-    drv.arrivals = [(r, d) for r, d in w.jobs if admissible(w, r)]
-    # Time enough to run every job one after another, each preempted a few times over.
-    horizon = NOW + STEP * 41 + sum(4 * (r.time_limit_s or 0) + 8 * GRACE for r, _ in w.jobs)
-    while drv.now <= horizon and (drv.arrivals or drv.pending or drv.running):
-        drv.step_once()
-    return drv
-
-
-POLICIES = [
-    Policy(preemption_grace_s=GRACE),
-    Policy(preemption_grace_s=GRACE, preemptible_classes_preempt=True),
-    Policy(preemption_grace_s=GRACE, quota_hold_after_s=0.0),
-]
-
-
 @SLOW
 @given(workloads(), st.sampled_from(POLICIES))
 def test_every_slice_job_that_could_ever_run_finishes_and_each_cycle_keeps_the_rules(
     w: Workload, policy: Policy
 ) -> None:
-    # check_cycle and check_mig_cycle assert the per-cycle rules (run() calls them).
-    drv = run(w, policy)
-    expected = {r.id for r, _ in w.jobs if admissible(w, r)}
-    assert set(drv.finished) == expected, (
-        repr(w),
-        {
-            "pending": {k: (p.preempting_on, p.preemptions) for k, p in drv.pending.items()},
-            "running": sorted(drv.running),
-            "now": drv.now - NOW,
-            "waits": [(x.job_id, x.reason.code) for x in drv.decisions[-1].waits],
-        },
-    )
+    # check_cycle and check_mig_cycle assert the per-cycle rules (step_once calls them).
+    drv = run(w, policy, StaggeredMig, admissible)
+    assert_every_admissible_job_finished(w, drv, admissible)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,14 +142,39 @@ def check_cycle(drv: Staggered, d: Decisions) -> None:
         assert PREEMPTIBLE[victim.priority], (p, victim)
 
 
-def run(w: Workload, policy: Policy) -> Staggered:
-    drv = Staggered(w.nodes, w.teams, policy, step=STEP, rng=random.Random(w.seed))
-    drv.arrivals = [(r, d) for r, d in w.jobs if admissible(w, r)]
+D = TypeVar("D", bound=Staggered)
+
+
+def run(
+    w: Any,
+    policy: Policy,
+    driver: type[D],
+    can_run: Callable[[Any, JobRequest], bool],
+) -> D:
+    """Drive a workload (nodes, teams, jobs, seed) on `driver` until every job that
+    `can_run` admits has finished or the horizon passes."""
+    drv = driver(w.nodes, w.teams, policy, step=STEP, rng=random.Random(w.seed))
+    drv.arrivals = [(r, d) for r, d in w.jobs if can_run(w, r)]
     # Time enough to run every job one after another, each preempted a few times over.
     horizon = NOW + STEP * 41 + sum(4 * (r.time_limit_s or 0) + 8 * GRACE for r, _ in w.jobs)
     while drv.now <= horizon and (drv.arrivals or drv.pending or drv.running):
         drv.step_once()
     return drv
+
+
+def assert_every_admissible_job_finished(
+    w: Any, drv: Staggered, can_run: Callable[[Any, JobRequest], bool]
+) -> None:
+    expected = {r.id for r, _ in w.jobs if can_run(w, r)}
+    assert set(drv.finished) == expected, (
+        repr(w),
+        {
+            "pending": {k: (p.preempting_on, p.preemptions) for k, p in drv.pending.items()},
+            "running": sorted(drv.running),
+            "now": drv.now - NOW,
+            "waits": [(x.job_id, x.reason.code) for x in drv.decisions[-1].waits],
+        },
+    )
 
 
 POLICIES = [
@@ -160,17 +187,8 @@ POLICIES = [
 @SLOW
 @given(workloads(), st.sampled_from(POLICIES))
 def test_every_job_that_could_ever_run_finishes(w: Workload, policy: Policy) -> None:
-    drv = run(w, policy)
-    expected = {r.id for r, _ in w.jobs if admissible(w, r)}
-    assert set(drv.finished) == expected, (
-        repr(w),
-        {
-            "pending": {k: (p.preempting_on, p.preemptions) for k, p in drv.pending.items()},
-            "running": sorted(drv.running),
-            "now": drv.now - NOW,
-            "waits": [(x.job_id, x.reason.code) for x in drv.decisions[-1].waits],
-        },
-    )
+    drv = run(w, policy, Staggered, admissible)
+    assert_every_admissible_job_finished(w, drv, admissible)
 
 
 @SLOW
@@ -180,5 +198,5 @@ def test_no_gpu_is_given_twice_and_only_preemptible_jobs_are_preempted(
 ) -> None:
     # check_cycle asserts both after every cycle's decisions are applied (run() calls it);
     # here, that cycles ran whenever a job could run.
-    drv = run(w, policy)
+    drv = run(w, policy, Staggered, admissible)
     assert bool(drv.decisions) == any(admissible(w, r) for r, _ in w.jobs)
