@@ -215,10 +215,12 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
        does not fit gets a reservation (backfill.py) holding the free GPUs it will need,
        and the quota it will borrow (of capacity nobody owns, no more than the idle GPUs it
        could use); a later job may take held GPUs or that quota only if
-       its time limit ends before the reservation starts. A job that preempted in an earlier
-       cycle and is refused quota until a known time is reserved likewise, from then
-       (keep_freed), else a job that would outlast its wait takes the GPUs its victims
-       freed and is preempted by it once more; it stays in Decisions.preempting, its
+       its time limit ends before the reservation starts. A whole-GPU job that holds its
+       team's nominal while refused quota until a known time (step 3: one that preempted
+       in an earlier cycle, or has waited Policy.quota_hold_after_s) is reserved likewise,
+       from then (reserve_from): its nodes drain while its quota does. One that preempted
+       so keeps the GPUs its victims freed (else a job that would outlast its wait takes
+       them and is preempted by it once more); it stays in Decisions.preempting, its
        reason naming the nodes (reasons.keeping), so the claim holds cycle after cycle (a
        slice job so keeps the instance or GPU held for it). Without backfill (fifo) the
        first job that does not fit stops everything behind it.
@@ -754,11 +756,13 @@ class _Cycle:
                                 # It preempted for its place, or waited long enough: it
                                 # holds its team's nominal too.
                                 self.hold_quota(r, gpus, estimate)
+                                if not on_nodes:
+                                    estimate = self.reserve_from(r, estimate)
                             estimate = _not_before_hold(
                                 estimate, outcome.reason, outcome.short_before
                             )
                             if on_nodes and estimate is not None:
-                                estimate = self.keep_freed(r, estimate)
+                                estimate = self.reserve_from(r, estimate)
                                 # Named back next cycle, so what it freed stays its own.
                                 self.preempting.append((r.id, on_nodes))
                                 reason = reasons.keeping(reason, on_nodes)
@@ -1252,12 +1256,15 @@ class _Cycle:
             where=tuple(grp.key for grp in groups),
         )
 
-    def keep_freed(self, r: JobRequest, until: float) -> float:
-        """r preempted in an earlier cycle (PendingJob.preempting_on) and is refused quota
-        until `until` (its team's own jobs hold the nominal it reclaimed, and end by then):
-        it keeps the GPUs its victims freed as an EASY reservation from then, so a job that
-        would outlast that wait does not take them, to be reclaimed by r once more. One
-        reservation per capacity group, as for a job waiting for nodes. Its start."""
+    def reserve_from(self, r: JobRequest, until: float) -> float:
+        """r is refused quota until `until` (its team's own jobs end by then) and holds its
+        team's nominal meanwhile: it preempted in an earlier cycle (PendingJob.preempting_on),
+        or has waited Policy.quota_hold_after_s. It also gets an EASY reservation of the
+        nodes it will need from then, so that the nodes drain while the quota does (it does
+        not wait for nodes once its quota is there) and a job that would outlast that wait
+        does not take them (for a preemptor, the GPUs its victims freed: else r would
+        reclaim them once more). One reservation per capacity group, as for a job waiting
+        for nodes. Its start."""
         if not self.policy.backfill or not r.gpus_per_node:
             return until
         groups = [grp for m in self.models_for(r) for grp in self.groups(m, r)]

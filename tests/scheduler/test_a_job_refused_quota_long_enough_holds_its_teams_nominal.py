@@ -120,3 +120,49 @@ def test_a_gang_is_not_passed_for_ever_by_its_teams_later_jobs(
         assert "gang" in driver.pending
     else:
         assert driver.running["gang"].start_time <= starts_by
+
+
+# Team c (nominal 1) runs and wants nothing: team b (borrowing up to 1) may borrow that GPU
+# of quota for a 1-GPU job on n1's free GPU. It comes after `old` in the order (both
+# borrow, and a uses less than b).
+TEAMS_AND_C = [team("a", 8), team("b", 8, borrow=1), team("c", 1)]
+
+
+@pytest.mark.parametrize(
+    ("limit", "b_starts"),
+    [(36000.0, False), (600.0, True)],
+    ids=["outlasting-the-wait-waits", "ending-before-it-starts"],
+)
+def test_a_held_job_also_reserves_its_nodes_from_when_its_quota_frees(
+    limit: float, b_starts: bool
+) -> None:
+    # `old` (4 GPUs on one node) has a's nominal from +1000, when a's three short jobs on n1
+    # end; n1 then has those three GPUs and the one free now. Its nodes are reserved from
+    # then too, so the free GPU is not taken by a job that outlasts +1000: else `old` would
+    # find its quota at +1000 and wait for a node after it, until +10000.
+    pending = [old(4 * DAY), job("b-job", team="b", submit=NOW - 50, limit=limit)]
+
+    d = decide(snap(nodes(2), TEAMS_AND_C, pending, BUSY), HOLD)
+
+    assert waits(d)["old"].reason.code == "quota_exhausted"
+    assert waits(d)["old"].estimated_start == NOW + 1000
+    assert ("b-job" in started(d)) is b_starts
+    if not b_starts:
+        reason = waits(d)["b-job"].reason
+        assert reason.code == "behind_higher_priority"
+        assert dict(reason.details)["reserved_for"] == "old"
+    assert waits(d)["old"].reserved
+
+
+def test_a_held_job_starts_when_its_quota_frees_on_the_node_kept_for_it() -> None:
+    # Over cycles: a's three short jobs end at +1000 (their limit), and `old` starts then on
+    # n1, though team b's long job waits beside it all the while.
+    driver = Driver(nodes(2), tuple(TEAMS_AND_C), HOLD)
+    for j in BUSY:
+        driver.place(j)  # each ends at its limit
+    driver.submit(request("old", gpus=4, submit=NOW - 4 * DAY))
+    driver.submit(request("b-job", team="b", submit=NOW - 50, limit=36000.0))
+
+    driver.run_until(NOW + 1200)
+
+    assert driver.running["old"].start_time <= NOW + 1000 + driver.step
