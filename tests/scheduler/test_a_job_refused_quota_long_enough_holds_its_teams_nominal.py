@@ -1,7 +1,8 @@
 """Policy.quota_hold_after_s: a job refused quota that has waited that long holds its
 team's nominal against the team's later jobs, as a job that fits the nominal but waits for
 nodes does (test_team_fifo.py): they may take it only if they end before it could start, or
-if there is room for both by then. Without it (the default) a job refused quota holds
+if there is room for both by then. Its nodes are reserved from then too, so they drain
+while its quota does. Without it (the default) a job refused quota holds
 nothing, as in Kueue's BestEffortFIFO: a gang then sees its own team's later, smaller jobs
 take each GPU of the nominal as one frees, and may wait for days (docs/BENCHMARKS.md,
 thirty-eighth session: 990,000 s on seed 5's workload). Slurm's bf_min_age_reserve
