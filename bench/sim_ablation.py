@@ -46,7 +46,9 @@ VARIANTS = {
     # Placement: gpuq with plain best fit, and the baseline with gpuq's end-time choice.
     "gpuq-best-fit": replace(GPUQ, pack_by_end=False),
     "backfill+pack-by-end": replace(POLICIES["backfill"], pack_by_end=True),
-    # A job refused quota holds its team's nominal once it has waited 1 or 3 days.
+    # A job refused quota holds its team's nominal at once (the FIFO within a team,
+    # taken literally), or once it has waited 1 or 3 days.
+    "gpuq-quota-hold-0": replace(GPUQ, quota_hold_after_s=0.0),
     "gpuq-quota-hold-1d": replace(GPUQ, quota_hold_after_s=86400.0),
     "gpuq-quota-hold-3d": replace(GPUQ, quota_hold_after_s=3 * 86400.0),
 }

@@ -256,7 +256,9 @@ def schedule(snapshot: Snapshot, policy: Policy, now: float) -> Decisions:
     6. Reasons: every job that does not start gets a Wait with a structured reason, its
        position among the waiting jobs and an estimated start where one can be computed
        (for a slice job, from the limits of the jobs holding instances it may use; for a
-       job refused quota, from those of its team's jobs on that quota).
+       job refused quota, from those of its team's jobs on that quota; a whole-GPU job its
+       team's own jobs keep from the nominal is also told whether the team's smaller jobs
+       may pass it meanwhile, or that it holds the nominal: passable, holding).
     7. MIG: before the walk, mig.MigIndex.plan re-lays out idle GPUs for the queue's slice
        requests that their teams' quota can start, counted together (plan first, then take:
        a take cannot spoil a layout a later request needed, and takes the free instance the
@@ -351,6 +353,7 @@ class _Cycle:
         # Per quota: its jobs this cycle preempts, (end by their limits, when they leave, GPUs).
         self._quota_preempted: dict[tuple[str, str], list[tuple[float | None, float, float]]] = {}
         self._team_quota: dict[str, tuple[str, str] | None] = {}
+        self._passed: reasons.PreemptionNote | None = None  # passable's words, made once
         # Jobs waiting for nodes ahead, (GPUs, limit), per quota, for a fluid built later.
         self._quota_ahead: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
         self._quota_kinds: dict[int, tuple[Fluid | None, float | None, Account | None]] = {}
@@ -758,6 +761,7 @@ class _Cycle:
                                 self.hold_quota(r, gpus, estimate)
                                 if not on_nodes:
                                     estimate = self.reserve_from(r, estimate)
+                                    reason = self.holding(r, reason)
                             estimate = _not_before_hold(
                                 estimate, outcome.reason, outcome.short_before
                             )
@@ -1139,6 +1143,8 @@ class _Cycle:
                 others = (*others, verdict.reason)
         if others and refusal is not None:
             refusal = reasons.on_every_model((refusal, *others))
+        if refusal is not None and not allowed:
+            refusal = self.passable(r, gpus, refusal)
         if allowed and self.holds:
             kept = []
             held_until = math.inf
@@ -1316,7 +1322,40 @@ class _Cycle:
                 return reason  # not expected; the verdict the kind reached stands
             if verdict.reason is not None:
                 refused.append(verdict.reason)
-        return reasons.on_every_model(refused) if refused else reason
+        return self.passable(r, gpus, reasons.on_every_model(refused)) if refused else reason
+
+    def passable(self, r: JobRequest, gpus: float, refusal: Reason) -> Reason:
+        """A whole-GPU job of more than one GPU that its team's quota refuses, for want of
+        GPUs to borrow, is told that the team's smaller jobs may pass it meanwhile (not one
+        that has waited Policy.quota_hold_after_s: it holds the nominal, see holding)."""
+        if gpus <= 1 or r.mig_profile or refusal.code != "quota_exhausted":
+            return refusal
+        hold_after = self.policy.quota_hold_after_s
+        if hold_after is not None and self.now - r.submit_time >= hold_after:
+            return refusal
+        # Not a refusal to borrow (Ledger.check's, which says what is lendable), or one its
+        # team's nominal could never hold: then it is not the team's own jobs that keep it
+        # waiting. Read without a dict: a deep queue asks often.
+        nominal = None
+        for key, value in refusal.details:
+            if key == "nominal":
+                nominal = value
+            elif key == "lendable":
+                if nominal is None or gpus > nominal + 1e-9:
+                    return refusal
+                if self._passed is None:
+                    self._passed = reasons.passed_meanwhile(hold_after)
+                return reasons.with_note(refusal, self._passed)
+        return refusal
+
+    def holding(self, r: JobRequest, refusal: Reason) -> Reason:
+        """The refusal of a job that has waited Policy.quota_hold_after_s, once it holds its
+        team's nominal against the team's later jobs (one job per quota does)."""
+        k = self.quota_key_of(r)
+        h = None if k is None else self.holds.get(k)
+        if h is None or h.holder != r.id or self.policy.quota_hold_after_s is None:
+            return refusal
+        return reasons.holding_nominal(refusal, h.gpus, self.policy.quota_hold_after_s)
 
     def idle_gpus(self, model: str, r: JobRequest) -> float:
         """The idle whole GPUs (free, or held for a job ahead) of `model` that r may use:

@@ -116,7 +116,8 @@ def reserved(r: JobRequest, holder: str, start: float, now: float) -> Reason:
     )
 
 
-# Why a job did not preempt lower classes that were in its way: message tail and detail.
+# Why a job did not preempt lower classes that were in its way: message tail and detail
+# (with_note adds it to a reason).
 PreemptionNote = tuple[str, tuple[str, Any]]
 
 
@@ -141,6 +142,31 @@ def on_every_model(refusals: Sequence[Reason]) -> Reason:
     first = refusals[0]
     models = tuple(dict(r.details).get("gpu_model") for r in refusals)
     return Reason(first.code, "; and ".join(words), (*first.details, ("gpu_models", models)))
+
+
+def passed_meanwhile(hold_after_s: float | None) -> tuple[str, tuple[str, Any]]:
+    """What a whole-GPU job refused quota on its team's nominal is told of the team's smaller
+    jobs (message tail and detail): whoever sees a gang wait for days while the team's later
+    jobs start learns why, and until when (Policy.quota_hold_after_s; None: Kueue's
+    BestEffortFIFO)."""
+    until = "" if hold_after_s is None else f" until it has waited {hold_after_s:g} s"
+    return (
+        f"; a job refused quota holds none of its team's nominal quota{until}, so"
+        f" {'until then ' if until else ''}the team's smaller jobs may start before it, later"
+        " ones too",
+        ("holds_nominal_after_s", hold_after_s),
+    )
+
+
+def holding_nominal(reason: Reason, held: float, hold_after_s: float) -> Reason:
+    """The refusal of a job that has waited hold_after_s and now holds its team's nominal."""
+    return Reason(
+        reason.code,
+        f"{reason.message}; having waited {hold_after_s:g} s, it holds {gpus_text(held)} GPUs of"
+        " its team's nominal quota as they free: the team's later jobs take them only if their"
+        " time limit ends before it can start",
+        (*reason.details, ("holds_nominal", round(held, 4))),
+    )
 
 
 def with_note(reason: Reason, note: PreemptionNote) -> Reason:

@@ -20,6 +20,12 @@ from scheduler.types import (
 
 from .builders import A100, H100, NOW, decide, job, mig_node, nodes, running, snap, started, waits
 
+# Each needs half its team's nominal, so the team's smaller jobs may pass it meanwhile.
+PASSED = (
+    "; a job refused quota holds none of its team's nominal quota, so the team's smaller jobs"
+    " may start before it, later ones too"
+)
+
 
 def _two_models(a100_used: int, h100_used: int) -> tuple[list[Team], list, tuple]:
     a = Team("a", 1.0, (Quota(A100, 8, 0.0), Quota(H100, 8, 0.0)), ())
@@ -38,13 +44,13 @@ def _two_models(a100_used: int, h100_used: int) -> tuple[list[Team], list, tuple
             8,
             8,
             f"team a uses 8 of 8 {A100} GPUs; borrowing limit 0 (needs 4 more); and"
-            f" team a uses 8 of 8 {H100} GPUs; borrowing limit 0 (needs 4 more)",
+            f" team a uses 8 of 8 {H100} GPUs; borrowing limit 0 (needs 4 more){PASSED}",
         ),
         (
             8,
             6,
             f"team a uses 8 of 8 {A100} GPUs; borrowing limit 0 (needs 4 more); and"
-            f" team a uses 6 of 8 {H100} GPUs; borrowing limit 0 (needs 4 more)",
+            f" team a uses 6 of 8 {H100} GPUs; borrowing limit 0 (needs 4 more){PASSED}",
         ),
     ],
     ids=["both-full", "h100-nearly-full"],
