@@ -51,6 +51,8 @@ VARIANTS = {
     "gpuq-quota-hold-0": replace(GPUQ, quota_hold_after_s=0.0),
     "gpuq-quota-hold-1d": replace(GPUQ, quota_hold_after_s=86400.0),
     "gpuq-quota-hold-3d": replace(GPUQ, quota_hold_after_s=3 * 86400.0),
+    # A priority preemption may throw away a quarter, not half, of what its job would wait.
+    "gpuq-loss-ratio-0.25": replace(GPUQ, preemption_loss_ratio=0.25),
 }
 
 
