@@ -71,7 +71,7 @@ class _Failure:
     estimate: float | None = None
     tail: reasons.BehindTail | None = None  # for no_capacity: its members' behind() reasons
     # It did not preempt because the victims would lose more than it waits: say so.
-    note: reasons.PreemptionNote | None = None
+    note: reasons.Note | None = None
     mig: bool = False  # no instance for a slice: each member gets its own estimate
     # For capacity: the groups it was placed against, to count the best nodes again for a
     # later member once jobs have started in between.
@@ -326,11 +326,9 @@ class _Cycle:
         self._waiting: list[_Waiting | None] = []  # per kind, at its first wait for capacity
         # Per kind refused quota whose search for own victims failed: (starts, preemptions,
         # reservations) then, the searches it made, and the note it left (preempt_for_quota).
-        self._no_victims: dict[
-            int, tuple[tuple[int, int, int], int, reasons.PreemptionNote | None]
-        ] = {}
+        self._no_victims: dict[int, tuple[tuple[int, int, int], int, reasons.Note | None]] = {}
         # Set by a preemption refused as not worth it, for the reason of the job that asked.
-        self.not_worth: reasons.PreemptionNote | None = None
+        self.not_worth: reasons.Note | None = None
         self.groups_cache: dict[tuple[str | None, str | None, str | None, bool], list[Group]] = {}
         self._candidates: dict[str, list[Candidate]] | None = None
         self._own: dict[str, list[Candidate]] | None = None
@@ -353,7 +351,7 @@ class _Cycle:
         # Per quota: its jobs this cycle preempts, (end by their limits, when they leave, GPUs).
         self._quota_preempted: dict[tuple[str, str], list[tuple[float | None, float, float]]] = {}
         self._team_quota: dict[str, tuple[str, str] | None] = {}
-        self._passed: reasons.PreemptionNote | None = None  # passable's words, made once
+        self._passed: reasons.Note | None = None  # passable's words, made once
         # Jobs waiting for nodes ahead, (GPUs, limit), per quota, for a fluid built later.
         self._quota_ahead: dict[tuple[str, str], list[tuple[float, float | None]]] = {}
         self._quota_kinds: dict[int, tuple[Fluid | None, float | None, Account | None]] = {}
@@ -1355,7 +1353,9 @@ class _Cycle:
         h = None if k is None else self.holds.get(k)
         if h is None or h.holder != r.id or self.policy.quota_hold_after_s is None:
             return refusal
-        return reasons.holding_nominal(refusal, h.gpus, self.policy.quota_hold_after_s)
+        return reasons.with_note(
+            refusal, reasons.holding_nominal(h.gpus, self.policy.quota_hold_after_s)
+        )
 
     def idle_gpus(self, model: str, r: JobRequest) -> float:
         """The idle whole GPUs (free, or held for a job ahead) of `model` that r may use:

@@ -116,12 +116,12 @@ def reserved(r: JobRequest, holder: str, start: float, now: float) -> Reason:
     )
 
 
-# Why a job did not preempt lower classes that were in its way: message tail and detail
-# (with_note adds it to a reason).
-PreemptionNote = tuple[str, tuple[str, Any]]
+# Why a job did not preempt lower classes that were in its way, or what a refusal adds:
+# message tail and detail (with_note adds it to a reason).
+Note = tuple[str, tuple[str, Any]]
 
 
-def not_worth(lost_gpu_s: float, wait_gpu_s: float) -> PreemptionNote:
+def not_worth(lost_gpu_s: float, wait_gpu_s: float) -> Note:
     """A preemption refused because the victims would lose more work than the job waits."""
     return (
         f"; it does not preempt lower classes: they would lose {_gpu_time(lost_gpu_s)} of work,"
@@ -144,7 +144,7 @@ def on_every_model(refusals: Sequence[Reason]) -> Reason:
     return Reason(first.code, "; and ".join(words), (*first.details, ("gpu_models", models)))
 
 
-def passed_meanwhile(hold_after_s: float | None) -> tuple[str, tuple[str, Any]]:
+def passed_meanwhile(hold_after_s: float | None) -> Note:
     """What a whole-GPU job refused quota on its team's nominal is told of the team's smaller
     jobs (message tail and detail): whoever sees a gang wait for days while the team's later
     jobs start learns why, and until when (Policy.quota_hold_after_s; None: Kueue's
@@ -158,18 +158,18 @@ def passed_meanwhile(hold_after_s: float | None) -> tuple[str, tuple[str, Any]]:
     )
 
 
-def holding_nominal(reason: Reason, held: float, hold_after_s: float) -> Reason:
-    """The refusal of a job that has waited hold_after_s and now holds its team's nominal."""
-    return Reason(
-        reason.code,
-        f"{reason.message}; having waited {hold_after_s:g} s, it holds {gpus_text(held)} GPUs of"
-        " its team's nominal quota as they free: the team's later jobs take them only if their"
-        " time limit ends before it can start",
-        (*reason.details, ("holds_nominal", round(held, 4))),
+def holding_nominal(held: float, hold_after_s: float) -> Note:
+    """What a job that has waited hold_after_s and now holds its team's nominal is told
+    (message tail and detail)."""
+    return (
+        f"; having waited {hold_after_s:g} s, it holds {gpus_text(held)} GPUs of its team's"
+        " nominal quota as they free: the team's later jobs take them only if their time limit"
+        " ends before it can start",
+        ("holds_nominal", round(held, 4)),
     )
 
 
-def with_note(reason: Reason, note: PreemptionNote) -> Reason:
+def with_note(reason: Reason, note: Note) -> Reason:
     return Reason(reason.code, reason.message + note[0], (*reason.details, note[1]))
 
 
